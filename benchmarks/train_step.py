@@ -1,0 +1,159 @@
+"""Training-step throughput: vaswani's Transformer against torch.nn.Transformer, side by side.
+
+Both models get the same embeddings (scaled, shared with the pre-softmax matrix, sinusoidal
+positions), the same dimensions, the same batches, the same loss (label-smoothed cross-entropy) and
+the same optimiser (Adam). Steps alternate between the two models so that drift of the machine's
+speed hits both alike; the table reports target tokens per second and the ratio.
+
+Batches have the sentence lengths of Multi30k de->en (word counts x 1.3 for subwords), bucketed to
+about --max-tokens target tokens, with random token ids.
+
+    python benchmarks/train_step.py                      # d_model 256, 3+3 layers, fp32 and bf16
+    python benchmarks/train_step.py --steps 30 --dtypes fp32
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gzip
+import math
+import platform
+import random
+import statistics
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from vaswani import ModelConfig, Transformer
+from vaswani.nn.embedding import Embeddings, SinusoidalPositions, TokenEmbedding
+
+DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "multi30k" / "raw"
+
+
+class TorchBaseline(nn.Module):
+    """torch.nn.Transformer (post-norm, no final norms) between our embeddings and output matrix,
+    called the way its documentation and tutorials do: padding masks for all three attentions and
+    a causal mask."""
+
+    def __init__(self, c: ModelConfig) -> None:
+        super().__init__()
+        self.pad_id = c.pad_id
+        self.tokens = TokenEmbedding(c.src_vocab_size, c.d_model)
+        self.src_embed = Embeddings(self.tokens, SinusoidalPositions(c.d_model), c.dropout)
+        self.tgt_embed = Embeddings(self.tokens, SinusoidalPositions(c.d_model), c.dropout)
+        self.core = nn.Transformer(c.d_model, c.n_heads, c.n_layers, c.decoder_layers, c.d_ff, c.dropout,
+                                   batch_first=True, layer_norm_eps=c.layer_norm_eps)
+        self.core.encoder.norm = None
+        self.core.decoder.norm = None
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        causal = nn.Transformer.generate_square_subsequent_mask(tgt_in.size(1))
+        src_pad, tgt_pad = src == self.pad_id, tgt_in == self.pad_id
+        hidden = self.core(self.src_embed(src), self.tgt_embed(tgt_in), tgt_mask=causal, tgt_is_causal=True,
+                           src_key_padding_mask=src_pad, tgt_key_padding_mask=tgt_pad,
+                           memory_key_padding_mask=src_pad)
+        return F.linear(hidden, self.tokens.weight)
+
+
+def multi30k_lengths(limit: int) -> list[tuple[int, int]]:
+    """(source, target) subword lengths, +1 for EOS, estimated from Multi30k de->en word counts."""
+    files = [DATA / "train.de.gz", DATA / "train.en.gz"]
+    if all(f.exists() for f in files):
+        with gzip.open(files[0], "rt") as de, gzip.open(files[1], "rt") as en:
+            pairs = [(len(s.split()), len(t.split())) for s, t in zip(de, en, strict=True)]
+    else:  # no corpus beside the checkout: a similar length distribution
+        rng = random.Random(0)
+        pairs = [(max(1, int(rng.gauss(11, 4))), max(1, int(rng.gauss(12, 4)))) for _ in range(29000)]
+    return [(math.ceil(s * 1.3) + 1, math.ceil(t * 1.3) + 1) for s, t in pairs[:limit]]
+
+
+def make_batches(lengths: list[tuple[int, int]], max_tokens: int, vocab: int, seed: int = 0) -> list[tuple]:
+    """Length-sorted batches of at most max_tokens padded target positions, in shuffled order."""
+    order = sorted(range(len(lengths)), key=lambda i: (lengths[i][1], lengths[i][0]))
+    batches, current = [], []
+    for i in order:
+        longest = max([lengths[j][1] for j in current] + [lengths[i][1]])
+        if current and longest * (len(current) + 1) > max_tokens:
+            batches.append(current)
+            current = []
+        current.append(i)
+    batches.append(current)
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for batch in batches:
+        S = max(lengths[i][0] for i in batch)
+        T = max(lengths[i][1] for i in batch)
+        src = torch.zeros(len(batch), S, dtype=torch.long)
+        tgt = torch.zeros(len(batch), T + 1, dtype=torch.long)
+        for row, i in enumerate(batch):
+            s, t = lengths[i]
+            src[row, :s] = torch.randint(3, vocab, (s,), generator=gen)
+            tgt[row, 0] = 1  # BOS
+            tgt[row, 1 : t + 1] = torch.randint(3, vocab, (t,), generator=gen)
+        out.append((src, tgt[:, :-1], tgt[:, 1:]))
+    random.Random(seed).shuffle(out)
+    return out
+
+
+def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: tuple, autocast: bool) -> None:
+    src, tgt_in, tgt_out = batch
+    ctx = torch.autocast("cpu", dtype=torch.bfloat16) if autocast else contextlib.nullcontext()
+    with ctx:
+        logits = model(src, tgt_in)
+    loss = F.cross_entropy(logits.float().flatten(0, 1), tgt_out.flatten(), ignore_index=0, label_smoothing=0.1)
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def measure(config: ModelConfig, batches: list[tuple], steps: int, warmup: int, autocast: bool) -> dict[str, float]:
+    """Seconds per step of each model, steps alternating; returns target tokens/s (median over steps)."""
+    torch.manual_seed(0)
+    models = {"vaswani": Transformer(config), "torch.nn.Transformer": TorchBaseline(config)}
+    optims = {name: torch.optim.Adam(m.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+              for name, m in models.items()}
+    rates: dict[str, list[float]] = {name: [] for name in models}
+    for i in range(warmup + steps):
+        batch = batches[i % len(batches)]
+        tokens = int((batch[2] != 0).sum())
+        for name, model in models.items():
+            start = time.perf_counter()
+            train_step(model.train(), optims[name], batch, autocast)
+            if i >= warmup:
+                rates[name].append(tokens / (time.perf_counter() - start))
+    return {name: statistics.median(r) for name, r in rates.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--preset", default="small")
+    parser.add_argument("--vocab-size", type=int, default=8000)
+    parser.add_argument("--max-tokens", type=int, default=4000)
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--dtypes", default="fp32,bf16")
+    parser.add_argument("--dropout", type=float, default=None, help="override the preset's dropout")
+    args = parser.parse_args()
+
+    overrides = {} if args.dropout is None else {"dropout": args.dropout}
+    config = ModelConfig.preset(args.preset, vocab_size=args.vocab_size, **overrides)
+    batches = make_batches(multi30k_lengths(12000), args.max_tokens, args.vocab_size)
+    tokens = statistics.mean(int((b[2] != 0).sum()) for b in batches)
+    print(f"# {platform.processor() or platform.machine()}, torch {torch.__version__}, "
+          f"{torch.get_num_threads()} threads; preset {args.preset} (d_model {config.d_model}, "
+          f"{config.n_layers}+{config.decoder_layers} layers, dropout {config.dropout}), vocabulary "
+          f"{args.vocab_size}, {len(batches)} batches of ~{tokens:.0f} target tokens")
+    print("| precision | vaswani tok/s | torch.nn.Transformer tok/s | ratio |")
+    print("|---|---|---|---|")
+    for dtype in args.dtypes.split(","):
+        rates = measure(config, batches, args.steps, args.warmup, autocast=dtype == "bf16")
+        ours, theirs = rates["vaswani"], rates["torch.nn.Transformer"]
+        print(f"| {dtype} | {ours:,.0f} | {theirs:,.0f} | {ours / theirs:.2f}x |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

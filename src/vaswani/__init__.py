@@ -1,0 +1,7 @@
+"""vaswani: the Transformer of "Attention Is All You Need", faithful and fast."""
+
+from vaswani.config import ConfigError, ModelConfig
+from vaswani.nn import KVCache, Transformer
+
+__all__ = ["ConfigError", "KVCache", "ModelConfig", "Transformer"]
+__version__ = "0.1.0"

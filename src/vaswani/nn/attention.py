@@ -1,0 +1,143 @@
+"""Scaled dot-product attention (§3.2.1) and multi-head attention (§3.2.2).
+
+The kernel (scores, mask, softmax) is kept apart from the module (projections, heads): two pure
+functions compute `softmax(QK^T / sqrt(d_k)) V`, a readable reference that also returns the weights
+and the fused `scaled_dot_product_attention`, and are tested equal.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from vaswani.nn.masks import causal_mask
+
+
+def _full_mask(mask: Tensor | None, causal: bool, query_len: int, key_len: int, device: torch.device) -> Tensor | None:
+    if not causal or query_len == 1:  # one query at the end of the keys sees them all
+        return mask
+    causal_part = causal_mask(query_len, key_len, device=device)
+    return causal_part if mask is None else mask & causal_part
+
+
+def reference_attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causal: bool = False, dropout_p: float = 0.0
+) -> tuple[Tensor, Tensor]:
+    """softmax(QK^T / sqrt(d_k)) V, written out; returns the output and the attention weights.
+
+    `mask` is bool, True = may attend, broadcastable to (B, H, T, S). `causal` adds the causal mask
+    aligned bottom-right. A query with no key it may attend gets all-zero weights and output.
+
+    Shape: q (B, H, T, Dh), k and v (B, H, S, Dh) -> output (B, H, T, Dh), weights (B, H, T, S)
+    """
+    mask = _full_mask(mask, causal, q.size(-2), k.size(-2), q.device)
+    # §3.2.1: dividing by sqrt(d_k) keeps the logits' variance near 1, away from softmax saturation.
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, H, T, S)
+    if mask is not None:
+        # A finite minimum (not -inf) keeps fully masked rows free of NaN; they are zeroed after.
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    weights = torch.softmax(scores, dim=-1)
+    if mask is not None:
+        weights = weights.masked_fill(~mask, 0.0)
+    if dropout_p > 0.0:
+        weights = F.dropout(weights, p=dropout_p)
+    return weights @ v, weights
+
+
+def fused_attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causal: bool = False, dropout_p: float = 0.0
+) -> Tensor:
+    """The same computation as `reference_attention` through torch's fused kernels (no weights).
+
+    Shape: q (B, H, T, Dh), k and v (B, H, S, Dh) -> output (B, H, T, Dh)
+    """
+    # The kernel's own is_causal aligns the diagonal top-left, right only when T == S and no other mask.
+    use_flag = causal and mask is None and q.size(-2) == k.size(-2)
+    if not use_flag:
+        mask = _full_mask(mask, causal, q.size(-2), k.size(-2), q.device)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=use_flag)
+
+
+class MultiHeadAttention(nn.Module):
+    """h attention heads over learned projections, concatenated and projected by W^O (§3.2.2).
+
+    `in_proj` stacks W^Q, W^K and W^V (as torch.nn.MultiheadAttention does), so self-attention
+    projects with one matrix multiply and encoder-decoder attention with two.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
+        self.d_model, self.n_heads, self.d_head = d_model, n_heads, d_model // n_heads
+        self.dropout = dropout
+        self.in_proj = nn.Linear(d_model, 3 * d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+
+    def _split(self, x: Tensor, parts: int) -> tuple[Tensor, ...]:
+        B, T, _ = x.shape
+        x = x.view(B, T, parts, self.n_heads, self.d_head).permute(2, 0, 3, 1, 4)  # (parts, B, H, T, Dh)
+        return x.unbind(0)
+
+    def project_self(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Queries, keys and values from one sequence. Shape: x (B, T, D) -> 3 x (B, H, T, Dh)"""
+        self._check(x, "x")
+        return self._split(self.in_proj(x), 3)
+
+    def project_query(self, x: Tensor) -> Tensor:
+        """Shape: x (B, T, D) -> q (B, H, T, Dh)"""
+        self._check(x, "x")
+        D = self.d_model
+        return self._split(F.linear(x, self.in_proj.weight[:D], self.in_proj.bias[:D]), 1)[0]
+
+    def project_key_value(self, memory: Tensor) -> tuple[Tensor, Tensor]:
+        """Keys and values of the encoder output, computed once per source sentence.
+
+        Shape: memory (B, S, D) -> k, v (B, H, S, Dh)
+        """
+        self._check(memory, "memory")
+        D = self.d_model
+        return self._split(F.linear(memory, self.in_proj.weight[D:], self.in_proj.bias[D:]), 2)
+
+    def attend(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causal: bool = False,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Attention of projected heads, concatenated and projected by W^O.
+
+        Shape: q (B, H, T, Dh), k and v (B, H, S, Dh) -> output (B, T, D), weights (B, H, T, S) or None
+        """
+        dropout_p = self.dropout if self.training else 0.0
+        if need_weights:
+            out, weights = reference_attention(q, k, v, mask, causal, dropout_p)
+        else:
+            out, weights = fused_attention(q, k, v, mask, causal, dropout_p), None
+        B, H, T, Dh = out.shape
+        out = out.transpose(1, 2).reshape(B, T, H * Dh)  # (B, T, D)
+        return self.out_proj(out), weights
+
+    def forward(
+        self, x: Tensor, memory: Tensor | None = None, mask: Tensor | None = None, causal: bool = False,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Self-attention over `x`, or encoder-decoder attention from `x` to `memory`.
+
+        Shape: x (B, T, D), memory (B, S, D), mask broadcastable to (B, H, T, S)
+               -> output (B, T, D), weights (B, H, T, S) when need_weights else None
+        """
+        if memory is None:
+            q, k, v = self.project_self(x)
+        else:
+            q = self.project_query(x)
+            k, v = self.project_key_value(memory)
+        return self.attend(q, k, v, mask, causal, need_weights)
+
+    def _check(self, x: Tensor, name: str) -> None:
+        if x.dim() != 3 or x.size(-1) != self.d_model or not x.is_floating_point():
+            raise ValueError(
+                f"{name} must be a float tensor of shape (batch, length, {self.d_model}), "
+                f"got shape {tuple(x.shape)} and dtype {x.dtype}"
+            )

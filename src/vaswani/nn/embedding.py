@@ -1,0 +1,93 @@
+"""Token embeddings scaled by sqrt(d_model) (§3.4) and positional encodings (§3.5)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+class TokenEmbedding(nn.Module):
+    """Embedding lookup multiplied by sqrt(d_model); its weight doubles as the pre-softmax matrix.
+
+    Shape: ids (B, L) -> (B, L, D)
+    """
+
+    def __init__(self, vocab_size: int, d_model: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(vocab_size, d_model))
+        self.scale = math.sqrt(d_model)  # §3.4: "we multiply those weights by sqrt(d_model)"
+        # tensor2tensor's initialiser: N(0, d_model^-0.5), so scaled embeddings start at unit variance.
+        nn.init.normal_(self.weight, mean=0.0, std=d_model**-0.5)
+
+    def forward(self, ids: Tensor) -> Tensor:
+        return F.embedding(ids, self.weight) * self.scale
+
+
+def sinusoid_table(length: int, d_model: int, start: int = 0) -> Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(...) for pos in [start, start+length).
+
+    Computed in float64 so that far positions keep their precision. Shape: -> (length, D)
+    """
+    position = torch.arange(start, start + length, dtype=torch.float64)[:, None]  # (L, 1)
+    inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64) * (-math.log(10000.0) / d_model))
+    angles = position * inv_freq  # (L, ceil(D/2))
+    table = torch.zeros(length, d_model, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(angles)
+    table[:, 1::2] = torch.cos(angles[:, : d_model // 2])
+    return table.float()
+
+
+class SinusoidalPositions(nn.Module):
+    """Fixed sinusoidal positions for any length: the table grows when a longer input arrives.
+
+    Not part of the state dict; nothing about it is learned or bounded.
+    """
+
+    def __init__(self, d_model: int, initial_length: int = 256) -> None:
+        super().__init__()
+        self.d_model = d_model
+        self.register_buffer("table", sinusoid_table(initial_length, d_model), persistent=False)
+
+    def forward(self, start: int, length: int) -> Tensor:
+        """Shape: -> (length, D)"""
+        end = start + length
+        if end > self.table.size(0):
+            size = max(end, 2 * self.table.size(0))
+            self.table = sinusoid_table(size, self.d_model).to(self.table.device)
+        return self.table[start:end]
+
+
+class LearnedPositions(nn.Module):
+    """Learned absolute positions (Table 3 row E), bounded by max_positions."""
+
+    def __init__(self, d_model: int, max_positions: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(max_positions, d_model))
+        nn.init.normal_(self.weight, mean=0.0, std=d_model**-0.5)
+
+    def forward(self, start: int, length: int) -> Tensor:
+        """Shape: -> (length, D)"""
+        if start + length > self.weight.size(0):
+            raise ValueError(
+                f"position {start + length - 1} is beyond model.max_positions={self.weight.size(0)} of the "
+                "learned positional embeddings; shorten the input or use positions: sinusoidal"
+            )
+        return self.weight[start : start + length]
+
+
+class Embeddings(nn.Module):
+    """Dropout(token embedding * sqrt(d_model) + position), as the input to each stack (§3.4, §5.4)."""
+
+    def __init__(self, tokens: TokenEmbedding, positions: nn.Module, dropout: float) -> None:
+        super().__init__()
+        self.tokens = tokens
+        self.positions = positions
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, ids: Tensor, start: int = 0) -> Tensor:
+        """Shape: ids (B, L) -> (B, L, D), positions start, ..., start + L - 1"""
+        x = self.tokens(ids)
+        return self.dropout(x + self.positions(start, ids.size(1)).to(x.dtype))

@@ -1,0 +1,193 @@
+"""The encoder and decoder stacks and the encoder-decoder Transformer (§3.1, Figure 1)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from vaswani.config import ModelConfig
+from vaswani.nn.attention import MultiHeadAttention
+from vaswani.nn.cache import KVCache
+from vaswani.nn.embedding import Embeddings, LearnedPositions, SinusoidalPositions, TokenEmbedding
+from vaswani.nn.layers import DecoderLayer, EncoderLayer
+from vaswani.nn.masks import padding_mask
+
+
+def _positions(config: ModelConfig) -> nn.Module:
+    if config.positions == "learned":
+        return LearnedPositions(config.d_model, config.max_positions)
+    return SinusoidalPositions(config.d_model)
+
+
+def _final_norm(config: ModelConfig) -> nn.Module:
+    # Pre-norm leaves the last residual sum unnormalised, so each stack ends with a LayerNorm.
+    return nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.norm_first else nn.Identity()
+
+
+@dataclass
+class AttentionWeights:
+    """Attention weights of every layer and head, for inspection.
+
+    Shape: encoder[i] (B, H, S, S), decoder_self[i] (B, H, T, T), cross[i] (B, H, T, S)
+    """
+
+    encoder: list[Tensor]
+    decoder_self: list[Tensor]
+    cross: list[Tensor]
+
+
+class Encoder(nn.Module):
+    """N encoder layers over embedded source tokens."""
+
+    def __init__(self, config: ModelConfig, tokens: TokenEmbedding) -> None:
+        super().__init__()
+        self.embed = Embeddings(tokens, _positions(config), config.dropout)
+        self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.n_layers))
+        self.norm = _final_norm(config)
+
+    def forward(self, src: Tensor, mask: Tensor, need_weights: bool = False) -> tuple[Tensor, list[Tensor]]:
+        """Shape: src (B, S), mask (B, 1, 1, S) -> memory (B, S, D), weights n_layers x (B, H, S, S)"""
+        x = self.embed(src)
+        weights = []
+        for layer in self.layers:
+            x, w = layer(x, mask, need_weights)
+            weights.append(w)
+        return self.norm(x), weights if need_weights else []
+
+
+class Decoder(nn.Module):
+    """N decoder layers over embedded target tokens, attending to the encoder output."""
+
+    def __init__(self, config: ModelConfig, tokens: TokenEmbedding) -> None:
+        super().__init__()
+        self.embed = Embeddings(tokens, _positions(config), config.dropout)
+        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.decoder_layers))
+        self.norm = _final_norm(config)
+
+    def start_cache(self, memory: Tensor) -> KVCache:
+        """Encoder-decoder keys/values of every layer, computed once; no target positions yet."""
+        cross_kv = tuple(layer.cross_attn.project_key_value(memory) for layer in self.layers)
+        return KVCache(KVCache.empty_self_kv(cross_kv[0][0], len(self.layers)), cross_kv)
+
+    def forward(
+        self, tgt: Tensor, memory_mask: Tensor, cache: KVCache, self_mask: Tensor | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, KVCache, list[tuple[Tensor | None, Tensor | None]]]:
+        """Decode `tgt` as the positions after the `cache.length` already in the cache.
+
+        Shape: tgt (B, T), memory_mask (B, 1, 1, S) -> hidden (B, T, D), cache of length t + T, weights
+        """
+        x = self.embed(tgt, start=cache.length)
+        self_kv, weights = [], []
+        for layer, past, cross_kv in zip(self.layers, cache.self_kv, cache.cross_kv, strict=True):
+            x, kv, w = layer(x, cross_kv, memory_mask, past if cache.length else None, self_mask, need_weights)
+            self_kv.append(kv)
+            weights.append(w)
+        return self.norm(x), KVCache(tuple(self_kv), cache.cross_kv), weights if need_weights else []
+
+
+class Transformer(nn.Module):
+    """The encoder-decoder Transformer of "Attention Is All You Need".
+
+    Example:
+        >>> model = Transformer(ModelConfig.preset("small", vocab_size=8000))
+        >>> logits = model(src, tgt_in)  # (B, T, V)
+    """
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        src_tokens = TokenEmbedding(config.src_vocab_size, config.d_model)
+        tgt_tokens = src_tokens if config.share_embeddings else TokenEmbedding(config.tgt_vocab_size, config.d_model)
+        self.encoder = Encoder(config, src_tokens)
+        self.decoder = Decoder(config, tgt_tokens)
+        tied = config.share_embeddings or config.tie_output
+        # §3.4: the pre-softmax linear shares the embedding matrix (no bias).
+        self.output_weight = None if tied else nn.Parameter(torch.empty(config.tgt_vocab_size, config.d_model))
+        self._init_weights()
+
+    def _init_weights(self) -> None:
+        """Xavier-uniform for every projection, per W^Q/W^K/W^V block, as the tensor2tensor reference."""
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.xavier_uniform_(module.weight)
+                nn.init.zeros_(module.bias)
+            if isinstance(module, MultiHeadAttention):
+                for block in module.in_proj.weight.data.chunk(3):  # W^Q, W^K, W^V: each D x D
+                    nn.init.xavier_uniform_(block)
+        if self.output_weight is not None:
+            nn.init.normal_(self.output_weight, mean=0.0, std=self.config.d_model**-0.5)
+
+    @property
+    def generator_weight(self) -> Tensor:
+        """The pre-softmax matrix. Shape: (V_tgt, D)"""
+        return self.decoder.embed.tokens.weight if self.output_weight is None else self.output_weight
+
+    def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
+        """Shape: src (B, S) -> memory (B, S, D), memory_mask (B, 1, 1, S)"""
+        _check_ids(src, "src")
+        mask = padding_mask(src, self.config.pad_id)
+        memory, _ = self.encoder(src, mask)
+        return memory, mask
+
+    def decode(self, tgt_in: Tensor, memory: Tensor, memory_mask: Tensor) -> Tensor:
+        """Teacher-forced decoding of the shifted-right target.
+
+        Shape: tgt_in (B, T), memory (B, S, D), memory_mask (B, 1, 1, S) -> logits (B, T, V)
+        """
+        _check_ids(tgt_in, "tgt_in")
+        hidden, _, _ = self.decoder(tgt_in, memory_mask, self.decoder.start_cache(memory))
+        return self.logits(hidden)
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        """Shape: src (B, S), tgt_in (B, T) -> logits (B, T, V)"""
+        memory, memory_mask = self.encode(src)
+        return self.decode(tgt_in, memory, memory_mask)
+
+    def logits(self, hidden: Tensor) -> Tensor:
+        """Shape: hidden (..., D) -> logits (..., V)"""
+        return F.linear(hidden, self.generator_weight)
+
+    def decode_step(
+        self, tokens: Tensor, memory: Tensor, memory_mask: Tensor, cache: KVCache | None = None
+    ) -> tuple[Tensor, KVCache]:
+        """Incremental decoding: feed the next token(s), get their logits and the extended cache.
+
+        Pass `cache=None` on the first step; the encoder-decoder keys/values are computed then, once.
+        Shape: tokens (B,) -> logits (B, V); tokens (B, t) -> logits (B, t, V); memory (B, S, D)
+        """
+        one = tokens.dim() == 1
+        tokens = tokens[:, None] if one else tokens  # (B, t)
+        _check_ids(tokens, "tokens")
+        if cache is None:
+            cache = self.decoder.start_cache(memory)
+        if cache.batch_size != tokens.size(0):
+            raise ValueError(f"tokens has batch size {tokens.size(0)} but the cache holds {cache.batch_size} rows")
+        hidden, cache, _ = self.decoder(tokens, memory_mask, cache)
+        logits = self.logits(hidden[:, -1] if one else hidden)
+        return logits, cache
+
+    def attention_weights(self, src: Tensor, tgt_in: Tensor) -> AttentionWeights:
+        """Per-layer, per-head attention weights of a teacher-forced pass (the normal path keeps none)."""
+        _check_ids(src, "src")
+        _check_ids(tgt_in, "tgt_in")
+        memory_mask = padding_mask(src, self.config.pad_id)
+        memory, encoder = self.encoder(src, memory_mask, need_weights=True)
+        cache = self.decoder.start_cache(memory)
+        _, _, decoder = self.decoder(tgt_in, memory_mask, cache, need_weights=True)
+        return AttentionWeights(encoder, [w[0] for w in decoder], [w[1] for w in decoder])
+
+    def num_parameters(self) -> int:
+        """Distinct trainable parameters (a shared matrix counts once)."""
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+
+def _check_ids(ids: Tensor, name: str) -> None:
+    if not isinstance(ids, Tensor) or ids.dim() != 2 or ids.dtype not in (torch.long, torch.int32):
+        got = f"shape {tuple(ids.shape)} and dtype {ids.dtype}" if isinstance(ids, Tensor) else type(ids).__name__
+        raise ValueError(f"{name} must be token ids of shape (batch, length) with dtype torch.long, got {got}")
+    if ids.size(1) == 0:
+        raise ValueError(f"{name} has length 0; every sequence needs at least one token (e.g. EOS)")

@@ -1,0 +1,41 @@
+import math
+
+import pytest
+import torch
+
+from vaswani.nn.embedding import LearnedPositions, SinusoidalPositions, TokenEmbedding, sinusoid_table
+
+
+def test_sinusoids_follow_the_paper_formula():
+    d_model = 16
+    table = sinusoid_table(50, d_model)
+    for pos in (0, 1, 7, 49):
+        for i in range(d_model // 2):
+            angle = pos / 10000 ** (2 * i / d_model)
+            assert table[pos, 2 * i].item() == pytest.approx(math.sin(angle), abs=1e-6)
+            assert table[pos, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-6)
+
+
+def test_sinusoids_work_beyond_any_fixed_length():
+    positions = SinusoidalPositions(d_model=8, initial_length=4)
+    far = positions(start=5000, length=3)  # the table grows on demand
+    torch.testing.assert_close(far, sinusoid_table(3, 8, start=5000))
+    torch.testing.assert_close(positions(0, 4), sinusoid_table(4, 8))
+    assert "table" not in positions.state_dict()
+
+
+def test_sinusoids_with_odd_d_model():
+    assert sinusoid_table(3, 7).shape == (3, 7)
+
+
+def test_learned_positions_are_bounded_with_a_clear_error():
+    positions = LearnedPositions(d_model=8, max_positions=10)
+    assert positions(8, 2).shape == (2, 8)
+    with pytest.raises(ValueError, match="max_positions=10"):
+        positions(8, 3)
+
+
+def test_token_embeddings_are_scaled_by_sqrt_d_model():
+    emb = TokenEmbedding(vocab_size=10, d_model=16)
+    ids = torch.tensor([[1, 2, 3]])
+    torch.testing.assert_close(emb(ids), emb.weight[ids] * 4.0)
