@@ -23,7 +23,7 @@ def test_d_model_not_divisible_by_heads_is_explained():
 
 
 def test_unknown_key_suggests_the_closest():
-    with pytest.raises(ConfigError, match="unknown key 'model.n_head'.*did you mean 'n_heads'"):
+    with pytest.raises(ConfigError, match=r"unknown key 'model\.n_head'.*did you mean 'n_heads'"):
         ModelConfig.from_dict({"n_head": 4})
     with pytest.raises(ConfigError, match="did you mean 'small'"):
         ModelConfig.preset("smal")

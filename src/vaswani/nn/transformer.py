@@ -134,18 +134,23 @@ class Transformer(nn.Module):
         return memory, mask
 
     def decode(self, tgt_in: Tensor, memory: Tensor, memory_mask: Tensor) -> Tensor:
-        """Teacher-forced decoding of the shifted-right target.
+        """Teacher-forced decoding of the shifted-right target: final decoder states, before the
+        pre-softmax projection (training computes its loss from these, see train/loss.py).
 
-        Shape: tgt_in (B, T), memory (B, S, D), memory_mask (B, 1, 1, S) -> logits (B, T, V)
+        Shape: tgt_in (B, T), memory (B, S, D), memory_mask (B, 1, 1, S) -> hidden (B, T, D)
         """
         _check_ids(tgt_in, "tgt_in")
         hidden, _, _ = self.decoder(tgt_in, memory_mask, self.decoder.start_cache(memory))
-        return self.logits(hidden)
+        return hidden
+
+    def hidden_states(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        """Shape: src (B, S), tgt_in (B, T) -> hidden (B, T, D)"""
+        memory, memory_mask = self.encode(src)
+        return self.decode(tgt_in, memory, memory_mask)
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         """Shape: src (B, S), tgt_in (B, T) -> logits (B, T, V)"""
-        memory, memory_mask = self.encode(src)
-        return self.decode(tgt_in, memory, memory_mask)
+        return self.logits(self.hidden_states(src, tgt_in))
 
     def logits(self, hidden: Tensor) -> Tensor:
         """Shape: hidden (..., D) -> logits (..., V)"""
