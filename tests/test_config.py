@@ -47,3 +47,30 @@ def test_config_is_frozen_and_round_trips():
     with pytest.raises(dataclasses.FrozenInstanceError):
         c.d_model = 8
     assert ModelConfig.from_dict(c.to_dict()) == c
+
+
+def test_yaml_recipe_with_overrides_and_number_strings(tmp_path):
+    from vaswani.config import Config
+
+    path = tmp_path / "r.yaml"
+    path.write_text("model:\n  preset: small\ntrain:\n  adam_eps: 1e-3\n  max_steps: 10\n")
+    config = Config.load(path, ["train.max_steps=2000", "model.dropout=0.2"])
+    assert config.train.adam_eps == 0.001 and config.train.max_steps == 2000
+    assert config.model.d_model == 256 and config.model.dropout == 0.2
+    config.save(tmp_path / "saved.yaml")
+    assert Config.load(tmp_path / "saved.yaml") == config
+
+
+@pytest.mark.parametrize("text,match", [
+    ("trian:\n  max_steps: 3\n", "unknown section 'trian'.*did you mean 'train'"),
+    ("train:\n  max_steps: many\n", "train.max_steps must be an integer"),
+    ("train:\n  adam_eps: tiny\n", "train.adam_eps must be a number"),
+    ("model:\n  norm_first: 3\n", "model.norm_first must be true or false"),
+])
+def test_bad_recipes_name_the_key(tmp_path, text, match):
+    from vaswani.config import Config
+
+    path = tmp_path / "r.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=match):
+        Config.load(path)

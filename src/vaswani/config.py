@@ -7,12 +7,43 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from dataclasses import dataclass
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
+
+import yaml
 
 
 class ConfigError(ValueError):
     """A configuration value or key that cannot be used; the message says which and how to fix it."""
+
+
+def _coerce(section: str, cls: type, values: dict[str, Any]) -> dict[str, Any]:
+    """Check each value against the field's type; numbers written as strings (YAML reads 1e-3 as a
+    string) become floats."""
+    hints = typing.get_type_hints(cls)
+    out = {}
+    for key, value in values.items():
+        hint = hints[key]
+        optional = isinstance(hint, types.UnionType) and type(None) in hint.__args__
+        base = next((a for a in hint.__args__ if a is not type(None)), hint) if optional else hint
+        if value is None and optional:
+            pass
+        elif base is float and not isinstance(value, bool) and isinstance(value, int | float | str):
+            try:
+                value = float(value)
+            except ValueError:
+                raise ConfigError(f"{section}.{key} must be a number, got {value!r}") from None
+        elif base is int and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ConfigError(f"{section}.{key} must be an integer, got {value!r}")
+        elif base is bool and not isinstance(value, bool):
+            raise ConfigError(f"{section}.{key} must be true or false, got {value!r}")
+        elif base is str and not isinstance(value, str):
+            raise ConfigError(f"{section}.{key} must be a string, got {value!r}")
+        out[key] = value
+    return out
 
 
 def _closest(name: str, choices: list[str]) -> str:
@@ -110,7 +141,7 @@ class ModelConfig:
         for key in values:
             if key not in known:
                 raise ConfigError(f"unknown key 'model.{key}'{_closest(key, known)}")
-        return cls(**values)
+        return cls(**_coerce("model", cls, values))
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -130,3 +161,168 @@ PRESETS: dict[str, dict[str, Any]] = {
     # Wu et al. (2021), the best published text-only Multi30k model: 4+4 layers, d_model 128.
     "tiny": {"d_model": 128, "d_ff": 256, "n_heads": 4, "n_layers": 4, "dropout": 0.3},
 }
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Where the parallel text is and how it becomes batches. Paths are relative to the working directory."""
+
+    train_src: str = ""
+    train_tgt: str = ""
+    valid_src: str = ""
+    valid_tgt: str = ""
+    toy_task: Literal["copy", "reverse"] | None = None  # generated data instead of files
+    toy_train_size: int = 20000
+    toy_valid_size: int = 200
+    toy_max_len: int = 12
+    tokenizer: Literal["bpe", "unigram", "char"] = "bpe"  # §5.1: byte-pair encoding
+    vocab_size: int = 8000  # joint source+target vocabulary when model.share_embeddings
+    max_len: int = 256  # training pairs longer than this (in subwords) are removed, and counted
+    max_len_ratio: float = 4.0  # remove pairs whose length ratio exceeds this (both sides > 5 subwords)
+    invalid_utf8: Literal["error", "replace"] = "error"
+    max_tokens: int = 4000  # padded positions per batch (the larger of source and target)
+    valid_max_sentences: int = 1000  # dev sentences decoded for BLEU at each validation
+
+    def require_training_data(self) -> None:
+        if self.toy_task is None and not (self.train_src and self.train_tgt):
+            raise ConfigError("data.train_src and data.train_tgt are required (or set data.toy_task: reverse)")
+
+    def validate(self) -> None:
+        if self.toy_task not in (None, "copy", "reverse"):
+            raise ConfigError(f"data.toy_task must be copy or reverse, got {self.toy_task!r}")
+        if self.tokenizer not in ("bpe", "unigram", "char"):
+            raise ConfigError(f"data.tokenizer must be bpe, unigram or char, got {self.tokenizer!r}")
+        if self.invalid_utf8 not in ("error", "replace"):
+            raise ConfigError(f"data.invalid_utf8 must be error or replace, got {self.invalid_utf8!r}")
+        for name in ("vocab_size", "max_len", "max_tokens"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"data.{name} must be positive, got {getattr(self, name)!r}")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The optimisation recipe; defaults are the paper's §5.3-§5.4."""
+
+    max_steps: int = 100000  # §5.2: base model, 100k steps
+    max_epochs: int | None = None
+    lr_schedule: Literal["noam", "inverse_sqrt"] = "noam"  # noam: §5.3 warmup then step^-0.5
+    lr_factor: float = 1.0  # noam: lr = lr_factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
+    peak_lr: float = 5e-4  # inverse_sqrt: linear warmup to peak_lr, then peak_lr * sqrt(warmup / step)
+    warmup_steps: int = 4000
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.98
+    adam_eps: float = 1e-9
+    label_smoothing: float = 0.1  # §5.4
+    clip_norm: float = 0.0  # 0: no clipping (the paper clips nothing)
+    accumulate: int = 1  # batches per optimizer step
+    precision: Literal["fp32", "bf16"] = "fp32"  # bf16: autocast, fp32 master weights
+    device: str = "auto"
+    seed: int = 1
+    valid_every: int = 1000  # steps between validations (and checkpoints)
+    early_stopping_metric: Literal["bleu", "loss"] = "bleu"
+    patience: int = 0  # validations without improvement before stopping; 0: never stop early
+    keep_last: int = 5  # §5.2 averages the last 5 checkpoints
+    keep_best: int = 1
+
+    def validate(self) -> None:
+        if self.lr_schedule not in ("noam", "inverse_sqrt"):
+            raise ConfigError(f"train.lr_schedule must be noam or inverse_sqrt, got {self.lr_schedule!r}")
+        if self.precision not in ("fp32", "bf16"):
+            raise ConfigError(f"train.precision must be fp32 or bf16, got {self.precision!r}")
+        if self.early_stopping_metric not in ("bleu", "loss"):
+            raise ConfigError(f"train.early_stopping_metric must be bleu or loss, got {self.early_stopping_metric!r}")
+        for name in ("max_steps", "warmup_steps", "accumulate", "valid_every", "keep_last"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"train.{name} must be positive, got {getattr(self, name)!r}")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ConfigError(f"train.label_smoothing must be in [0, 1), got {self.label_smoothing!r}")
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """Search settings; defaults are the paper's §6.1."""
+
+    beam_size: int = 4
+    length_penalty: float = 0.6  # α of the GNMT length penalty
+    max_len_a: float = 1.0  # maximum output length = a * source length + b (§6.1: input + 50)
+    max_len_b: int = 50
+    batch_size: int = 64  # sentences per decoding batch
+
+    def validate(self) -> None:
+        if self.beam_size <= 0 or self.batch_size <= 0:
+            raise ConfigError("decode.beam_size and decode.batch_size must be positive")
+
+
+_SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig, "decode": DecodeConfig}
+
+
+@dataclass(frozen=True)
+class Config:
+    """A whole recipe: model, data, train and decode sections."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> Config:
+        if not isinstance(values, dict):
+            raise ConfigError("a config must be a mapping of sections: model, data, train, decode")
+        sections = {}
+        for name, section in values.items():
+            if name not in _SECTIONS:
+                raise ConfigError(f"unknown section '{name}'{_closest(name, list(_SECTIONS))}")
+            sections[name] = _section(name, section or {})
+        config = cls(**sections)
+        for section in (config.data, config.train, config.decode):
+            section.validate()
+        return config
+
+    @classmethod
+    def load(cls, path: str | Path, overrides: list[str] = ()) -> Config:
+        """Read a YAML recipe and apply `section.key=value` overrides (values parsed as YAML)."""
+        path = Path(path)
+        try:
+            values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except FileNotFoundError:
+            raise ConfigError(f"config file {path} not found") from None
+        except yaml.YAMLError as error:
+            mark = getattr(error, "problem_mark", None)
+            where = f" at line {mark.line + 1}" if mark else ""
+            raise ConfigError(f"{path} is not valid YAML{where}: {getattr(error, 'problem', error)}") from None
+        return cls.from_dict(apply_overrides(values, overrides))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: dataclasses.asdict(getattr(self, name)) for name in _SECTIONS}
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False), encoding="utf-8")
+
+
+def _section(name: str, values: dict[str, Any]) -> Any:
+    cls = _SECTIONS[name]
+    if name == "model":
+        preset = values.pop("preset", None) if isinstance(values, dict) else None
+        if preset is not None:
+            return ModelConfig.preset(preset, **values)
+        return ModelConfig.from_dict(values)
+    known = [f.name for f in dataclasses.fields(cls)]
+    if not isinstance(values, dict):
+        raise ConfigError(f"section '{name}' must be a mapping of keys to values")
+    for key in values:
+        if key not in known:
+            raise ConfigError(f"unknown key '{name}.{key}'{_closest(key, known)}")
+    return cls(**_coerce(name, cls, values))
+
+
+def apply_overrides(values: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """`train.max_steps=2000` sets values['train']['max_steps'] = 2000."""
+    values = {k: dict(v or {}) for k, v in values.items()}
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        section, dot, name = key.partition(".")
+        if not sep or not dot or not name:
+            raise ConfigError(f"override '{item}' must look like section.key=value, e.g. train.max_steps=2000")
+        values.setdefault(section, {})[name] = yaml.safe_load(raw)
+    return values

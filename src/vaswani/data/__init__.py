@@ -1,0 +1,1 @@
+"""Text in, batches out: corpus reading and validation, SentencePiece, token-budget batching."""

@@ -1,0 +1,97 @@
+"""SentencePiece: trained on the training text, stored in the model directory, raw text in and out."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import sentencepiece as spm
+
+from vaswani.data.corpus import DataError
+
+# Fixed ids shared with ModelConfig: pad 0, bos 1, eos 2, unk 3.
+_SPECIAL = {"pad_id": 0, "bos_id": 1, "eos_id": 2, "unk_id": 3}
+
+
+class Tokenizer:
+    """One SentencePiece model (joint vocabulary) or two (source and target)."""
+
+    def __init__(self, src: spm.SentencePieceProcessor, tgt: spm.SentencePieceProcessor | None = None) -> None:
+        self.src = src
+        self.tgt = tgt or src
+
+    @property
+    def joint(self) -> bool:
+        return self.src is self.tgt
+
+    @property
+    def src_vocab_size(self) -> int:
+        return self.src.get_piece_size()
+
+    @property
+    def tgt_vocab_size(self) -> int:
+        return self.tgt.get_piece_size()
+
+    def encode_src(self, lines: Sequence[str]) -> list[list[int]]:
+        return self.src.encode(list(lines))
+
+    def encode_tgt(self, lines: Sequence[str]) -> list[list[int]]:
+        return self.tgt.encode(list(lines))
+
+    def decode_tgt(self, ids: Sequence[Sequence[int]]) -> list[str]:
+        return self.tgt.decode([list(x) for x in ids])
+
+    @staticmethod
+    def files(joint: bool) -> list[str]:
+        return ["tokenizer.model"] if joint else ["src.model", "tgt.model"]
+
+    @classmethod
+    def train(
+        cls, src_lines: Iterable[str], tgt_lines: Iterable[str], vocab_size: int, model_type: str, joint: bool,
+        directory: str | Path, seed: int = 1,
+    ) -> Tokenizer:
+        """Train on the training text and write the model(s) into `directory`."""
+        directory = Path(directory)
+        src_lines, tgt_lines = [x for x in src_lines if x], [x for x in tgt_lines if x]
+        corpora = [src_lines + tgt_lines] if joint else [src_lines, tgt_lines]
+        processors = []
+        for name, lines in zip(cls.files(joint), corpora, strict=True):
+            processors.append(_train_one(lines, vocab_size, model_type, directory / name, seed))
+        return cls(*processors)
+
+    @classmethod
+    def load(cls, directory: str | Path) -> Tokenizer:
+        directory = Path(directory)
+        for joint in (True, False):
+            paths = [directory / name for name in cls.files(joint)]
+            if all(p.is_file() for p in paths):
+                return cls(*(spm.SentencePieceProcessor(model_file=str(p)) for p in paths))
+        raise DataError(f"{directory} has no tokenizer.model (or src.model and tgt.model); is it a model directory?")
+
+
+def _train_one(lines: list[str], vocab_size: int, model_type: str, path: Path, seed: int):
+    if not lines:
+        raise DataError("no text left to train the tokenizer on; check the training files and filters")
+    model = io.BytesIO()
+    spm.set_random_generator_seed(seed)
+    options = dict(
+        sentence_iterator=iter(lines), model_writer=model, vocab_size=vocab_size, model_type=model_type,
+        character_coverage=1.0, input_sentence_size=2_000_000, shuffle_input_sentence=True,
+        num_threads=2, minloglevel=2, **_SPECIAL,
+    )
+    if model_type != "char":
+        options["hard_vocab_limit"] = True
+    try:
+        spm.SentencePieceTrainer.train(**options)
+    except RuntimeError as error:
+        message = str(error)
+        if "Vocabulary size too high" in message:
+            limit = message.rsplit("<=", 1)[-1].strip(" .") if "<=" in message else "a smaller value"
+            raise DataError(
+                f"data.vocab_size={vocab_size} is too large for this training data; set data.vocab_size to {limit} "
+                "or less"
+            ) from None
+        raise DataError(f"SentencePiece training failed: {message.strip()}") from None
+    path.write_bytes(model.getvalue())
+    return spm.SentencePieceProcessor(model_proto=model.getvalue())

@@ -1,0 +1,1 @@
+"""Decoding: search on the KV cache."""

@@ -1,0 +1,62 @@
+"""The training data of a run: raw text to tokenized, filtered pairs and their batches, reported."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from vaswani.config import DataConfig
+from vaswani.data.batching import token_batches
+from vaswani.data.corpus import DataError, FilterReport, filter_pairs, read_parallel
+from vaswani.data.tokenizer import Tokenizer
+from vaswani.data.toy import toy_pairs
+
+IdPair = tuple[list[int], list[int]]
+
+
+@dataclass
+class RunData:
+    tokenizer: Tokenizer
+    train: list[IdPair]
+    train_batches: list[list[int]]
+    valid: list[IdPair]
+    valid_text: list[tuple[str, str]]
+    report: FilterReport
+
+
+def read_text(data: DataConfig, seed: int) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """(train, valid) raw text pairs, from files or a generated toy task."""
+    if data.toy_task:
+        train = toy_pairs(data.toy_task, data.toy_train_size, data.toy_max_len, seed)
+        valid = toy_pairs(data.toy_task, data.toy_valid_size, data.toy_max_len, seed + 1)
+        return train, valid
+    train = read_parallel(data.train_src, data.train_tgt, data.invalid_utf8)
+    valid = read_parallel(data.valid_src, data.valid_tgt, data.invalid_utf8) if data.valid_src else []
+    return train, valid
+
+
+def prepare(data: DataConfig, joint: bool, model_dir: Path, seed: int, log) -> RunData:
+    """Read, train or load the tokenizer, tokenize, filter (reported and saved), batch."""
+    train_text, valid_text = read_text(data, seed)
+    if (model_dir / Tokenizer.files(joint)[0]).is_file():
+        tokenizer = Tokenizer.load(model_dir)
+    else:
+        log(f"training a {data.tokenizer} tokenizer ({data.vocab_size} pieces, {'joint' if joint else 'separate'})")
+        tokenizer = Tokenizer.train([s for s, _ in train_text], [t for _, t in train_text], data.vocab_size,
+                                    data.tokenizer, joint, model_dir)
+    train = list(zip(tokenizer.encode_src([s for s, _ in train_text]),
+                     tokenizer.encode_tgt([t for _, t in train_text]), strict=True))
+    keep, report = filter_pairs(train, data.max_len, data.max_len_ratio)
+    train = [train[i] for i in keep]
+    (model_dir / "data_report.json").write_text(json.dumps(report.to_dict(), indent=2) + "\n", encoding="utf-8")
+    for line in report.lines():
+        log(f"training data: {line}")
+    if not train:
+        raise DataError("no training pairs left after filtering; check the files, data.max_len and data.max_len_ratio")
+    valid_text = [(s, t) for s, t in valid_text if s and t]
+    valid = list(zip(tokenizer.encode_src([s for s, _ in valid_text]),
+                     tokenizer.encode_tgt([t for _, t in valid_text]), strict=True))
+    valid = [(s[: data.max_len], t[: data.max_len]) for s, t in valid]
+    batches = token_batches([(len(s), len(t)) for s, t in train], data.max_tokens, seed)
+    return RunData(tokenizer, train, batches, valid, valid_text, report)

@@ -1,0 +1,19 @@
+"""Learning-rate schedules: the paper's warmup (§5.3) and inverse square root with a peak rate."""
+
+from __future__ import annotations
+
+from vaswani.config import TrainConfig
+
+
+def learning_rate(step: int, train: TrainConfig, d_model: int) -> float:
+    """The learning rate for optimizer step `step` (counting from 1).
+
+    noam (§5.3): lr_factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5): linear warmup, then
+    decay with the inverse square root of the step. inverse_sqrt: the same shape scaled so that it
+    peaks at exactly peak_lr after warmup_steps.
+    """
+    step = max(step, 1)
+    shape = min(step**-0.5, step * train.warmup_steps**-1.5)
+    if train.lr_schedule == "noam":
+        return train.lr_factor * d_model**-0.5 * shape
+    return train.peak_lr * shape * train.warmup_steps**0.5

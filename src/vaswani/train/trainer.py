@@ -1,0 +1,333 @@
+"""The training loop: progress, validation, early stopping, checkpoints, exact resume, DDP."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from vaswani.config import Config, ConfigError
+from vaswani.data.batching import collate, epoch_order, padding_fraction, token_batches
+from vaswani.decode.search import greedy
+from vaswani.evaluate import bleu
+from vaswani.nn import Transformer
+from vaswani.train import checkpoint as ckpt
+from vaswani.train.data import RunData, prepare
+from vaswani.train.loss import label_smoothed_cross_entropy
+from vaswani.train.plot import plot_metrics
+from vaswani.train.schedule import learning_rate
+
+
+class _HiddenStates(torch.nn.Module):
+    """The model's forward as training needs it: decoder states, projected by the loss (for DDP to wrap)."""
+
+    def __init__(self, model: Transformer) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        return self.model.hidden_states(src, tgt_in)
+
+
+@dataclass
+class TrainState:
+    """Everything besides weights and optimizer that a resumed run needs to continue exactly."""
+
+    step: int = 0
+    epoch: int = 0
+    position: int = 0  # next batch of the epoch's order
+    best_score: float | None = None
+    bad_validations: int = 0
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+class Trainer:
+    def __init__(self, config: Config, model_dir: str | Path, console: Console | None = None) -> None:
+        self.config = config
+        self.model_dir = Path(model_dir)
+        self.rank = dist.get_rank() if dist.is_initialized() else 0
+        self.world = dist.get_world_size() if dist.is_initialized() else 1
+        self.console = console or Console(stderr=True)
+        self.device = pick_device(config.train.device)
+        if self.device.type == "cuda" and self.world > 1:
+            self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+
+    def log(self, message: str) -> None:
+        if self.rank == 0:
+            self.console.print(message, highlight=False)
+
+    # -- set-up -------------------------------------------------------------------------------
+    def _prepare_directory(self) -> Config | None:
+        """Create the model directory, or find the run to resume in it; returns its saved config."""
+        try:
+            self.model_dir.mkdir(parents=True, exist_ok=True)
+            probe = self.model_dir / ".write-test"
+            probe.write_text("")
+            probe.unlink()
+        except OSError as error:
+            raise ConfigError(f"cannot write to model directory {self.model_dir} ({error.strerror})") from None
+        saved = self.model_dir / "config.yaml"
+        return Config.load(saved) if saved.is_file() and ckpt.checkpoint_dirs(self.model_dir) else None
+
+    def _check_resumable(self, saved: Config) -> None:
+        for section in ("data",):
+            if getattr(saved, section) != getattr(self.config, section):
+                raise ConfigError(
+                    f"{self.model_dir} holds a run with a different '{section}' section; use a new model "
+                    "directory, or the same config to resume"
+                )
+        ours = dataclasses.replace(self.config.model, src_vocab_size=saved.model.src_vocab_size,
+                                   tgt_vocab_size=saved.model.tgt_vocab_size)
+        if ours != saved.model:
+            raise ConfigError(f"{self.model_dir} holds a run with a different model; use a new model directory")
+
+    def _build(self, data: RunData) -> None:
+        c = self.config
+        model_config = dataclasses.replace(c.model, src_vocab_size=data.tokenizer.src_vocab_size,
+                                           tgt_vocab_size=data.tokenizer.tgt_vocab_size)
+        self.config = dataclasses.replace(c, model=model_config)
+        torch.manual_seed(c.train.seed)
+        self.model = Transformer(model_config).to(self.device)
+        fused = self.device.type in ("cpu", "cuda")
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=0.0, betas=(c.train.adam_beta1, c.train.adam_beta2),
+                                          eps=c.train.adam_eps, fused=fused)
+        self.wrapped: torch.nn.Module = _HiddenStates(self.model)
+        if self.world > 1:
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            self.wrapped = torch.nn.parallel.DistributedDataParallel(self.wrapped, device_ids=ids)
+        torch.manual_seed(c.train.seed + 1 + self.rank)  # dropout differs per rank; restored on resume
+
+    # -- state --------------------------------------------------------------------------------
+    def _rng_state(self) -> dict[str, Any]:
+        state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+        if torch.cuda.is_available():
+            state["cuda"] = torch.cuda.get_rng_state_all()
+        return state
+
+    def _set_rng_state(self, state: dict[str, Any]) -> None:
+        torch.set_rng_state(state["torch"])
+        random.setstate(state["python"])
+        if "cuda" in state and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda"])
+
+    def _save(self, state: TrainState, score: float) -> None:
+        rng = self._rng_state()
+        if self.world > 1:
+            all_rng = [None] * self.world
+            dist.all_gather_object(all_rng, rng)
+        else:
+            all_rng = [rng]
+        if self.rank != 0:
+            return
+        full = {"train_state": dataclasses.asdict(state), "optimizer": self.optimizer.state_dict(), "rng": all_rng}
+        weights = ckpt.weights_of(self.model)
+        path = ckpt.save_checkpoint(self.model_dir, state.step, weights, full)
+        (path / "metrics.json").write_text(json.dumps({"score": score, "step": state.step}) + "\n")
+        higher = self.config.train.early_stopping_metric == "bleu"
+        if state.best_score == score:  # this checkpoint is the best so far: it becomes the model to translate
+            ckpt.save_weights(weights, self.model_dir / ckpt.WEIGHTS)
+        ckpt.prune_checkpoints(self.model_dir, self.config.train.keep_last, self.config.train.keep_best, higher)
+
+    def _resume(self) -> TrainState:
+        checkpoints = ckpt.checkpoint_dirs(self.model_dir)
+        if not checkpoints:
+            return TrainState()
+        latest = checkpoints[-1]
+        full = ckpt.load_state(latest)
+        ckpt.load_into(self.model, ckpt.load_weights(latest / ckpt.WEIGHTS), latest / ckpt.WEIGHTS)
+        self.optimizer.load_state_dict(full["optimizer"])
+        rng = full["rng"]
+        self._set_rng_state(rng[self.rank] if self.rank < len(rng) else rng[0])
+        state = TrainState(**full["train_state"])
+        self.log(f"resuming {self.model_dir} from step {state.step} (epoch {state.epoch + 1})")
+        return state
+
+    # -- the loop ------------------------------------------------------------------------------
+    def _next_batches(self, data: RunData, state: TrainState) -> list:
+        """This rank's `accumulate` batches of the next optimizer step; the global order is fixed by
+        (seed, epoch), rank r takes every world-th batch from position + r."""
+        out = []
+        n = len(data.train_batches)
+        for _ in range(self.config.train.accumulate):
+            if state.position + self.world > n:
+                state.epoch, state.position = state.epoch + 1, 0
+            order = epoch_order(n, self.config.train.seed, state.epoch)
+            indices = data.train_batches[order[state.position + self.rank]]
+            state.position += self.world
+            c = self.config.model
+            out.append(collate([data.train[i] for i in indices], c.pad_id, c.bos_id, c.eos_id).to(self.device))
+        return out
+
+    def _autocast(self):
+        if self.config.train.precision == "bf16":
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def _train_step(self, batches: list) -> tuple[float, int]:
+        """One optimizer step over the accumulated batches; the loss is normalised by the target
+        tokens of the whole global batch, so any split over ranks and micro-batches gives the same update."""
+        tokens = torch.tensor(float(sum(b.tgt_tokens for b in batches)), device=self.device)
+        if self.world > 1:
+            dist.all_reduce(tokens)
+        total = 0.0
+        for i, batch in enumerate(batches):
+            sync = i == len(batches) - 1 or self.world == 1
+            with (contextlib.nullcontext() if sync else self.wrapped.no_sync()), self._autocast():
+                loss, _ = label_smoothed_cross_entropy(
+                    self.wrapped(batch.src, batch.tgt_in), self.model.generator_weight, batch.tgt_out,
+                    self.config.train.label_smoothing, self.config.model.pad_id)
+            # DDP averages gradients over ranks: scale by world so the result is sum / global tokens.
+            (loss * self.world / tokens).backward()
+            total += loss.item()
+        if self.config.train.clip_norm > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.train.clip_norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return total, int(sum(b.tgt_tokens for b in batches))
+
+    def train(self) -> TrainState:
+        self.config.data.require_training_data()
+        saved = self._prepare_directory()
+        if saved is not None:
+            self._check_resumable(saved)
+        joint = self.config.model.share_embeddings
+        data = prepare(self.config.data, joint, self.model_dir, self.config.train.seed, self.log)
+        self._build(data)
+        if self.rank == 0:
+            ckpt.write_model_directory(self.model_dir, self.config)
+        self.log_config()
+        lengths = [(len(s), len(t)) for s, t in data.train]
+        self.log(f"{len(data.train_batches)} batches of up to {self.config.data.max_tokens} tokens, padding "
+                 f"{padding_fraction(lengths, data.train_batches):.1%}; {self.model.num_parameters():,} parameters; "
+                 f"device {self.device}, {self.world} process(es)")
+        state = self._resume()
+        self._loop(data, state)
+        return state
+
+    def log_config(self) -> None:
+        if self.rank == 0:
+            self.console.rule("configuration")
+            self.console.print((self.model_dir / "config.yaml").read_text().rstrip(), highlight=False)
+            self.console.rule()
+
+    def _loop(self, data: RunData, state: TrainState) -> None:
+        t = self.config.train
+        metrics_path = self.model_dir / "metrics.jsonl"
+        columns = [TextColumn("step"), MofNCompleteColumn(), BarColumn(), TextColumn("{task.fields[info]}"),
+                   TimeRemainingColumn()]
+        window_loss = window_tokens = 0.0
+        window_start = time.perf_counter()
+        with Progress(*columns, console=self.console, disable=self.rank != 0, transient=False) as progress:
+            task = progress.add_task("train", total=t.max_steps, completed=state.step, info="")
+            while state.step < t.max_steps:
+                if t.max_epochs is not None and state.epoch >= t.max_epochs:
+                    break
+                state.step += 1
+                lr = learning_rate(state.step, t, self.config.model.d_model)
+                for group in self.optimizer.param_groups:
+                    group["lr"] = lr
+                self.model.train()
+                loss, tokens = self._train_step(self._next_batches(data, state))
+                window_loss += loss
+                window_tokens += tokens
+                log_now = state.step % max(1, min(100, t.valid_every // 4)) == 0
+                if log_now or state.step % t.valid_every == 0:
+                    elapsed = time.perf_counter() - window_start
+                    record = {"step": state.step, "epoch": state.epoch + 1, "train_loss": window_loss / window_tokens,
+                              "lr": lr, "tokens_per_s": window_tokens * self.world / elapsed}
+                    progress.update(task, completed=state.step, info=(
+                        f"epoch {record['epoch']} loss {record['train_loss']:.3f} lr {lr:.2e} "
+                        f"{record['tokens_per_s']:,.0f} tok/s"))
+                    self._append(metrics_path, record)
+                    window_loss = window_tokens = 0.0
+                    window_start = time.perf_counter()
+                if state.step % t.valid_every == 0 or state.step == t.max_steps:
+                    if self._validate_and_save(data, state, metrics_path):
+                        self.log(f"early stopping at step {state.step}: no improvement in {t.patience} validations")
+                        break
+                progress.update(task, completed=state.step)
+
+    def _append(self, path: Path, record: dict[str, Any]) -> None:
+        if self.rank == 0:
+            with path.open("a", encoding="utf-8") as handle:
+                handle.write(json.dumps(record) + "\n")
+
+    def _validate_and_save(self, data: RunData, state: TrainState, metrics_path: Path) -> bool:
+        """Validate, checkpoint, update early stopping; True when training should stop."""
+        t = self.config.train
+        result = self.validate(data) if self.rank == 0 else {}
+        if self.world > 1:
+            box = [result]
+            dist.broadcast_object_list(box, src=0)
+            result = box[0]
+        # Higher is better: BLEU as it is, loss negated; no dev set means every checkpoint counts as best.
+        score = -result.get("loss", 0.0) if t.early_stopping_metric == "loss" else result.get("bleu", 0.0)
+        improved = state.best_score is None or score > state.best_score
+        if improved:
+            state.best_score, state.bad_validations = score, 0
+        else:
+            state.bad_validations += 1
+        record = {"step": state.step, "epoch": state.epoch + 1, **{f"valid_{k}": v for k, v in result.items()}}
+        state.history.append(record)
+        self._append(metrics_path, record)
+        self.log(f"step {state.step}: " + ", ".join(f"{k} {v:.3f}" for k, v in result.items())
+                 + (" (best)" if improved else ""))
+        self._save(state, score)
+        if self.rank == 0:
+            plot_metrics(metrics_path, self.model_dir / "curves.png")
+        return t.patience > 0 and state.bad_validations >= t.patience
+
+    @torch.no_grad()
+    def validate(self, data: RunData) -> dict[str, float]:
+        """Loss and perplexity (no label smoothing) on the dev set, and BLEU of greedy translations."""
+        if not data.valid:
+            return {}
+        model, c = self.model.eval(), self.config
+        lengths = [(len(s), len(t)) for s, t in data.valid]
+        total = tokens = 0.0
+        for indices in token_batches(lengths, c.data.max_tokens, seed=0):
+            batch = collate([data.valid[i] for i in indices], c.model.pad_id, c.model.bos_id, c.model.eos_id)
+            batch = batch.to(self.device)
+            with self._autocast():
+                loss, n = label_smoothed_cross_entropy(model.hidden_states(batch.src, batch.tgt_in),
+                                                       model.generator_weight, batch.tgt_out, 0.0, c.model.pad_id)
+            total, tokens = total + loss.item(), tokens + n.item()
+        result = {"loss": total / tokens, "ppl": math.exp(min(total / tokens, 50))}
+        n = min(len(data.valid), c.data.valid_max_sentences)
+        hypotheses = self.translate_ids([s for s, _ in data.valid[:n]])
+        result["bleu"] = bleu(data.tokenizer.decode_tgt(hypotheses), [t for _, t in data.valid_text[:n]]).score
+        result["exact"] = sum(h == r for h, (_, r) in zip(data.tokenizer.decode_tgt(hypotheses),
+                                                          data.valid_text[:n], strict=True)) / n
+        return result
+
+    def translate_ids(self, sources: list[list[int]]) -> list[list[int]]:
+        """Greedy translations of tokenized sources, batched by length, returned in input order."""
+        c = self.config
+        order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+        out: list[list[int]] = [[] for _ in sources]
+        for start in range(0, len(order), c.decode.batch_size):
+            chunk = order[start : start + c.decode.batch_size]
+            src = collate([(sources[i], []) for i in chunk], c.model.pad_id, c.model.bos_id, c.model.eos_id).src
+            with self._autocast():
+                hyps = greedy(self.model, src.to(self.device), c.decode.max_len_a, c.decode.max_len_b)
+            for i, hyp in zip(chunk, hyps, strict=True):
+                out[i] = hyp
+        return out

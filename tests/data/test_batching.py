@@ -1,0 +1,44 @@
+import random
+
+from vaswani.data.batching import collate, epoch_order, padding_fraction, token_batches
+
+
+def _lengths(n=500, seed=0):
+    """Source lengths 1..40 and correlated target lengths, as in translation."""
+    rng = random.Random(seed)
+    sources = [rng.randint(1, 40) for _ in range(n)]
+    return [(s, max(1, int(s * rng.uniform(0.8, 1.3)))) for s in sources]
+
+
+def test_every_sentence_once_and_budget_kept():
+    lengths = _lengths()
+    batches = token_batches(lengths, max_tokens=300, seed=1)
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    for b in batches:
+        assert len(b) * max(max(lengths[i]) + 1 for i in b) <= 300
+
+
+def test_a_sentence_longer_than_the_budget_gets_its_own_batch():
+    batches = token_batches([(3, 3), (500, 2), (4, 4)], max_tokens=50, seed=0)
+    assert [1] in batches and sorted(i for b in batches for i in b) == [0, 1, 2]
+
+
+def test_bucketing_pads_less_than_naive_batching():
+    lengths = _lengths(2000)
+    bucketed = padding_fraction(lengths, token_batches(lengths, 1000, seed=0))
+    naive = padding_fraction(lengths, token_batches(lengths, 1000, seed=0, bucketed=False))
+    assert bucketed < naive / 2
+
+
+def test_shuffling_is_reproducible_and_changes_with_seed_and_epoch():
+    assert epoch_order(50, seed=1, epoch=0) == epoch_order(50, seed=1, epoch=0)
+    assert epoch_order(50, seed=1, epoch=0) != epoch_order(50, seed=1, epoch=1)
+    assert token_batches(_lengths(), 300, seed=1) == token_batches(_lengths(), 300, seed=1)
+
+
+def test_collate_shifts_the_target_right_and_appends_eos():
+    batch = collate([([5, 6], [7]), ([8], [9, 10])], pad_id=0, bos_id=1, eos_id=2)
+    assert batch.src.tolist() == [[5, 6, 2], [8, 2, 0]]
+    assert batch.tgt_in.tolist() == [[1, 7, 0], [1, 9, 10]]
+    assert batch.tgt_out.tolist() == [[7, 2, 0], [9, 10, 2]]
+    assert batch.tgt_tokens == 5

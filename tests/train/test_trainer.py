@@ -1,0 +1,110 @@
+import json
+import subprocess
+import sys
+
+import torch
+import yaml
+
+from vaswani.config import Config
+from vaswani.train import checkpoint as ckpt
+from vaswani.train.trainer import Trainer
+
+TOY = {
+    "model": {"d_model": 32, "n_heads": 2, "d_ff": 64, "n_layers": 2, "dropout": 0.1},
+    "data": {"toy_task": "reverse", "toy_train_size": 300, "toy_valid_size": 16, "toy_max_len": 6,
+             "tokenizer": "char", "vocab_size": 16, "max_tokens": 120},
+    "train": {"max_steps": 6, "valid_every": 3, "warmup_steps": 10, "keep_last": 5},
+}
+
+
+def _config(**train) -> Config:
+    values = {k: dict(v) for k, v in TOY.items()}
+    values["train"].update(train)
+    return Config.from_dict(values)
+
+
+def _quiet():
+    from rich.console import Console
+
+    return Console(file=open("/dev/null", "w"))  # noqa: SIM115
+
+
+def test_interrupted_and_resumed_run_equals_uninterrupted(tmp_path):
+    Trainer(_config(max_steps=6), tmp_path / "straight", _quiet()).train()
+    Trainer(_config(max_steps=3), tmp_path / "resumed", _quiet()).train()
+    state = Trainer(_config(max_steps=6), tmp_path / "resumed", _quiet()).train()
+    assert state.step == 6
+    a = ckpt.load_weights(tmp_path / "straight/checkpoints/step_00000006" / ckpt.WEIGHTS)
+    b = ckpt.load_weights(tmp_path / "resumed/checkpoints/step_00000006" / ckpt.WEIGHTS)
+    first = ckpt.load_weights(tmp_path / "straight/checkpoints/step_00000003" / ckpt.WEIGHTS)
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+    assert any(not torch.equal(a[n], first[n]) for n in a)  # training moved the weights
+
+
+def test_model_directory_is_self_contained_and_reported(tmp_path):
+    Trainer(_config(max_steps=3), tmp_path / "run", _quiet()).train()
+    run = tmp_path / "run"
+    for name in ("config.yaml", "tokenizer.model", "model.safetensors", "vaswani.json", "metrics.jsonl",
+                 "curves.png", "data_report.json"):
+        assert (run / name).is_file(), name
+    model, config = ckpt.load_model(run)
+    assert config.model.src_vocab_size == model.config.src_vocab_size < 16
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert any("valid_loss" in r for r in records) and any("train_loss" in r for r in records)
+    assert json.loads((run / "data_report.json").read_text())["kept"] == 300
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "vaswani.cli", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_cli_errors_are_one_line_without_traceback(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({"data": {"train_src": str(tmp_path / "missing.de"),
+                                               "train_tgt": str(tmp_path / "missing.en")}}))
+    result = _cli("train", str(config), str(tmp_path / "run"))
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"vaswani: error: {tmp_path / 'missing.de'}: file not found"
+    config.write_text("train:\n  max_step: 3\n")
+    result = _cli("train", str(config), str(tmp_path / "run"))
+    assert result.returncode == 2 and "did you mean 'max_steps'" in result.stderr
+    assert "Traceback" not in result.stderr
+    config.write_text("train: [unclosed\n")
+    result = _cli("train", str(config), str(tmp_path / "run"))
+    assert result.returncode == 2 and "is not valid YAML" in result.stderr
+
+
+def test_average_command_writes_the_mean_of_the_last_checkpoints(tmp_path):
+    Trainer(_config(max_steps=6), tmp_path / "run", _quiet()).train()
+    result = _cli("average", str(tmp_path / "run"), "--last", "2")
+    assert result.returncode == 0, result.stderr
+    run = tmp_path / "run"
+    averaged = ckpt.load_weights(run / ckpt.WEIGHTS)
+    parts = [ckpt.load_weights(p / ckpt.WEIGHTS) for p in ckpt.checkpoint_dirs(run)[-2:]]
+    for name, value in averaged.items():
+        torch.testing.assert_close(value, (parts[0][name] + parts[1][name]) / 2)
+
+
+def test_two_ddp_processes_equal_one_process_on_the_same_global_batch(tmp_path):
+    """torchrun with 2 gloo processes (1 batch each) vs 1 process accumulating the same 2 batches.
+
+    Adam's epsilon is raised for this comparison only: with 1e-9 its first steps are about
+    lr * sign(gradient), which turns float rounding in near-zero gradients into whole steps.
+    """
+    config = tmp_path / "ddp.yaml"
+    values = {k: dict(v) for k, v in TOY.items()}
+    values["model"]["dropout"] = 0.0  # dropout masks differ between ranks by design
+    values["train"].update(max_steps=4, valid_every=4, adam_eps=1e-3)
+    config.write_text(yaml.safe_dump(values))
+    env = {**__import__("os").environ, "OMP_NUM_THREADS": "1"}
+    ddp = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "-m", "vaswani.cli",
+                          "train", str(config), str(tmp_path / "ddp")], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert ddp.returncode == 0, ddp.stderr[-2000:]
+    single = _cli("train", str(config), str(tmp_path / "single"), "--set", "train.accumulate=2")
+    assert single.returncode == 0, single.stderr[-2000:]
+    a = ckpt.load_weights(tmp_path / "ddp/checkpoints/step_00000004" / ckpt.WEIGHTS)
+    b = ckpt.load_weights(tmp_path / "single/checkpoints/step_00000004" / ckpt.WEIGHTS)
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], atol=1e-5, rtol=1e-4)
