@@ -18,7 +18,7 @@ def test_reads_plain_and_gzip_and_normalises_separators(tmp_path):
 def test_invalid_utf8_is_an_error_naming_file_and_line_or_replaced(tmp_path):
     path = tmp_path / "bad.txt"
     path.write_bytes(b"fine\nbro\xffken\n")
-    with pytest.raises(DataError, match=r"bad.txt, line 2: invalid UTF-8.*data.invalid_utf8: replace"):
+    with pytest.raises(DataError, match=r"bad\.txt, line 2: invalid UTF-8.*data\.invalid_utf8: replace"):
         read_lines(path)
     assert read_lines(path, invalid_utf8="replace") == ["fine", "bro\ufffdken"]
 
@@ -26,12 +26,12 @@ def test_invalid_utf8_is_an_error_naming_file_and_line_or_replaced(tmp_path):
 def test_different_line_counts_name_both_files_and_counts(tmp_path):
     (tmp_path / "a.src").write_text("1\n2\n3\n")
     (tmp_path / "a.tgt").write_text("1\n2\n")
-    with pytest.raises(DataError, match=r"a.src has 3 lines but .*a.tgt has 2"):
+    with pytest.raises(DataError, match=r"a\.src has 3 lines but .*a\.tgt has 2"):
         read_parallel(tmp_path / "a.src", tmp_path / "a.tgt")
 
 
 def test_missing_file_is_named(tmp_path):
-    with pytest.raises(DataError, match="nope.txt: file not found"):
+    with pytest.raises(DataError, match=r"nope\.txt: file not found"):
         read_lines(tmp_path / "nope.txt")
 
 

@@ -26,7 +26,7 @@ def _config(**train) -> Config:
 def _quiet():
     from rich.console import Console
 
-    return Console(file=open("/dev/null", "w"))  # noqa: SIM115
+    return Console(file=open("/dev/null", "w"))
 
 
 def test_interrupted_and_resumed_run_equals_uninterrupted(tmp_path):

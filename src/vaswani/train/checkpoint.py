@@ -120,7 +120,8 @@ def load_state(checkpoint: Path) -> dict[str, Any]:
         return torch.load(checkpoint / STATE, map_location="cpu", weights_only=False)
     except Exception as error:  # a truncated or foreign file: say which and how to go on
         raise CheckpointError(
-            f"{checkpoint / STATE} is corrupt ({type(error).__name__}); delete {checkpoint} to resume from the one before"
+            f"{checkpoint / STATE} is corrupt ({type(error).__name__}); "
+            f"delete {checkpoint} to resume from the one before"
         ) from None
 
 

@@ -107,8 +107,9 @@ class Trainer:
         torch.manual_seed(c.train.seed)
         self.model = Transformer(model_config).to(self.device)
         fused = self.device.type in ("cpu", "cuda")
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=0.0, betas=(c.train.adam_beta1, c.train.adam_beta2),
-                                          eps=c.train.adam_eps, fused=fused)
+        betas = (c.train.adam_beta1, c.train.adam_beta2)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=0.0, betas=betas, eps=c.train.adam_eps,
+                                          fused=fused)
         self.wrapped: torch.nn.Module = _HiddenStates(self.model)
         if self.world > 1:
             ids = [self.device.index] if self.device.type == "cuda" else None
@@ -259,10 +260,10 @@ class Trainer:
                     self._append(metrics_path, record)
                     window_loss = window_tokens = 0.0
                     window_start = time.perf_counter()
-                if state.step % t.valid_every == 0 or state.step == t.max_steps:
-                    if self._validate_and_save(data, state, metrics_path):
-                        self.log(f"early stopping at step {state.step}: no improvement in {t.patience} validations")
-                        break
+                validate = state.step % t.valid_every == 0 or state.step == t.max_steps
+                if validate and self._validate_and_save(data, state, metrics_path):
+                    self.log(f"early stopping at step {state.step}: no improvement in {t.patience} validations")
+                    break
                 progress.update(task, completed=state.step)
 
     def _append(self, path: Path, record: dict[str, Any]) -> None:
