@@ -36,8 +36,11 @@ def read_text(data: DataConfig, seed: int) -> tuple[list[tuple[str, str]], list[
     return train, valid
 
 
-def prepare(data: DataConfig, joint: bool, model_dir: Path, seed: int, log) -> RunData:
-    """Read, train or load the tokenizer, tokenize, filter (reported and saved), batch."""
+def prepare(data: DataConfig, joint: bool, model_dir: Path, seed: int, log, write: bool = True) -> RunData:
+    """Read, train or load the tokenizer, tokenize, filter (reported and saved), batch.
+
+    `write=False` (DDP ranks other than 0) only reads: the tokenizer must already be in model_dir.
+    """
     train_text, valid_text = read_text(data, seed)
     if (model_dir / Tokenizer.files(joint)[0]).is_file():
         tokenizer = Tokenizer.load(model_dir)
@@ -49,7 +52,8 @@ def prepare(data: DataConfig, joint: bool, model_dir: Path, seed: int, log) -> R
                      tokenizer.encode_tgt([t for _, t in train_text]), strict=True))
     keep, report = filter_pairs(train, data.max_len, data.max_len_ratio)
     train = [train[i] for i in keep]
-    (model_dir / "data_report.json").write_text(json.dumps(report.to_dict(), indent=2) + "\n", encoding="utf-8")
+    if write:
+        (model_dir / "data_report.json").write_text(json.dumps(report.to_dict(), indent=2) + "\n", encoding="utf-8")
     for line in report.lines():
         log(f"training data: {line}")
     if not train:

@@ -206,11 +206,17 @@ class Trainer:
 
     def train(self) -> TrainState:
         self.config.data.require_training_data()
-        saved = self._prepare_directory()
+        # Rank 0 checks the directory and trains the tokenizer; the others then load what it wrote.
+        if self.rank == 0:
+            saved = self._prepare_directory()
+            data = self._prepare_data()
+        if self.world > 1:
+            dist.barrier()
+        if self.rank != 0:
+            saved = Config.load(self.model_dir / "config.yaml") if ckpt.checkpoint_dirs(self.model_dir) else None
+            data = self._prepare_data()
         if saved is not None:
             self._check_resumable(saved)
-        joint = self.config.model.share_embeddings
-        data = prepare(self.config.data, joint, self.model_dir, self.config.train.seed, self.log)
         self._build(data)
         if self.rank == 0:
             ckpt.write_model_directory(self.model_dir, self.config)
@@ -222,6 +228,10 @@ class Trainer:
         state = self._resume()
         self._loop(data, state)
         return state
+
+    def _prepare_data(self) -> RunData:
+        joint = self.config.model.share_embeddings
+        return prepare(self.config.data, joint, self.model_dir, self.config.train.seed, self.log, self.rank == 0)
 
     def log_config(self) -> None:
         if self.rank == 0:
