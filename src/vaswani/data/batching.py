@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -70,11 +71,12 @@ def token_batches(lengths: Sequence[tuple[int, int]], max_tokens: int, seed: int
     return batches
 
 
-def epoch_order(n_batches: int, seed: int, epoch: int) -> list[int]:
+@functools.lru_cache(maxsize=2)  # asked for every batch; computed once per epoch
+def epoch_order(n_batches: int, seed: int, epoch: int) -> tuple[int, ...]:
     """The shuffled order of batches for one epoch, a function of (seed, epoch) only: resumable."""
     order = list(range(n_batches))
     random.Random(seed * 1_000_003 + epoch).shuffle(order)
-    return order
+    return tuple(order)
 
 
 def padding_fraction(lengths: Sequence[tuple[int, int]], batches: Sequence[Sequence[int]]) -> float:
