@@ -88,12 +88,11 @@ class Trainer:
         return Config.load(saved) if saved.is_file() and ckpt.checkpoint_dirs(self.model_dir) else None
 
     def _check_resumable(self, saved: Config) -> None:
-        for section in ("data",):
-            if getattr(saved, section) != getattr(self.config, section):
-                raise ConfigError(
-                    f"{self.model_dir} holds a run with a different '{section}' section; use a new model "
-                    "directory, or the same config to resume"
-                )
+        if saved.data != self.config.data:
+            raise ConfigError(
+                f"{self.model_dir} holds a run with a different 'data' section; use a new model "
+                "directory, or the same config to resume"
+            )
         ours = dataclasses.replace(self.config.model, src_vocab_size=saved.model.src_vocab_size,
                                    tgt_vocab_size=saved.model.tgt_vocab_size)
         if ours != saved.model:
@@ -185,7 +184,8 @@ class Trainer:
     def _train_step(self, batches: list) -> tuple[float, int]:
         """One optimizer step over the accumulated batches; the loss is normalised by the target
         tokens of the whole global batch, so any split over ranks and micro-batches gives the same update."""
-        tokens = torch.tensor(float(sum(b.tgt_tokens for b in batches)), device=self.device)
+        local_tokens = sum(b.tgt_tokens for b in batches)
+        tokens = torch.tensor(float(local_tokens), device=self.device)
         if self.world > 1:
             dist.all_reduce(tokens)
         total = 0.0
@@ -202,7 +202,7 @@ class Trainer:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.train.clip_norm)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return total, int(sum(b.tgt_tokens for b in batches))
+        return total, local_tokens
 
     def train(self) -> TrainState:
         self.config.data.require_training_data()
@@ -324,9 +324,9 @@ class Trainer:
         result = {"loss": total / tokens, "ppl": math.exp(min(total / tokens, 50))}
         n = min(len(data.valid), c.data.valid_max_sentences)
         hypotheses = self.translate_ids([s for s, _ in data.valid[:n]])
-        result["bleu"] = bleu(data.tokenizer.decode_tgt(hypotheses), [t for _, t in data.valid_text[:n]]).score
-        result["exact"] = sum(h == r for h, (_, r) in zip(data.tokenizer.decode_tgt(hypotheses),
-                                                          data.valid_text[:n], strict=True)) / n
+        texts, references = data.tokenizer.decode_tgt(hypotheses), [t for _, t in data.valid_text[:n]]
+        result["bleu"] = bleu(texts, references).score
+        result["exact"] = sum(h == r for h, r in zip(texts, references, strict=True)) / n
         return result
 
     def translate_ids(self, sources: list[list[int]]) -> list[list[int]]:
