@@ -28,8 +28,8 @@ def _train(args: argparse.Namespace) -> None:
     import torch.distributed as dist
 
     from vaswani.config import Config
-    from vaswani.runtime import keep_freed_memory
-    from vaswani.train.trainer import Trainer, pick_device
+    from vaswani.runtime import keep_freed_memory, pick_device
+    from vaswani.train.trainer import Trainer
 
     config = Config.load(args.config, args.set or [])
     keep_freed_memory()
@@ -61,6 +61,109 @@ def _average(args: argparse.Namespace) -> None:
     print(f"averaged {len(paths)} checkpoints ({', '.join(p.name for p in paths)}) into {output}")
 
 
+def _decode_options(args: argparse.Namespace) -> dict:
+    """DecodeConfig overrides given on the command line (None: the model's own setting)."""
+    return dict(beam_size=args.beam, length_penalty=args.length_penalty, max_len_a=args.max_len_a,
+                max_len_b=args.max_len_b, batch_size=args.batch_size, sampling=args.sample or None,
+                temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
+
+
+def _stderr():
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def _translate(args: argparse.Namespace) -> None:
+    import json
+
+    from vaswani.console import progress_bar
+    from vaswani.data.corpus import LineReader
+    from vaswani.decode.translator import Translator
+
+    translator = Translator.load(args.model_dir, args.device, "bf16" if args.bf16 else "fp32")
+    options = translator.options(**_decode_options(args))
+    detailed = args.n_best > 1 or args.scores
+    console = _stderr()
+    reader = LineReader(args.input)
+    output = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
+    try:
+        with progress_bar(console, "translating", reader.total, enabled=reader.total is not None) as advance:
+            for first, lines in reader.chunks(1 if reader.interactive else 16 * options.batch_size):
+                def warn(index: int, message: str, first: int = first) -> None:
+                    console.print(f"vaswani: warning: line {first + index + 1}: {message}")
+
+                for number in reader.replaced:
+                    console.print(f"vaswani: warning: line {number}: invalid UTF-8, replaced with U+FFFD")
+                reader.replaced.clear()
+                results = translator.translate_with_details(lines, n_best=args.n_best, warn=warn, progress=advance,
+                                                            **_decode_options(args))
+                for result in results:
+                    if detailed:
+                        record = [{"text": c.text, "score": round(c.score, 4), "log_prob": round(c.log_prob, 4)}
+                                  for c in result.candidates]
+                        output.write(json.dumps(record, ensure_ascii=False) + "\n")
+                    else:
+                        output.write(result.text + "\n")
+                advance(sum(1 for line in lines if not line.strip()))  # empty lines skip the search
+                output.flush()
+    finally:
+        if output is not sys.stdout:
+            output.close()
+
+
+def _evaluate(args: argparse.Namespace) -> None:
+    from vaswani import evaluate
+    from vaswani.data.corpus import read_lines
+
+    references = read_lines(args.ref, "replace")
+    if args.hyp:
+        hypotheses = read_lines(args.hyp, "replace")
+    else:
+        if not (args.model_dir and args.src):
+            raise ValueError("give MODEL_DIR and --src FILE to translate, or --hyp FILE to score existing output")
+        from vaswani.console import progress_bar
+        from vaswani.decode.translator import Translator
+
+        sources = read_lines(args.src, "replace")
+        if len(sources) != len(references):
+            raise ValueError(f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}")
+        translator = Translator.load(args.model_dir, args.device, "bf16" if args.bf16 else "fp32")
+        with progress_bar(_stderr(), "translating", len(sources)) as advance:
+            hypotheses = translator.translate(sources, progress=advance, **_decode_options(args))
+        if args.output:
+            with open(args.output, "w", encoding="utf-8") as handle:
+                handle.writelines(h + "\n" for h in hypotheses)
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{args.hyp} has {len(hypotheses)} lines but {args.ref} has {len(references)}")
+    for _, line in evaluate.report(hypotheses, references):
+        print(line)
+    if args.tok_lc:
+        lang = args.lang or evaluate.language_of(args.ref)
+        if lang is None:
+            raise ValueError(f"cannot tell the language of {args.ref}; pass --lang (e.g. --lang de)")
+        tok_ref = args.tok_ref or evaluate.multi30k_tok_reference(args.ref)
+        tok_references = read_lines(tok_ref) if tok_ref else evaluate.tok_lc(references, lang)
+        _, line = evaluate.tok_lc_bleu(hypotheses, tok_references, lang)
+        print(f"{line} (ref: {tok_ref or 'tokenized ' + str(args.ref)}, sacremoses -l {lang})")
+
+
+def _add_decode_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("search (default: the model's config.yaml decode section)")
+    group.add_argument("--beam", type=int, help="beam size; 1 is greedy search (paper: 4)")
+    group.add_argument("--length-penalty", type=float, help="GNMT length penalty alpha (paper: 0.6)")
+    group.add_argument("--max-len-a", type=float, help="maximum output length = a * source length + b")
+    group.add_argument("--max-len-b", type=int, help="(paper: source length + 50)")
+    group.add_argument("--batch-size", type=int, help="sentences per batch")
+    group.add_argument("--sample", action="store_true", help="sample instead of beam search")
+    group.add_argument("--temperature", type=float, help="sampling temperature")
+    group.add_argument("--top-k", type=int, help="sample among the k most probable tokens")
+    group.add_argument("--top-p", type=float, help="nucleus sampling probability mass")
+    group.add_argument("--seed", type=int, help="sampling seed")
+    group.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: the GPU if any)")
+    group.add_argument("--bf16", action="store_true", help="bf16 autocast (faster on recent CPUs and GPUs)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vaswani", description="The Transformer of 'Attention Is All You Need'.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
@@ -83,6 +186,30 @@ def build_parser() -> argparse.ArgumentParser:
     average.add_argument("--checkpoints", nargs="+", help="checkpoint directories to average instead")
     average.add_argument("--output", help="weights file to write (default: MODEL_DIR/model.safetensors)")
     average.set_defaults(run=_average)
+
+    translate = commands.add_parser("translate", help="translate lines of text, one output line per input line")
+    translate.add_argument("model_dir")
+    translate.add_argument("-i", "--input", help="input file, plain or .gz (default: standard input)")
+    translate.add_argument("-o", "--output", help="output file (default: standard output)")
+    translate.add_argument("--n-best", type=int, default=1,
+                           help="write the N best translations with scores, as one JSON list per input line")
+    translate.add_argument("--scores", action="store_true", help="write JSON lines with scores")
+    _add_decode_options(translate)
+    translate.set_defaults(run=_translate)
+
+    evaluate = commands.add_parser("evaluate", help="sacreBLEU and chrF of a model (or of existing output)")
+    evaluate.add_argument("model_dir", nargs="?", help="model to translate --src with")
+    evaluate.add_argument("--src", help="source file to translate")
+    evaluate.add_argument("--ref", required=True, help="reference translations, one per line")
+    evaluate.add_argument("--hyp", help="score this file instead of translating")
+    evaluate.add_argument("--output", help="also write the translations here")
+    evaluate.add_argument("--tok-lc", action="store_true",
+                          help="also report lowercased, Moses-tokenized BLEU, as the Multi30k literature")
+    evaluate.add_argument("--tok-ref", help="tokenized lowercased references for --tok-lc (default: Multi30k's tok/ "
+                          "file next to --ref, else --ref tokenized)")
+    evaluate.add_argument("--lang", help="target language for --tok-lc (default: from the --ref file name)")
+    _add_decode_options(evaluate)
+    evaluate.set_defaults(run=_evaluate)
     return parser
 
 
@@ -96,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         args.run(args)
-    except (ConfigError, ValueError, OSError) as error:  # DataError, CheckpointError are ValueErrors
+    except (ConfigError, ValueError, OSError, ImportError) as error:  # DataError, CheckpointError are ValueErrors
         message = str(error) if not isinstance(error, OSError) or not error.filename else (
             f"{error.filename}: {error.strerror}")
         print(f"vaswani: error: {message}", file=sys.stderr)

@@ -1,38 +1,188 @@
+import itertools
+
+import pytest
 import torch
+import torch.nn.functional as F
 
 from tests.conftest import random_ids, tiny_config
 from vaswani import Transformer
-from vaswani.decode.search import greedy
+from vaswani.decode.search import beam_search, greedy, length_penalty, sample
 
 
-def _greedy_without_cache(model, src, max_len):
-    """Re-runs the whole prefix each step: the reference for cached greedy decoding."""
+def _random_model(vocab: int, seed: int) -> Transformer:
+    torch.manual_seed(seed)
+    return Transformer(tiny_config(src_vocab_size=vocab, tgt_vocab_size=vocab)).eval()
+
+
+@pytest.fixture(scope="module")
+def model() -> Transformer:
+    """A tiny model half-trained to copy (1 s): its outputs end at different, plausible lengths,
+    so EOS handling, finished rows and beams that disagree are all exercised."""
+    model = _random_model(50, seed=3).train()
+    c = model.config
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    for _ in range(100):
+        lengths = torch.randint(1, 9, (32,)).tolist()
+        src = random_ids(lengths)
+        tgt_in = torch.cat([torch.full((32, 1), c.bos_id), src], 1)
+        tgt_out = torch.cat([src, torch.zeros(32, 1, dtype=torch.long)], 1)
+        tgt_out[torch.arange(32), torch.tensor(lengths)] = c.eos_id
+        loss = F.cross_entropy(model(src, tgt_in).flatten(0, 1), tgt_out.flatten(), ignore_index=c.pad_id)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model.eval()
+
+
+@torch.no_grad()
+def _log_probs(model, src_row, tokens):
+    """Teacher-forced log-probabilities of each next token (PAD and BOS banned, as in the search)."""
+    c = model.config
+    logits = model(src_row[None], torch.tensor([[c.bos_id, *tokens]]))[0].float()  # (T, V)
+    logits[:, [c.pad_id, c.bos_id]] = float("-inf")
+    return F.log_softmax(logits, -1)
+
+
+def _greedy_reference(model, src, max_len):
+    """Independent greedy decoder: re-runs the whole model on the prefix at every step."""
     c = model.config
     out = []
     for row in src:
-        prefix = [c.bos_id]
+        prefix = []
         for _ in range(max_len):
-            logits = model(row[None], torch.tensor([prefix]))
-            token = int(logits[0, -1].argmax())
+            token = int(_log_probs(model, row[row != c.pad_id], prefix)[-1].argmax())
             if token == c.eos_id:
                 break
             prefix.append(token)
-        out.append(prefix[1:])
+        out.append(prefix)
     return out
 
 
-def test_cached_greedy_equals_uncached_and_batch_equals_single():
-    torch.manual_seed(3)
-    model = Transformer(tiny_config()).eval()
-    src = random_ids([5, 2, 7, 4])
-    lengths = [5, 2, 7, 4]
-    batched = greedy(model, src, max_len_a=0.0, max_len_b=9)
-    assert batched == _greedy_without_cache(model, src, 9)
-    for i, n in enumerate(lengths):
-        assert greedy(model, src[i : i + 1, :n], 0.0, 9) == [batched[i]]
+LENGTHS = [5, 2, 7, 4, 1, 6, 8, 3, 5, 7, 2, 6]
+
+
+def test_greedy_equals_a_decoder_without_cache_and_outputs_end_at_different_lengths(model):
+    src = random_ids(LENGTHS)
+    found = [h.tokens for h in greedy(model, src, max_len_a=0.0, max_len_b=9)]
+    assert found == _greedy_reference(model, src, 9)
+    assert found == [h.tokens for h in greedy(model, src, 0.0, 9, cache=False)]
+    assert len({len(t) for t in found}) >= 3  # EOS handling is exercised
+
+
+@pytest.mark.parametrize("trained", [True, False])
+def test_beam_cached_equals_uncached_token_for_token(model, trained):
+    model = model if trained else _random_model(12, seed=4)  # random: beams reorder at almost every step
+    src = random_ids(LENGTHS, vocab=model.config.src_vocab_size)
+    options = dict(beam_size=4, alpha=0.6, max_len_a=1.0, max_len_b=5, n_best=4)
+    cached, uncached = beam_search(model, src, **options), beam_search(model, src, **options, cache=False)
+    assert [[h.tokens for h in hyps] for hyps in cached] == [[h.tokens for h in hyps] for hyps in uncached]
+    for a, b in zip(cached, uncached, strict=True):
+        assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-4)
+
+
+def test_beam_size_one_is_greedy(model):
+    src = random_ids(LENGTHS)
+    beam = beam_search(model, src, beam_size=1, max_len_a=1.0, max_len_b=4)
+    assert [hyps[0].tokens for hyps in beam] == [h.tokens for h in greedy(model, src, 1.0, 4)]
+
+
+@pytest.mark.parametrize("beam_size", [1, 4])
+def test_a_sentence_alone_equals_the_same_sentence_in_a_mixed_batch(beam_size, model):
+    src = random_ids(LENGTHS)
+    batched = beam_search(model, src, beam_size, max_len_a=1.0, max_len_b=6, n_best=beam_size)
+    for i, n in enumerate(LENGTHS):
+        alone = beam_search(model, src[i : i + 1, :n], beam_size, max_len_a=1.0, max_len_b=6, n_best=beam_size)[0]
+        assert [h.tokens for h in alone] == [h.tokens for h in batched[i]]
+        assert [h.score for h in alone] == pytest.approx([h.score for h in batched[i]], abs=1e-4)
+    greedy_batched = greedy(model, src, 1.0, 6)
+    for i, n in enumerate(LENGTHS):
+        assert greedy(model, src[i : i + 1, :n], 1.0, 6)[0].tokens == greedy_batched[i].tokens
+
+
+def _all_outputs(words, eos, limit):
+    """Every output the search can produce: up to limit-1 words then EOS, or limit words (cut at the limit)."""
+    for n in range(limit):
+        for seq in itertools.product(words, repeat=n):
+            yield list(seq), True
+    for seq in itertools.product(words, repeat=limit):
+        yield list(seq), False
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 2.0])
+def test_beam_search_finds_the_best_hypothesis_under_its_own_score(alpha):
+    model = _random_model(vocab=6, seed=5)  # tokens: pad, bos, eos, unk, 4, 5
+    c, limit = model.config, 4
+    src = random_ids([3], vocab=6)
+    best, best_score = None, float("-inf")
+    for tokens, eos in _all_outputs([3, 4, 5], c.eos_id, limit):
+        lp = _log_probs(model, src[0], tokens)
+        total = sum(float(lp[t, w]) for t, w in enumerate(tokens)) + (float(lp[len(tokens), c.eos_id]) if eos else 0)
+        score = total / length_penalty(len(tokens) + eos, alpha)
+        if score > best_score:
+            best, best_score = tokens, score
+    found = beam_search(model, src, beam_size=128, alpha=alpha, max_len_a=0.0, max_len_b=limit)[0][0]
+    assert found.tokens == best
+    assert found.score == pytest.approx(best_score, abs=1e-5)
+    small = beam_search(model, src, beam_size=2, alpha=alpha, max_len_a=0.0, max_len_b=limit)[0][0]
+    assert small.score <= best_score + 1e-6
+
+
+def test_n_best_is_sorted_distinct_and_scored_consistently(model):
+    src = random_ids([4, 6])
+    for hyps in beam_search(model, src, beam_size=5, alpha=0.6, max_len_a=1.0, max_len_b=3, n_best=5):
+        assert len(hyps) == 5
+        assert len({tuple(h.tokens) for h in hyps}) == 5
+        assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
+        for h in hyps:
+            assert h.score == pytest.approx(h.log_prob / length_penalty(len(h.tokens) + 1, 0.6), rel=1e-6) or (
+                h.score == pytest.approx(h.log_prob / length_penalty(len(h.tokens), 0.6), rel=1e-6))
+
+
+def test_encoder_runs_once_per_sentence_and_finished_sentences_leave_the_batch(model):
+    src = random_ids(LENGTHS)
+    encoded, rows = [], []
+    model.encoder.register_forward_hook(lambda m, args, out: encoded.append(args[0].size(0)))
+    original = model.decode_step
+
+    def counting(tokens, *args, **kwargs):
+        rows.append(tokens.size(0))
+        return original(tokens, *args, **kwargs)
+
+    model.decode_step = counting
+    beam_search(model, src, beam_size=4, max_len_a=1.0, max_len_b=6)
+    assert encoded == [len(LENGTHS)]  # once, for 6 sentences, not 24 beams
+    assert rows[0] == 4 * len(LENGTHS) and rows[-1] < rows[0]
+    assert all(r % 4 == 0 for r in rows) and rows == sorted(rows, reverse=True)
+    rows.clear()
+    greedy(model, src, 1.0, 6)
+    assert rows[0] == len(LENGTHS) and rows[-1] < rows[0]
+
+
+def test_sampling_is_seeded_and_follows_the_model_distribution(model):
+    src = random_ids([4])
+
+    def run(seed, **options):
+        generator = torch.Generator().manual_seed(seed)
+        return [h.tokens for h in sample(model, src.expand(8, -1), generator=generator, max_len_a=0, max_len_b=5,
+                                         **options)]
+
+    assert run(1) == run(1) and run(1) != run(2)
+    greedy_tokens = greedy(model, src, 0.0, 5)[0].tokens
+    for options in (dict(top_k=1), dict(top_p=1e-6), dict(temperature=1e-4)):
+        assert run(7, **options) == [greedy_tokens] * 8
+    many = src.expand(4000, -1)
+    first = [h.tokens[0] if h.tokens else 2 for h in sample(model, many, generator=torch.Generator().manual_seed(0),
+                                                             max_len_a=0.0, max_len_b=1)]
+    probs = _log_probs(model, src[0], []).exp()[0]
+    counts = torch.bincount(torch.tensor(first), minlength=probs.numel()).float() / len(first)
+    assert (counts - probs).abs().max() < 0.03
+    top3 = set(probs.topk(3).indices.tolist())
+    generator = torch.Generator().manual_seed(0)
+    restricted = sample(model, many[:500], top_k=3, generator=generator, max_len_a=0, max_len_b=1)
+    assert {h.tokens[0] if h.tokens else 2 for h in restricted} <= top3
 
 
 def test_greedy_respects_the_length_limit():
     model = Transformer(tiny_config()).eval()
     out = greedy(model, random_ids([3, 6]), max_len_a=1.0, max_len_b=2)
-    assert len(out[0]) <= 5 and len(out[1]) <= 8
+    assert len(out[0].tokens) <= 5 and len(out[1].tokens) <= 8

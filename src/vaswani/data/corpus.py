@@ -7,10 +7,12 @@ printed by the trainer and saved in the model directory.
 from __future__ import annotations
 
 import gzip
+import sys
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 
 class DataError(ValueError):
@@ -19,6 +21,11 @@ class DataError(ValueError):
 
 # NUL and the Unicode line/paragraph separators would split or corrupt lines downstream.
 _NORMALISE = str.maketrans({"\x00": " ", "\r": " ", "\u2028": " ", "\u2029": " "})
+
+
+def clean_line(text: str) -> str:
+    """NUL, CR and U+2028/9 become spaces; surrounding whitespace goes."""
+    return text.translate(_NORMALISE).strip()
 
 
 def read_lines(path: str | Path, invalid_utf8: str = "error") -> list[str]:
@@ -50,7 +57,7 @@ def read_lines(path: str | Path, invalid_utf8: str = "error") -> list[str]:
                     f"{path}, line {number}: invalid UTF-8 at byte {error.start}; fix the file or set "
                     "data.invalid_utf8: replace"
                 ) from None
-        out.append(text.translate(_NORMALISE).strip())
+        out.append(clean_line(text))
     return out
 
 
@@ -107,3 +114,49 @@ def filter_pairs(
                 on_removed(i, reason)
     report.kept = len(keep)
     return keep, report
+
+
+class LineReader:
+    """Lines of a plain or .gz file, or of standard input, in chunks, for translation: invalid UTF-8
+    is replaced (never fatal) and the numbers of the lines where that happened are collected in
+    `replaced`. Lines split at \\n only, so the output can keep exactly one line per input line."""
+
+    def __init__(self, path: str | Path | None) -> None:
+        self.path = Path(path) if path else None
+        if self.path is not None and not self.path.is_file():
+            raise DataError(f"{self.path}: file not found")
+        self.interactive = self.path is None and sys.stdin.isatty()
+        self.replaced: list[int] = []
+        self.total = self._count() if self.path is not None else None
+
+    def _open(self) -> IO[bytes]:
+        if self.path is None:
+            return sys.stdin.buffer
+        return gzip.open(self.path, "rb") if self.path.suffix == ".gz" else open(self.path, "rb")
+
+    def _count(self) -> int:
+        with self._open() as handle:
+            return sum(1 for _ in handle)
+
+    def chunks(self, size: int) -> Iterator[tuple[int, list[str]]]:
+        """(index of the chunk's first line, its lines), `size` lines at a time."""
+        handle, chunk, first = self._open(), [], 0
+        try:
+            for number, raw in enumerate(handle, start=1):
+                raw = raw.rstrip(b"\n")
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    text = raw.decode("utf-8", errors="replace")
+                    self.replaced.append(number)
+                chunk.append(clean_line(text))
+                if len(chunk) == size:
+                    yield first, chunk
+                    first, chunk = first + size, []
+            if chunk:
+                yield first, chunk
+        except (OSError, EOFError) as error:
+            raise DataError(f"{self.path or 'standard input'}: cannot read ({error})") from None
+        finally:
+            if handle is not sys.stdin.buffer:
+                handle.close()

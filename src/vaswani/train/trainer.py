@@ -20,9 +20,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from vaswani.config import Config, ConfigError
 from vaswani.data.batching import collate, epoch_order, padding_fraction, token_batches
-from vaswani.decode.search import greedy
+from vaswani.decode.translator import search_ids
 from vaswani.evaluate import bleu
 from vaswani.nn import Transformer
+from vaswani.runtime import autocast, pick_device
 from vaswani.train import checkpoint as ckpt
 from vaswani.train.data import RunData, prepare
 from vaswani.train.loss import label_smoothed_cross_entropy
@@ -51,12 +52,6 @@ class TrainState:
     best_score: float | None = None
     bad_validations: int = 0
     history: list[dict[str, Any]] = field(default_factory=list)
-
-
-def pick_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
 
 
 class Trainer:
@@ -177,9 +172,7 @@ class Trainer:
         return out
 
     def _autocast(self):
-        if self.config.train.precision == "bf16":
-            return torch.autocast(self.device.type, dtype=torch.bfloat16)
-        return contextlib.nullcontext()
+        return autocast(self.device, self.config.train.precision)
 
     def _train_step(self, batches: list) -> tuple[float, int]:
         """One optimizer step over the accumulated batches; the loss is normalised by the target
@@ -330,15 +323,7 @@ class Trainer:
         return result
 
     def translate_ids(self, sources: list[list[int]]) -> list[list[int]]:
-        """Greedy translations of tokenized sources, batched by length, returned in input order."""
-        c = self.config
-        order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
-        out: list[list[int]] = [[] for _ in sources]
-        for start in range(0, len(order), c.decode.batch_size):
-            chunk = order[start : start + c.decode.batch_size]
-            src = collate([(sources[i], []) for i in chunk], c.model.pad_id, c.model.bos_id, c.model.eos_id).src
-            with self._autocast():
-                hyps = greedy(self.model, src.to(self.device), c.decode.max_len_a, c.decode.max_len_b)
-            for i, hyp in zip(chunk, hyps, strict=True):
-                out[i] = hyp
-        return out
+        """Greedy translations of tokenized sources, in input order (the same code as `vaswani translate`)."""
+        decode = dataclasses.replace(self.config.decode, beam_size=1, sampling=False)
+        found = search_ids(self.model, sources, decode, precision=self.config.train.precision)
+        return [hyps[0].tokens for hyps in found]

@@ -1,0 +1,178 @@
+"""Translator: raw text in, detokenized text out, from a model directory.
+
+    translator = Translator.load("runs/multi30k_de_en")
+    translator.translate(["Ein Mann fährt Fahrrad."])            # ['A man rides a bike.']
+    translator.translate_with_details(lines, n_best=4, attention=True)  # texts, scores, attention
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from vaswani.config import Config, ConfigError, DecodeConfig
+from vaswani.data.batching import collate
+from vaswani.data.tokenizer import Tokenizer
+from vaswani.decode.search import Hypothesis, beam_search, greedy, sample
+from vaswani.nn import Transformer
+from vaswani.nn.transformer import AttentionWeights
+from vaswani.runtime import autocast, pick_device
+
+Warn = Callable[[int, str], None]  # (index of the input sentence, message)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One output text with its token ids, log-probability and search score."""
+
+    text: str
+    tokens: list[int]
+    log_prob: float
+    score: float
+
+
+@dataclass(frozen=True)
+class Translation:
+    """A source sentence's n-best translations, best first, and optionally the attention weights of
+    the best one: each tensor (H, rows, columns), rows labelled by `tgt_pieces` (the token each
+    decoder position predicts, ending with </s>), columns by `src_pieces` (ending with </s>)."""
+
+    source: str
+    candidates: list[Candidate]
+    truncated: bool = False
+    attention: AttentionWeights | None = None
+    src_pieces: list[str] | None = None
+    tgt_pieces: list[str] | None = None
+
+    @property
+    def text(self) -> str:
+        return self.candidates[0].text if self.candidates else ""
+
+
+def search_ids(
+    model: Transformer, sources: Sequence[Sequence[int]], decode: DecodeConfig, n_best: int = 1,
+    precision: str = "fp32", progress: Callable[[int], None] | None = None,
+) -> list[list[Hypothesis]]:
+    """Translate tokenized sources (without EOS) in batches of similar length; results in input order.
+
+    Beam size 1 runs greedy search; `decode.sampling` samples `n_best` times per sentence.
+    `progress(n)` is called after each batch with the number of sentences done in it.
+    """
+    c, device = model.config, next(model.parameters()).device
+    order = sorted(range(len(sources)), key=lambda i: len(sources[i]), reverse=True)
+    out: list[list[Hypothesis]] = [[] for _ in sources]
+    generator = torch.Generator(device).manual_seed(decode.seed) if decode.sampling else None
+    limits = dict(max_len_a=decode.max_len_a, max_len_b=decode.max_len_b)
+    for start in range(0, len(order), decode.batch_size):
+        chunk = order[start : start + decode.batch_size]
+        src = collate([(sources[i], []) for i in chunk], c.pad_id, c.bos_id, c.eos_id).src.to(device)
+        with torch.inference_mode(), autocast(device, precision):
+            if decode.sampling:
+                draws = [sample(model, src, decode.temperature, decode.top_k, decode.top_p, generator, **limits)
+                         for _ in range(n_best)]
+                results = [sorted(hyps, key=lambda h: -h.score) for hyps in zip(*draws, strict=True)]
+            elif decode.beam_size == 1 and n_best == 1:
+                results = [[h] for h in greedy(model, src, **limits)]
+            else:
+                results = beam_search(model, src, decode.beam_size, decode.length_penalty, n_best=n_best, **limits)
+        for i, hyps in zip(chunk, results, strict=True):
+            out[i] = hyps
+        if progress is not None:
+            progress(len(chunk))
+    return out
+
+
+class Translator:
+    """A trained model, its tokenizer and its decoding settings."""
+
+    def __init__(self, model: Transformer, tokenizer: Tokenizer, config: Config, precision: str = "fp32") -> None:
+        self.model, self.tokenizer, self.config, self.precision = model.eval(), tokenizer, config, precision
+
+    @classmethod
+    def load(cls, model_dir: str | Path, device: str = "auto", precision: str = "fp32") -> Translator:
+        """The model in `model_dir` (written by `vaswani train`, or averaged by `vaswani average`)."""
+        from vaswani.train.checkpoint import load_model
+
+        if precision not in ("fp32", "bf16"):
+            raise ValueError(f"precision must be fp32 or bf16, got {precision!r}")
+        model, config = load_model(model_dir, pick_device(device))
+        return cls(model, Tokenizer.load(model_dir), config, precision)
+
+    @property
+    def max_source_tokens(self) -> int:
+        """Longest source the model takes, in tokens, before the EOS it appends."""
+        return self.model.config.max_positions - 1
+
+    def options(self, **overrides: Any) -> DecodeConfig:
+        """The model's decoding settings with `overrides` (any DecodeConfig field), validated."""
+        fields = {f.name for f in dataclasses.fields(DecodeConfig)}
+        unknown = sorted(set(overrides) - fields)
+        if unknown:
+            raise ConfigError(f"unknown decoding option(s) {', '.join(unknown)}; valid: {', '.join(sorted(fields))}")
+        decode = dataclasses.replace(self.config.decode, **{k: v for k, v in overrides.items() if v is not None})
+        decode.validate()
+        return decode
+
+    def translate(self, sentences: Sequence[str], progress: Callable[[int], None] | None = None,
+                  **options: Any) -> list[str]:
+        """One translation per sentence, in order; an empty sentence gives an empty translation.
+        `options`: any DecodeConfig field (beam_size, length_penalty, sampling, top_p, ...)."""
+        return [t.text for t in self.translate_with_details(sentences, progress=progress, **options)]
+
+    def translate_with_details(
+        self, sentences: Sequence[str], n_best: int = 1, attention: bool = False, warn: Warn | None = None,
+        progress: Callable[[int], None] | None = None, **options: Any,
+    ) -> list[Translation]:
+        """Like `translate`, with the `n_best` candidates and their scores, and with `attention`
+        the attention weights of the best candidate. Over-long sentences are cut to
+        `max_source_tokens` and reported through `warn(index, message)`."""
+        decode = self.options(**options)
+        if not decode.sampling and n_best > decode.beam_size:
+            raise ValueError(f"n_best={n_best} needs beam_size >= {n_best} (it is {decode.beam_size})")
+        ids = self.tokenizer.encode_src([s.strip() for s in sentences])
+        limit, truncated = self.max_source_tokens, []
+        for i, x in enumerate(ids):
+            if len(x) > limit:
+                truncated.append(i)
+                if warn is not None:
+                    warn(i, f"{len(x)} tokens, more than the model's {limit}: translated the first {limit}")
+                ids[i] = x[:limit]
+        todo = [i for i, x in enumerate(ids) if x]  # empty lines stay empty, without running the model
+        found = search_ids(self.model, [ids[i] for i in todo], decode, n_best, self.precision, progress)
+        results: list[list[Hypothesis]] = [[] for _ in sentences]
+        for i, hyps in zip(todo, found, strict=True):
+            results[i] = hyps
+        texts = self.tokenizer.decode_tgt([h.tokens for hyps in results for h in hyps])
+        translations, position, cut = [], 0, set(truncated)
+        for i, (sentence, hyps) in enumerate(zip(sentences, results, strict=True)):
+            candidates = [Candidate(_one_line(texts[position + j]), h.tokens, h.log_prob, h.score)
+                          for j, h in enumerate(hyps)]
+            position += len(hyps)
+            translation = Translation(sentence, candidates, truncated=i in cut)
+            if attention and hyps:
+                translation = self._with_attention(translation, ids[i], hyps[0].tokens)
+            translations.append(translation)
+        return translations
+
+    @torch.inference_mode()
+    def _with_attention(self, translation: Translation, src_ids: list[int], tgt_ids: list[int]) -> Translation:
+        c, device = self.model.config, next(self.model.parameters()).device
+        src = torch.tensor([[*src_ids, c.eos_id]], device=device)
+        tgt_in = torch.tensor([[c.bos_id, *tgt_ids]], device=device)
+        weights = self.model.attention_weights(src, tgt_in)
+        groups = (weights.encoder, weights.decoder_self, weights.cross)
+        weights = AttentionWeights(*([w[0].float().cpu() for w in group] for group in groups))
+        pieces = self.tokenizer
+        src_pieces = [pieces.src.id_to_piece(i) for i in src_ids] + ["</s>"]
+        tgt_pieces = [pieces.tgt.id_to_piece(i) for i in tgt_ids] + ["</s>"]
+        return dataclasses.replace(translation, attention=weights, src_pieces=src_pieces, tgt_pieces=tgt_pieces)
+
+
+def _one_line(text: str) -> str:
+    """Translations are written one per line: no line breaks inside one."""
+    return " ".join(text.splitlines()) if text else text

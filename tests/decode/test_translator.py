@@ -1,0 +1,141 @@
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from vaswani.config import Config
+from vaswani.data.corpus import read_lines
+from vaswani.data.tokenizer import Tokenizer
+from vaswani.decode.translator import Translator
+from vaswani.evaluate import multi30k_tok_reference, tok_lc
+from vaswani.nn import Transformer
+from vaswani.train import checkpoint as ckpt
+
+MULTI30K = Path(__file__).resolve().parents[2] / "../shared/data/multi30k"
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    """A model directory with a real BPE tokenizer (Multi30k) and an untrained tiny model: its
+    translations are nonsense, but everything around the search is real."""
+    directory = tmp_path_factory.mktemp("model")
+    src = read_lines(MULTI30K / "raw/val.de.gz")
+    tgt = read_lines(MULTI30K / "raw/val.en.gz")
+    tokenizer = Tokenizer.train(src, tgt, 600, "bpe", joint=True, directory=directory)
+    config = Config.from_dict({
+        "model": {"d_model": 32, "n_heads": 2, "d_ff": 64, "n_layers": 2, "max_positions": 40,
+                  "src_vocab_size": tokenizer.src_vocab_size, "tgt_vocab_size": tokenizer.tgt_vocab_size},
+        "decode": {"max_len_b": 6, "batch_size": 3},
+    })
+    torch.manual_seed(0)
+    ckpt.write_model_directory(directory, config)
+    ckpt.save_weights(ckpt.weights_of(Transformer(config.model)), directory / ckpt.WEIGHTS)
+    return directory
+
+
+SENTENCES = ["Ein Mann fährt Fahrrad.", "", "Zwei Hunde spielen im Schnee.", "   ", "Eine Frau.",
+             "Ein kleines Mädchen in einem rosa Kleid klettert auf eine Treppe."]
+
+
+def test_translations_keep_input_order_and_do_not_depend_on_the_batch(model_dir):
+    translator = Translator.load(model_dir)
+    together = translator.translate(SENTENCES)
+    assert len(together) == len(SENTENCES)
+    assert together[1] == "" and together[3] == ""
+    assert all(together[i] for i in (0, 2, 4, 5))
+    assert together == [translator.translate([s])[0] for s in SENTENCES]
+    assert translator.translate(SENTENCES, beam_size=1) == [translator.translate([s], beam_size=1)[0]
+                                                             for s in SENTENCES]
+
+
+def test_details_n_best_scores_and_attention(model_dir):
+    translator = Translator.load(model_dir)
+    [result] = translator.translate_with_details([SENTENCES[0]], n_best=3, attention=True)
+    assert len(result.candidates) == 3
+    assert [c.score for c in result.candidates] == sorted((c.score for c in result.candidates), reverse=True)
+    assert result.text == translator.translate([SENTENCES[0]])[0]
+    layers = translator.model.config.n_layers
+    assert len(result.attention.cross) == len(result.attention.decoder_self) == layers
+    rows, columns = len(result.tgt_pieces), len(result.src_pieces)
+    assert result.attention.cross[0].shape == (2, rows, columns)  # (H, target positions, source positions)
+    assert torch.allclose(result.attention.cross[-1].sum(-1), torch.ones(2, rows), atol=1e-5)
+    assert rows == len(result.candidates[0].tokens) + 1 and result.src_pieces[-1] == "</s>"
+    with pytest.raises(ValueError, match="n_best=5 needs beam_size >= 5"):
+        translator.translate_with_details(["x"], n_best=5)
+    with pytest.raises(ValueError, match="unknown decoding option"):
+        translator.translate(["x"], beam=4)
+
+
+def _cli(*args, stdin=None):
+    return subprocess.run([sys.executable, "-m", "vaswani.cli", *args], input=stdin, capture_output=True,
+                          timeout=120)
+
+
+def test_translate_cli_writes_one_line_per_input_line_whatever_the_input(model_dir, tmp_path):
+    long_line = " ".join(["Hund"] * 60)  # more tokens than the model's 40 positions
+    lines = [s.encode() for s in SENTENCES] + [b"Ein Mann\r mit \xff\xfe Hut.", long_line.encode(), b"Ende."]
+    source = tmp_path / "in.de"
+    source.write_bytes(b"\n".join(lines))  # no final newline: the last line still counts
+    result = _cli("translate", str(model_dir), "-i", str(source), "-o", str(tmp_path / "out.en"))
+    assert result.returncode == 0, result.stderr
+    stderr = result.stderr.decode()
+    assert "line 7: invalid UTF-8, replaced" in stderr
+    assert "line 8: " in stderr and "translated the first 39" in stderr
+    output = (tmp_path / "out.en").read_text(encoding="utf-8").split("\n")
+    assert output[-1] == "" and len(output) - 1 == len(lines)
+    expected = Translator.load(model_dir).translate(
+        [*SENTENCES, "Ein Mann  mit \ufffd\ufffd Hut.", long_line, "Ende."])
+    assert output[:-1] == expected
+    piped = _cli("translate", str(model_dir), stdin=gzip.decompress(gzip.compress(source.read_bytes())))
+    assert piped.returncode == 0 and piped.stdout.decode().split("\n")[:-1] == expected
+
+
+def test_translate_cli_n_best_is_one_json_list_per_line(model_dir):
+    result = _cli("translate", str(model_dir), "--n-best", "2", stdin=b"Ein Mann.\n\nEine Frau.\n")
+    assert result.returncode == 0, result.stderr
+    records = [json.loads(line) for line in result.stdout.decode().splitlines()]
+    assert [len(r) for r in records] == [2, 0, 2]
+    assert records[0][0]["score"] >= records[0][1]["score"]
+
+
+def test_cli_errors_name_the_problem(model_dir, tmp_path):
+    result = _cli("translate", str(tmp_path / "nope"), stdin=b"x\n")
+    assert result.returncode == 2 and b"is not a model directory" in result.stderr
+    result = _cli("translate", str(model_dir), "-i", str(tmp_path / "missing.txt"))
+    assert result.returncode == 2 and result.stderr.decode().strip().endswith("missing.txt: file not found")
+    result = _cli("translate", str(model_dir), "--beam", "0", stdin=b"x\n")
+    assert result.returncode == 2 and b"beam_size" in result.stderr and b"Traceback" not in result.stderr
+
+
+def test_evaluate_prints_what_sacrebleu_prints(tmp_path):
+    references = read_lines(MULTI30K / "raw/val.en.gz")[:300]
+    hypotheses = [" ".join(r.split()[:-2]) if i % 3 else r.replace("a", "the") for i, r in enumerate(references)]
+    ref, hyp = tmp_path / "ref.en", tmp_path / "hyp.en"
+    ref.write_text("\n".join(references) + "\n")
+    hyp.write_text("\n".join(hypotheses) + "\n")
+    ours = _cli("evaluate", "--hyp", str(hyp), "--ref", str(ref))
+    theirs = subprocess.run([sys.executable, "-m", "sacrebleu", str(ref), "-i", str(hyp), "-m", "bleu", "chrf",
+                             "-f", "text"], capture_output=True, text=True, timeout=120)
+    assert ours.returncode == 0, ours.stderr
+    assert ours.stdout.decode().splitlines() == [line.strip() for line in theirs.stdout.splitlines()]
+    assert "BLEU|nrefs:1|case:mixed|eff:no|tok:13a" in theirs.stdout
+
+
+@pytest.mark.parametrize("split,lang", [("test_2016_flickr", "de"), ("test_2017_flickr", "en")])
+def test_tok_lc_reproduces_the_multi30k_tokenized_references(split, lang):
+    raw = MULTI30K / f"raw/{split}.{lang}.gz"
+    reference = multi30k_tok_reference(raw)
+    assert reference == MULTI30K / f"tok/{split}.lc.norm.tok.{lang}"
+    assert tok_lc(read_lines(raw), lang) == read_lines(reference)
+
+
+def test_evaluate_tok_lc_of_the_reference_itself_is_100():
+    raw = MULTI30K / "raw/test_2016_flickr.de.gz"
+    result = _cli("evaluate", "--hyp", str(raw), "--ref", str(raw), "--tok-lc")
+    lines = result.stdout.decode().splitlines()
+    assert result.returncode == 0 and lines[2].startswith("tok-lc BLEU|") and " = 100.0 " in lines[2]
+    assert "lc.norm.tok.de" in lines[2]
