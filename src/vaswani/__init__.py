@@ -1,7 +1,8 @@
 """vaswani: the Transformer of "Attention Is All You Need", faithful and fast."""
 
 from vaswani.config import ConfigError, ModelConfig
+from vaswani.decode.translator import Translator
 from vaswani.nn import KVCache, Transformer
 
-__all__ = ["ConfigError", "KVCache", "ModelConfig", "Transformer"]
+__all__ = ["ConfigError", "KVCache", "ModelConfig", "Transformer", "Translator"]
 __version__ = "0.1.0"

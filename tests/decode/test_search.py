@@ -186,3 +186,11 @@ def test_greedy_respects_the_length_limit():
     model = Transformer(tiny_config()).eval()
     out = greedy(model, random_ids([3, 6]), max_len_a=1.0, max_len_b=2)
     assert len(out[0].tokens) <= 5 and len(out[1].tokens) <= 8
+
+
+def test_min_len_forbids_early_eos(model):
+    src = random_ids(LENGTHS)
+    for hyps in beam_search(model, src, beam_size=3, max_len_a=0.0, max_len_b=7, min_len=7):
+        assert len(hyps[0].tokens) == 7
+    assert all(len(h.tokens) == 7 for h in greedy(model, src, 0.0, 7, min_len=7))
+    assert all(len(h.tokens) >= 4 for h in greedy(model, src, 0.0, 9, min_len=4))

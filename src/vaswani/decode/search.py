@@ -57,8 +57,8 @@ class _Decoder:
         c = model.config
         self.banned = [c.pad_id, c.bos_id]  # never generated
 
-    def __call__(self, tokens: Tensor) -> Tensor:
-        """Shape: tokens (rows,) -> logits (rows, V) in float32, PAD and BOS at -inf"""
+    def __call__(self, tokens: Tensor, ban_eos: bool = False) -> Tensor:
+        """Shape: tokens (rows,) -> logits (rows, V) in float32, PAD and BOS (and EOS if asked) at -inf"""
         if self.use_cache:
             logits, self.cache = self.model.decode_step(tokens, None, self.mask, self.cache)
         else:
@@ -67,6 +67,8 @@ class _Decoder:
             logits = self.model.decode_step(self.prefix, self.memory, self.mask)[0][:, -1]
         logits = logits.float()
         logits[:, self.banned] = float("-inf")
+        if ban_eos:
+            logits[:, self.model.config.eos_id] = float("-inf")
         return logits
 
     def select(self, index: Tensor, same_sentences: bool) -> None:
@@ -86,7 +88,7 @@ class _Decoder:
 
 def _one_best(
     model: Transformer, src: Tensor, choose: Callable[[Tensor], Tensor], max_len_a: float, max_len_b: int,
-    cache: bool,
+    cache: bool, min_len: int = 0,
 ) -> list[Hypothesis]:
     """One token per step picked by `choose(logits) -> (rows,)`, rows dropped as their sentence ends."""
     c = model.config
@@ -99,7 +101,7 @@ def _one_best(
     active = torch.arange(B)  # sentence of each row
     tokens = torch.full((B,), c.bos_id, dtype=torch.long, device=src.device)
     for step in range(out.size(1)):
-        logits = decoder(tokens)  # (rows, V)
+        logits = decoder(tokens, ban_eos=step < min_len)  # (rows, V)
         tokens = choose(logits)  # (rows,)
         picked = F.log_softmax(logits, dim=-1).gather(1, tokens[:, None]).squeeze(1).cpu()
         log_probs[active] += picked.double()
@@ -120,10 +122,11 @@ def _one_best(
 
 
 @torch.no_grad()
-def greedy(model: Transformer, src: Tensor, max_len_a: float = 1.0, max_len_b: int = 50,
-           cache: bool = True) -> list[Hypothesis]:
-    """The most probable token at each step. Shape: src (B, S) -> B hypotheses"""
-    return _one_best(model, src, lambda logits: logits.argmax(-1), max_len_a, max_len_b, cache)
+def greedy(model: Transformer, src: Tensor, max_len_a: float = 1.0, max_len_b: int = 50, cache: bool = True,
+           min_len: int = 0) -> list[Hypothesis]:
+    """The most probable token at each step; EOS is not allowed before `min_len` tokens.
+    Shape: src (B, S) -> B hypotheses"""
+    return _one_best(model, src, lambda logits: logits.argmax(-1), max_len_a, max_len_b, cache, min_len)
 
 
 @torch.no_grad()
@@ -161,7 +164,7 @@ def sample(
 @torch.no_grad()
 def beam_search(
     model: Transformer, src: Tensor, beam_size: int = 4, alpha: float = 0.6, max_len_a: float = 1.0,
-    max_len_b: int = 50, n_best: int = 1, cache: bool = True,
+    max_len_b: int = 50, n_best: int = 1, cache: bool = True, min_len: int = 0,
 ) -> list[list[Hypothesis]]:
     """Beam search for a whole batch in one tensor of B x beam_size rows (§6.1: beam 4, alpha 0.6).
 
@@ -169,7 +172,8 @@ def beam_search(
     log-probability; an EOS among the first k finishes a hypothesis, scored log_prob / length_penalty;
     the first k others stay live. A sentence is done when it has k finished hypotheses or reaches its
     maximum length (its live hypotheses then finish as they are), and leaves the batch.
-    With beam_size 1 this is exactly greedy search. Shape: src (B, S) -> B lists of n_best hypotheses, best first
+    With beam_size 1 this is exactly greedy search. EOS is not allowed before `min_len` tokens.
+    Shape: src (B, S) -> B lists of n_best hypotheses, best first
     """
     if beam_size < 1 or not 1 <= n_best <= beam_size:
         raise ValueError(f"need beam_size >= 1 and 1 <= n_best <= beam_size (got {beam_size} and {n_best})")
@@ -184,7 +188,7 @@ def beam_search(
     tokens = torch.full((B * k,), c.bos_id, dtype=torch.long, device=src.device)
     for step in range(int(limits.max())):
         n = active.numel()
-        log_probs = F.log_softmax(decoder(tokens), dim=-1)  # (n*k, V)
+        log_probs = F.log_softmax(decoder(tokens, ban_eos=step < min_len), dim=-1)  # (n*k, V)
         V = log_probs.size(-1)
         candidates = (scores.view(n * k, 1) + log_probs).view(n, k * V)
         top_scores, top = candidates.topk(min(2 * k, k * V), dim=1)  # (n, 2k), best first

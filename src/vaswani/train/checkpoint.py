@@ -102,14 +102,19 @@ def checkpoint_dirs(directory: Path) -> list[Path]:
     return sorted(p for p in root.iterdir() if p.name.startswith("step_") and (p / STATE).is_file())
 
 
-def save_checkpoint(directory: Path, step: int, weights: dict[str, torch.Tensor], state: dict[str, Any]) -> Path:
-    """checkpoints/step_N with weights and training state, renamed into place when complete."""
+def save_checkpoint(directory: Path, step: int, weights: dict[str, torch.Tensor], state: dict[str, Any],
+                    score: float | None = None) -> Path:
+    """checkpoints/step_N with weights, training state and validation score (higher is better),
+    written into a temporary directory and renamed into place when complete: a kill at any moment
+    leaves the earlier checkpoints intact, and the incomplete one is invisible to checkpoint_dirs."""
     final = directory / "checkpoints" / f"step_{step:08d}"
     tmp = final.with_name(f".{final.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     save_file(weights, str(tmp / WEIGHTS), metadata={"format_version": str(FORMAT_VERSION)})
     torch.save(state, tmp / STATE)
+    if score is not None:
+        (tmp / "metrics.json").write_text(json.dumps({"score": score, "step": step}) + "\n")
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
     return final
@@ -125,8 +130,9 @@ def load_state(checkpoint: Path) -> dict[str, Any]:
         ) from None
 
 
-def prune_checkpoints(directory: Path, keep_last: int, keep_best: int, higher_is_better: bool) -> None:
-    """Delete checkpoints that are neither among the last `keep_last` nor the best `keep_best`."""
+def prune_checkpoints(directory: Path, keep_last: int, keep_best: int) -> None:
+    """Delete checkpoints that are neither among the last `keep_last` nor the best `keep_best`
+    (by the score in their metrics.json, higher is better)."""
     checkpoints = checkpoint_dirs(directory)
     keep = set(checkpoints[-keep_last:])
     scored = []
@@ -134,7 +140,7 @@ def prune_checkpoints(directory: Path, keep_last: int, keep_best: int, higher_is
         meta = path / "metrics.json"
         if meta.is_file():
             scored.append((json.loads(meta.read_text())["score"], path))
-    scored.sort(key=lambda x: x[0], reverse=higher_is_better)
+    scored.sort(key=lambda x: x[0], reverse=True)
     keep.update(path for _, path in scored[:keep_best])
     for path in checkpoints:
         if path not in keep:

@@ -42,11 +42,15 @@ def prepare(data: DataConfig, joint: bool, model_dir: Path, seed: int, log, writ
     `write=False` (DDP ranks other than 0) only reads: the tokenizer must already be in model_dir.
     """
     train_text, valid_text = read_text(data, seed)
+    usable = [(s, t) for s, t in train_text if s and t]  # pairs with an empty side are filtered out below
+    if not usable:
+        raise DataError(f"no training pairs left after filtering: all {len(train_text)} have an empty source or "
+                        "target; check the files")
     if (model_dir / Tokenizer.files(joint)[0]).is_file():
         tokenizer = Tokenizer.load(model_dir)
     else:
         log(f"training a {data.tokenizer} tokenizer ({data.vocab_size} pieces, {'joint' if joint else 'separate'})")
-        tokenizer = Tokenizer.train([s for s, _ in train_text], [t for _, t in train_text], data.vocab_size,
+        tokenizer = Tokenizer.train([s for s, _ in usable], [t for _, t in usable], data.vocab_size,
                                     data.tokenizer, joint, model_dir)
     train = list(zip(tokenizer.encode_src([s for s, _ in train_text]),
                      tokenizer.encode_tgt([t for _, t in train_text]), strict=True))

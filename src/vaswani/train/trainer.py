@@ -51,6 +51,7 @@ class TrainState:
     position: int = 0  # next batch of the epoch's order
     best_score: float | None = None
     bad_validations: int = 0
+    elapsed: float = 0.0  # seconds of training so far, validation included, summed over resumed runs
     history: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -134,12 +135,10 @@ class Trainer:
             return
         full = {"train_state": dataclasses.asdict(state), "optimizer": self.optimizer.state_dict(), "rng": all_rng}
         weights = ckpt.weights_of(self.model)
-        path = ckpt.save_checkpoint(self.model_dir, state.step, weights, full)
-        (path / "metrics.json").write_text(json.dumps({"score": score, "step": state.step}) + "\n")
-        higher = self.config.train.early_stopping_metric == "bleu"
+        ckpt.save_checkpoint(self.model_dir, state.step, weights, full, score)
         if state.best_score == score:  # this checkpoint is the best so far: it becomes the model to translate
             ckpt.save_weights(weights, self.model_dir / ckpt.WEIGHTS)
-        ckpt.prune_checkpoints(self.model_dir, self.config.train.keep_last, self.config.train.keep_best, higher)
+        ckpt.prune_checkpoints(self.model_dir, self.config.train.keep_last, self.config.train.keep_best)
 
     def _resume(self) -> TrainState:
         checkpoints = ckpt.checkpoint_dirs(self.model_dir)
@@ -238,7 +237,8 @@ class Trainer:
         columns = [TextColumn("step"), MofNCompleteColumn(), BarColumn(), TextColumn("{task.fields[info]}"),
                    TimeRemainingColumn()]
         window_loss = window_tokens = 0.0
-        window_start = time.perf_counter()
+        window_start = started = time.perf_counter()
+        elapsed_before = state.elapsed
         with Progress(*columns, console=self.console, disable=self.rank != 0, transient=False) as progress:
             task = progress.add_task("train", total=t.max_steps, completed=state.step, info="")
             while state.step < t.max_steps:
@@ -254,9 +254,11 @@ class Trainer:
                 window_tokens += tokens
                 log_now = state.step % max(1, min(100, t.valid_every // 4)) == 0
                 if log_now or state.step % t.valid_every == 0:
-                    elapsed = time.perf_counter() - window_start
+                    now = time.perf_counter()
+                    state.elapsed = elapsed_before + now - started
                     record = {"step": state.step, "epoch": state.epoch + 1, "train_loss": window_loss / window_tokens,
-                              "lr": lr, "tokens_per_s": window_tokens * self.world / elapsed}
+                              "lr": lr, "tokens_per_s": window_tokens * self.world / (now - window_start),
+                              "elapsed_s": round(state.elapsed, 1)}
                     progress.update(task, completed=state.step, info=(
                         f"epoch {record['epoch']} loss {record['train_loss']:.3f} lr {lr:.2e} "
                         f"{record['tokens_per_s']:,.0f} tok/s"))
@@ -264,9 +266,13 @@ class Trainer:
                     window_loss = window_tokens = 0.0
                     window_start = time.perf_counter()
                 validate = state.step % t.valid_every == 0 or state.step == t.max_steps
-                if validate and self._validate_and_save(data, state, metrics_path):
-                    self.log(f"early stopping at step {state.step}: no improvement in {t.patience} validations")
-                    break
+                if validate:
+                    state.elapsed = elapsed_before + time.perf_counter() - started
+                    stop = self._validate_and_save(data, state, metrics_path)
+                    window_start = time.perf_counter()  # tokens/s counts training steps only
+                    if stop:
+                        self.log(f"early stopping at step {state.step}: no improvement in {t.patience} validations")
+                        break
                 progress.update(task, completed=state.step)
 
     def _append(self, path: Path, record: dict[str, Any]) -> None:

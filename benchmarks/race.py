@@ -1,0 +1,178 @@
+"""Speed race: vaswani against Hugging Face MarianMTModel and torch.nn.Transformer, side by side.
+
+All three get the same architecture: post-norm, embeddings shared between source, target and the
+pre-softmax matrix and scaled by sqrt(d_model), sinusoidal positions, the same d_model / heads /
+layers / d_ff / dropout / vocabulary (the Multi30k recipe's, `--preset tiny`, 8,000 subwords).
+
+Training: target tokens/s on identical batches (Multi30k sentence lengths, ~4,000-token buckets),
+each model trained the way its users do: vaswani its trainer's step (label-smoothed loss over the
+real target positions), the peers full logits and torch's label-smoothed cross-entropy; fused Adam
+for all; steps alternate between the models. Decoding: the same test_2016_flickr source batches,
+the same beam size, exactly --steps decoding steps for every sentence (EOS forbidden before then),
+so the work is equal; vaswani's search against `MarianMTModel.generate` (KV cache on).
+
+    pip install -e '.[bench]'
+    python benchmarks/race.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+from train_step import TorchBaseline, logits_loss, make_batches
+
+from vaswani import ModelConfig, Transformer
+from vaswani.data.batching import collate
+from vaswani.data.corpus import read_lines
+from vaswani.data.tokenizer import Tokenizer
+from vaswani.decode.search import beam_search, greedy
+from vaswani.runtime import keep_freed_memory
+from vaswani.train.loss import label_smoothed_cross_entropy
+
+DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "multi30k" / "raw"
+
+
+def marian(c: ModelConfig) -> nn.Module:
+    from transformers import MarianConfig, MarianMTModel
+
+    config = MarianConfig(
+        vocab_size=c.src_vocab_size, decoder_vocab_size=c.tgt_vocab_size, d_model=c.d_model,
+        encoder_layers=c.n_layers, decoder_layers=c.decoder_layers, encoder_attention_heads=c.n_heads,
+        decoder_attention_heads=c.n_heads, encoder_ffn_dim=c.d_ff, decoder_ffn_dim=c.d_ff, dropout=c.dropout,
+        attention_dropout=0.0, activation_dropout=0.0, activation_function="relu", scale_embedding=True,
+        share_encoder_decoder_embeddings=True, tie_word_embeddings=True, max_position_embeddings=512,
+        pad_token_id=c.pad_id, eos_token_id=c.eos_id, decoder_start_token_id=c.bos_id, forced_eos_token_id=None,
+    )
+    return MarianMTModel(config)
+
+
+class MarianLogits(nn.Module):
+    """MarianMTModel called as its users call it for training: padding masks in, logits out."""
+
+    def __init__(self, model: nn.Module, pad_id: int) -> None:
+        super().__init__()
+        self.model, self.pad_id = model, pad_id
+
+    def forward(self, src, tgt_in):
+        return self.model(input_ids=src, attention_mask=(src != self.pad_id).long(), decoder_input_ids=tgt_in,
+                          decoder_attention_mask=(tgt_in != self.pad_id).long()).logits
+
+
+def vaswani_loss(model: Transformer, batch: tuple) -> torch.Tensor:
+    src, tgt_in, tgt_out = batch
+    total, tokens = label_smoothed_cross_entropy(model.hidden_states(src, tgt_in), model.generator_weight, tgt_out,
+                                                 0.1, model.config.pad_id)
+    return total / tokens
+
+
+def train_race(config: ModelConfig, batches: list, steps: int, warmup: int, bf16: bool) -> dict[str, float]:
+    torch.manual_seed(0)
+    runs = {"vaswani": (Transformer(config), vaswani_loss),
+            "Marian (HF)": (MarianLogits(marian(config), config.pad_id), logits_loss),
+            "torch.nn.Transformer": (TorchBaseline(config), logits_loss)}
+    optims = {name: torch.optim.Adam(m.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
+              for name, (m, _) in runs.items()}
+    rates: dict[str, list[float]] = {name: [] for name in runs}
+    for i in range(warmup + steps):
+        batch = batches[i % len(batches)]
+        tokens = int((batch[2] != 0).sum())
+        for name, (model, loss_fn) in runs.items():
+            model.train()
+            start = time.perf_counter()
+            with torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext():
+                loss = loss_fn(model, batch)
+            loss.backward()
+            optims[name].step()
+            optims[name].zero_grad(set_to_none=True)
+            if i >= warmup:
+                rates[name].append(tokens / (time.perf_counter() - start))
+    return {name: statistics.median(r) for name, r in rates.items()}
+
+
+@torch.inference_mode()
+def decode_race(config: ModelConfig, sources: list[list[int]], beam: int, steps: int, batch_size: int,
+                bf16: bool) -> dict[str, float]:
+    """Target tokens/s (sentences x steps / seconds) of each decoder, batch by batch alternately."""
+    torch.manual_seed(0)
+    ours, theirs = Transformer(config).eval(), marian(config).eval()
+    c = config
+    order = sorted(range(len(sources)), key=lambda i: len(sources[i]), reverse=True)
+    seconds = {"vaswani": 0.0, "Marian (HF) generate": 0.0}
+    for start in range(0, len(order), batch_size):
+        src = collate([(sources[i], []) for i in order[start : start + batch_size]], c.pad_id, c.bos_id,
+                      c.eos_id).src
+        with torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext():
+            began = time.perf_counter()
+            if beam == 1:
+                out = greedy(ours, src, max_len_a=0, max_len_b=steps, min_len=steps)
+                assert all(len(h.tokens) == steps for h in out)
+            else:
+                out = beam_search(ours, src, beam, max_len_a=0, max_len_b=steps, min_len=steps)
+                assert all(len(h[0].tokens) == steps for h in out)
+            seconds["vaswani"] += time.perf_counter() - began
+            began = time.perf_counter()
+            generated = theirs.generate(input_ids=src, attention_mask=(src != c.pad_id).long(), num_beams=beam,
+                                        do_sample=False, min_new_tokens=steps, max_new_tokens=steps,
+                                        early_stopping=False, use_cache=True)
+            seconds["Marian (HF) generate"] += time.perf_counter() - began
+            assert generated.size(1) == steps + 1  # decoder start token + steps
+    tokens = len(sources) * steps
+    return {name: tokens / s for name, s in seconds.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--preset", default="tiny")
+    parser.add_argument("--vocab-size", type=int, default=8000)
+    parser.add_argument("--train-steps", type=int, default=30)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--sentences", type=int, default=1000, help="test_2016_flickr sentences to decode")
+    parser.add_argument("--steps", type=int, default=20, help="decoding steps per sentence")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--tokenizer", help="a model directory whose tokenizer to use (default: train one)")
+    args = parser.parse_args()
+    keep_freed_memory()  # for every contender alike
+    import transformers
+
+    de, en = read_lines(DATA / "train.de.gz"), read_lines(DATA / "train.en.gz")
+    if args.tokenizer:
+        tokenizer = Tokenizer.load(args.tokenizer)
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            tokenizer = Tokenizer.train(de, en, args.vocab_size, "bpe", joint=True, directory=tmp)
+    config = ModelConfig.preset(args.preset, vocab_size=tokenizer.src_vocab_size)
+    print(f"# torch {torch.__version__}, transformers {transformers.__version__}, {torch.get_num_threads()} "
+          f"threads; preset {args.preset}: d_model {config.d_model}, {config.n_layers}+{config.decoder_layers} "
+          f"layers, {config.n_heads} heads, d_ff {config.d_ff}, dropout {config.dropout}, vocabulary "
+          f"{config.src_vocab_size}")
+    pairs = list(zip(tokenizer.encode_src(de[:12000]), tokenizer.encode_tgt(en[:12000]), strict=True))
+    batches = make_batches([(len(s) + 1, len(t) + 1) for s, t in pairs], 4000, args.vocab_size)
+    sources = tokenizer.encode_src(read_lines(DATA / "test_2016_flickr.de.gz")[: args.sentences])
+
+    print("\n| training | vaswani tok/s | Marian (HF) tok/s | torch.nn.Transformer tok/s | vs faster peer |")
+    print("|---|---|---|---|---|")
+    for bf16 in (False, True):
+        r = train_race(config, batches, args.train_steps, args.warmup, bf16)
+        peer = max(r["Marian (HF)"], r["torch.nn.Transformer"])
+        print(f"| {'bf16 autocast' if bf16 else 'fp32'} | {r['vaswani']:,.0f} | {r['Marian (HF)']:,.0f} | "
+              f"{r['torch.nn.Transformer']:,.0f} | {r['vaswani'] / peer:.2f}x |", flush=True)
+
+    print(f"\n| decoding ({args.steps} steps/sentence) | vaswani tok/s | Marian (HF) generate tok/s | ratio |")
+    print("|---|---|---|---|")
+    for bf16 in (False, True):
+        for beam in (1, 4):
+            r = decode_race(config, sources, beam, args.steps, args.batch_size, bf16)
+            name = f"{'greedy' if beam == 1 else f'beam {beam}'}, {'bf16' if bf16 else 'fp32'}"
+            ours, theirs = r["vaswani"], r["Marian (HF) generate"]
+            print(f"| {name} | {ours:,.0f} | {theirs:,.0f} | {ours / theirs:.2f}x |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
