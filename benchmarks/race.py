@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import statistics
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 from torch import nn
-from train_step import TorchBaseline, logits_loss, make_batches
+from train_step import TorchBaseline, alternate, logits_loss, make_batches
 
 from vaswani import ModelConfig, Transformer
 from vaswani.data.batching import collate
@@ -77,23 +76,7 @@ def train_race(config: ModelConfig, batches: list, steps: int, warmup: int, bf16
     runs = {"vaswani": (Transformer(config), vaswani_loss),
             "Marian (HF)": (MarianLogits(marian(config), config.pad_id), logits_loss),
             "torch.nn.Transformer": (TorchBaseline(config), logits_loss)}
-    optims = {name: torch.optim.Adam(m.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
-              for name, (m, _) in runs.items()}
-    rates: dict[str, list[float]] = {name: [] for name in runs}
-    for i in range(warmup + steps):
-        batch = batches[i % len(batches)]
-        tokens = int((batch[2] != 0).sum())
-        for name, (model, loss_fn) in runs.items():
-            model.train()
-            start = time.perf_counter()
-            with torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext():
-                loss = loss_fn(model, batch)
-            loss.backward()
-            optims[name].step()
-            optims[name].zero_grad(set_to_none=True)
-            if i >= warmup:
-                rates[name].append(tokens / (time.perf_counter() - start))
-    return {name: statistics.median(r) for name, r in rates.items()}
+    return alternate(runs, batches, steps, warmup, bf16)
 
 
 @torch.inference_mode()

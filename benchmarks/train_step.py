@@ -23,6 +23,7 @@ import platform
 import random
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -117,9 +118,15 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: tuple,
 
 
 def measure(config: ModelConfig, batches: list[tuple], steps: int, warmup: int, autocast: bool) -> dict[str, float]:
-    """Target tokens/s of each model (median over steps), steps alternating between the models."""
+    """Target tokens/s of vaswani and torch.nn.Transformer on the same batches."""
     torch.manual_seed(0)
     runs = {"vaswani": (Transformer(config), logits_loss), "torch": (TorchBaseline(config), logits_loss)}
+    return alternate(runs, batches, steps, warmup, autocast)
+
+
+def alternate(runs: dict[str, tuple[nn.Module, Callable]], batches: list[tuple], steps: int, warmup: int,
+              autocast: bool) -> dict[str, float]:
+    """Target tokens/s of each (model, loss_fn) (median over steps), steps alternating between the models."""
     optims = {name: torch.optim.Adam(m.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
               for name, (m, _) in runs.items()}
     rates: dict[str, list[float]] = {name: [] for name in runs}
