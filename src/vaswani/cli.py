@@ -82,14 +82,15 @@ def _translate(args: argparse.Namespace) -> None:
     from vaswani.decode.translator import Translator
 
     translator = Translator.load(args.model_dir, args.device, "bf16" if args.bf16 else "fp32")
-    options = translator.options(**_decode_options(args))
+    overrides = _decode_options(args)
+    batch_size = translator.options(**overrides).batch_size  # validated once, before reading any input
     detailed = args.n_best > 1 or args.scores
     console = _stderr()
     reader = LineReader(args.input)
     output = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
     try:
         with progress_bar(console, "translating", reader.total, enabled=reader.total is not None) as advance:
-            for first, lines in reader.chunks(1 if reader.interactive else 16 * options.batch_size):
+            for first, lines in reader.chunks(1 if reader.interactive else 16 * batch_size):
                 def warn(index: int, message: str, first: int = first) -> None:
                     console.print(f"vaswani: warning: line {first + index + 1}: {message}")
 
@@ -97,7 +98,7 @@ def _translate(args: argparse.Namespace) -> None:
                     console.print(f"vaswani: warning: line {number}: invalid UTF-8, replaced with U+FFFD")
                 reader.replaced.clear()
                 results = translator.translate_with_details(lines, n_best=args.n_best, warn=warn, progress=advance,
-                                                            **_decode_options(args))
+                                                            **overrides)
                 for result in results:
                     if detailed:
                         record = [{"text": c.text, "score": round(c.score, 4), "log_prob": round(c.log_prob, 4)}
@@ -105,7 +106,6 @@ def _translate(args: argparse.Namespace) -> None:
                         output.write(json.dumps(record, ensure_ascii=False) + "\n")
                     else:
                         output.write(result.text + "\n")
-                advance(sum(1 for line in lines if not line.strip()))  # empty lines skip the search
                 output.flush()
     finally:
         if output is not sys.stdout:

@@ -16,10 +16,6 @@ def bleu(hypotheses: Sequence[str], references: Sequence[str]) -> sacrebleu.metr
     return sacrebleu.metrics.BLEU().corpus_score(list(hypotheses), [list(references)])
 
 
-def chrf(hypotheses: Sequence[str], references: Sequence[str]) -> sacrebleu.metrics.chrf.CHRFScore:
-    return sacrebleu.metrics.CHRF().corpus_score(list(hypotheses), [list(references)])
-
-
 def report(hypotheses: Sequence[str], references: Sequence[str]) -> list[tuple[Score, str]]:
     """BLEU and chrF, each with its text line as the sacrebleu command prints it (`-f text`)."""
     _check_lengths(hypotheses, references)

@@ -135,25 +135,27 @@ class Translator:
         if not decode.sampling and n_best > decode.beam_size:
             raise ValueError(f"n_best={n_best} needs beam_size >= {n_best} (it is {decode.beam_size})")
         ids = self.tokenizer.encode_src([s.strip() for s in sentences])
-        limit, truncated = self.max_source_tokens, []
+        limit, truncated = self.max_source_tokens, set()
         for i, x in enumerate(ids):
             if len(x) > limit:
-                truncated.append(i)
+                truncated.add(i)
                 if warn is not None:
                     warn(i, f"{len(x)} tokens, more than the model's {limit}: translated the first {limit}")
                 ids[i] = x[:limit]
         todo = [i for i, x in enumerate(ids) if x]  # empty lines stay empty, without running the model
+        if progress is not None and len(todo) < len(ids):
+            progress(len(ids) - len(todo))
         found = search_ids(self.model, [ids[i] for i in todo], decode, n_best, self.precision, progress)
         results: list[list[Hypothesis]] = [[] for _ in sentences]
         for i, hyps in zip(todo, found, strict=True):
             results[i] = hyps
         texts = self.tokenizer.decode_tgt([h.tokens for hyps in results for h in hyps])
-        translations, position, cut = [], 0, set(truncated)
+        translations, position = [], 0
         for i, (sentence, hyps) in enumerate(zip(sentences, results, strict=True)):
             candidates = [Candidate(_one_line(texts[position + j]), h.tokens, h.log_prob, h.score)
                           for j, h in enumerate(hyps)]
             position += len(hyps)
-            translation = Translation(sentence, candidates, truncated=i in cut)
+            translation = Translation(sentence, candidates, truncated=i in truncated)
             if attention and hyps:
                 translation = self._with_attention(translation, ids[i], hyps[0].tokens)
             translations.append(translation)
