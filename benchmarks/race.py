@@ -9,7 +9,10 @@ each model trained the way its users do: vaswani its trainer's step (label-smoot
 real target positions), the peers full logits and torch's label-smoothed cross-entropy; fused Adam
 for all; steps alternate between the models. Decoding: the same test_2016_flickr source batches,
 the same beam size, exactly --steps decoding steps for every sentence (EOS forbidden before then),
-so the work is equal; vaswani's search against `MarianMTModel.generate` (KV cache on).
+so the work is equal; vaswani's search against `MarianMTModel.generate` (KV cache on), for large
+batches and for one sentence at a time (interactive use). Each table also gives the matrix-product
+floor (floor.py): the speed of the model's matrix products alone, which bounds what any faithful
+implementation could reach on these kernels.
 
     pip install -e '.[bench]'
     python benchmarks/race.py
@@ -19,11 +22,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import statistics
 import tempfile
 import time
 from pathlib import Path
 
 import torch
+from floor import decoding_seconds, gemm_seconds, training_shapes
 from torch import nn
 from train_step import TorchBaseline, alternate, logits_loss, make_batches
 
@@ -76,7 +81,14 @@ def train_race(config: ModelConfig, batches: list, steps: int, warmup: int, bf16
     runs = {"vaswani": (Transformer(config), vaswani_loss),
             "Marian (HF)": (MarianLogits(marian(config), config.pad_id), logits_loss),
             "torch.nn.Transformer": (TorchBaseline(config), logits_loss)}
-    return alternate(runs, batches, steps, warmup, bf16)
+    rates = alternate(runs, batches, steps, warmup, bf16)
+    dtype = torch.bfloat16 if bf16 else torch.float32
+    floor = []
+    for i in range(warmup, warmup + steps):  # the batches alternate() measured
+        src, tgt_in, tgt_out = batches[i % len(batches)]
+        tokens = int((tgt_out != 0).sum())
+        floor.append(tokens / gemm_seconds(training_shapes(config, src, tgt_in, tokens), dtype, backward=True))
+    return {**rates, "matrix-product floor": statistics.median(floor)}
 
 
 @torch.inference_mode()
@@ -87,7 +99,7 @@ def decode_race(config: ModelConfig, sources: list[list[int]], beam: int, steps:
     ours, theirs = Transformer(config).eval(), marian(config).eval()
     c = config
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]), reverse=True)
-    seconds = {"vaswani": 0.0, "Marian (HF) generate": 0.0}
+    seconds = {"vaswani": 0.0, "Marian (HF) generate": 0.0, "matrix-product floor": 0.0}
     for start in range(0, len(order), batch_size):
         src = collate([(sources[i], []) for i in order[start : start + batch_size]], c.pad_id, c.bos_id,
                       c.eos_id).src
@@ -106,6 +118,8 @@ def decode_race(config: ModelConfig, sources: list[list[int]], beam: int, steps:
                                         early_stopping=False, use_cache=True)
             seconds["Marian (HF) generate"] += time.perf_counter() - began
             assert generated.size(1) == steps + 1  # decoder start token + steps
+        seconds["matrix-product floor"] += decoding_seconds(c, src.size(0), src.size(1), src.size(0) * beam, steps,
+                                                            torch.bfloat16 if bf16 else torch.float32)
     tokens = len(sources) * steps
     return {name: tokens / s for name, s in seconds.items()}
 
@@ -118,7 +132,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--sentences", type=int, default=1000, help="test_2016_flickr sentences to decode")
     parser.add_argument("--steps", type=int, default=20, help="decoding steps per sentence")
-    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--batch-sizes", type=lambda v: [int(x) for x in v.split(",")], default=[64, 1],
+                        help="sentences per decoding batch, comma-separated")
     parser.add_argument("--tokenizer", help="a model directory whose tokenizer to use (default: train one)")
     args = parser.parse_args()
     keep_freed_memory()  # for every contender alike
@@ -139,23 +154,29 @@ def main() -> None:
     batches = make_batches([(len(s) + 1, len(t) + 1) for s, t in pairs], 4000, args.vocab_size)
     sources = tokenizer.encode_src(read_lines(DATA / "test_2016_flickr.de.gz")[: args.sentences])
 
-    print("\n| training | vaswani tok/s | Marian (HF) tok/s | torch.nn.Transformer tok/s | vs faster peer |")
-    print("|---|---|---|---|---|")
+    print("\n| training | vaswani tok/s | Marian (HF) tok/s | torch.nn.Transformer tok/s | vs faster peer "
+          "| matrix-product floor tok/s | floor vs faster peer |")
+    print("|---|---|---|---|---|---|---|")
     for bf16 in (False, True):
         r = train_race(config, batches, args.train_steps, args.warmup, bf16)
         peer = max(r["Marian (HF)"], r["torch.nn.Transformer"])
+        floor = r["matrix-product floor"]
         print(f"| {'bf16 autocast' if bf16 else 'fp32'} | {r['vaswani']:,.0f} | {r['Marian (HF)']:,.0f} | "
-              f"{r['torch.nn.Transformer']:,.0f} | {r['vaswani'] / peer:.2f}x |", flush=True)
+              f"{r['torch.nn.Transformer']:,.0f} | {r['vaswani'] / peer:.2f}x | {floor:,.0f} | {floor / peer:.2f}x |",
+              flush=True)
 
-    print(f"\n| decoding ({args.steps} steps/sentence) | vaswani tok/s | Marian (HF) generate tok/s | ratio |")
-    print("|---|---|---|---|")
-    for bf16 in (False, True):
-        for beam in (1, 4):
-            r = decode_race(config, sources, beam, args.steps, args.batch_size, bf16)
-            name = f"{'greedy' if beam == 1 else f'beam {beam}'}, {'bf16' if bf16 else 'fp32'}"
-            ours, theirs = r["vaswani"], r["Marian (HF) generate"]
-            print(f"| {name} | {ours:,.0f} | {theirs:,.0f} | {ours / theirs:.2f}x |", flush=True)
-
+    print(f"\n| decoding ({args.steps} steps/sentence) | sentences | vaswani tok/s | Marian (HF) generate tok/s | "
+          "ratio | matrix-product floor tok/s | floor vs HF |")
+    print("|---|---|---|---|---|---|---|")
+    for batch_size in args.batch_sizes:
+        subset = sources[: min(len(sources), 200 * batch_size)]  # at most 200 batches: small ones take long
+        for bf16 in (False, True):
+            for beam in (1, 4):
+                r = decode_race(config, subset, beam, args.steps, batch_size, bf16)
+                name = f"batch {batch_size}, {'greedy' if beam == 1 else f'beam {beam}'}, {'bf16' if bf16 else 'fp32'}"
+                ours, theirs, floor = r["vaswani"], r["Marian (HF) generate"], r["matrix-product floor"]
+                print(f"| {name} | {len(subset)} | {ours:,.0f} | {theirs:,.0f} | {ours / theirs:.2f}x | {floor:,.0f} | "
+                      f"{floor / theirs:.2f}x |", flush=True)
 
 if __name__ == "__main__":
     main()

@@ -136,7 +136,7 @@ def _evaluate(args: argparse.Namespace) -> None:
                 handle.writelines(h + "\n" for h in hypotheses)
     if len(hypotheses) != len(references):
         raise ValueError(f"{args.hyp} has {len(hypotheses)} lines but {args.ref} has {len(references)}")
-    for _, line in evaluate.report(hypotheses, references):
+    for _, line in evaluate.report(hypotheses, references, args.lc):
         print(line)
     if args.tok_lc:
         lang = args.lang or evaluate.language_of(args.ref)
@@ -161,7 +161,8 @@ def _add_decode_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--top-p", type=float, help="nucleus sampling probability mass")
     group.add_argument("--seed", type=int, help="sampling seed")
     group.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: the GPU if any)")
-    group.add_argument("--bf16", action="store_true", help="bf16 autocast (faster on recent CPUs and GPUs)")
+    group.add_argument("--bf16", action="store_true",
+                       help="bf16 autocast (for GPUs and large models; small models decode no faster on CPUs)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -203,6 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--ref", required=True, help="reference translations, one per line")
     evaluate.add_argument("--hyp", help="score this file instead of translating")
     evaluate.add_argument("--output", help="also write the translations here")
+    evaluate.add_argument("--lc", action="store_true", help="case-insensitive BLEU (sacrebleu -lc)")
     evaluate.add_argument("--tok-lc", action="store_true",
                           help="also report lowercased, Moses-tokenized BLEU, as the Multi30k literature")
     evaluate.add_argument("--tok-ref", help="tokenized lowercased references for --tok-lc (default: Multi30k's tok/ "

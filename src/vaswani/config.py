@@ -180,6 +180,7 @@ class DataConfig:
     max_len: int = 256  # training pairs longer than this (in subwords) are removed, and counted
     max_len_ratio: float = 4.0  # remove pairs whose length ratio exceeds this (both sides > 5 subwords)
     invalid_utf8: Literal["error", "replace"] = "error"
+    lowercase: bool = False  # lowercase both sides (training, validation, and sentences to translate)
     max_tokens: int = 4000  # padded positions per batch (the larger of source and target)
     valid_max_sentences: int = 1000  # dev sentences decoded for BLEU at each validation
 

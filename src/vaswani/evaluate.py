@@ -12,15 +12,17 @@ import sacrebleu
 from sacrebleu.metrics.base import Score
 
 
-def bleu(hypotheses: Sequence[str], references: Sequence[str]) -> sacrebleu.metrics.bleu.BLEUScore:
-    return sacrebleu.metrics.BLEU().corpus_score(list(hypotheses), [list(references)])
+def bleu(hypotheses: Sequence[str], references: Sequence[str], lowercase: bool = False) -> Score:
+    """sacreBLEU's corpus BLEU; `lowercase` is its case-insensitive variant (`sacrebleu -lc`)."""
+    return sacrebleu.metrics.BLEU(lowercase=lowercase).corpus_score(list(hypotheses), [list(references)])
 
 
-def report(hypotheses: Sequence[str], references: Sequence[str]) -> list[tuple[Score, str]]:
-    """BLEU and chrF, each with its text line as the sacrebleu command prints it (`-f text`)."""
+def report(hypotheses: Sequence[str], references: Sequence[str], lowercase: bool = False) -> list[tuple[Score, str]]:
+    """BLEU and chrF, each with its text line as the sacrebleu command prints it (`-f text`; with
+    `lowercase`, `-lc`: case-insensitive BLEU, chrF as it is)."""
     _check_lengths(hypotheses, references)
     lines = []
-    for metric in (sacrebleu.metrics.BLEU(), sacrebleu.metrics.CHRF()):
+    for metric in (sacrebleu.metrics.BLEU(lowercase=lowercase), sacrebleu.metrics.CHRF()):
         score = metric.corpus_score(list(hypotheses), [list(references)])
         lines.append((score, score.format(width=1, signature=str(metric.get_signature()))))
     return lines

@@ -43,3 +43,19 @@ def test_filters_count_every_removed_pair_by_reason():
     assert report.removed == {"empty source or target": 1, "longer than data.max_len=20": 2}
     keep, report = filter_pairs(pairs, max_len=50, max_ratio=3.0)
     assert keep == [0, 2, 4] and report.removed["length ratio above data.max_len_ratio=3.0"] == 1
+
+
+def test_lowercase_option_lowercases_training_and_validation_text(tmp_path):
+    from vaswani.config import DataConfig
+    from vaswani.train.data import read_text
+
+    files = {}
+    texts = {"ts": "Ein Mann\nÄPFEL\n", "tt": "A Man\nApples\n", "vs": "Zwei Hunde\n", "vt": "Two Dogs\n"}
+    for name, text in texts.items():
+        files[name] = tmp_path / name
+        files[name].write_text(text, encoding="utf-8")
+    data = DataConfig(train_src=str(files["ts"]), train_tgt=str(files["tt"]), valid_src=str(files["vs"]),
+                      valid_tgt=str(files["vt"]))
+    assert read_text(data, 1) == ([("Ein Mann", "A Man"), ("ÄPFEL", "Apples")], [("Zwei Hunde", "Two Dogs")])
+    lower = DataConfig(**{**data.__dict__, "lowercase": True})
+    assert read_text(lower, 1) == ([("ein mann", "a man"), ("äpfel", "apples")], [("zwei hunde", "two dogs")])

@@ -111,18 +111,21 @@ def test_cli_errors_name_the_problem(model_dir, tmp_path):
     assert result.returncode == 2 and b"beam_size" in result.stderr and b"Traceback" not in result.stderr
 
 
-def test_evaluate_prints_what_sacrebleu_prints(tmp_path):
+@pytest.mark.parametrize("lowercase", [False, True])
+def test_evaluate_prints_what_sacrebleu_prints(tmp_path, lowercase):
     references = read_lines(MULTI30K / "raw/val.en.gz")[:300]
     hypotheses = [" ".join(r.split()[:-2]) if i % 3 else r.replace("a", "the") for i, r in enumerate(references)]
+    hypotheses = [h.upper() if i % 5 == 0 else h for i, h in enumerate(hypotheses)]  # case errors
     ref, hyp = tmp_path / "ref.en", tmp_path / "hyp.en"
     ref.write_text("\n".join(references) + "\n")
     hyp.write_text("\n".join(hypotheses) + "\n")
-    ours = _cli("evaluate", "--hyp", str(hyp), "--ref", str(ref))
+    lc = ["-lc"] if lowercase else []
+    ours = _cli("evaluate", "--hyp", str(hyp), "--ref", str(ref), *(["--lc"] if lowercase else []))
     theirs = subprocess.run([sys.executable, "-m", "sacrebleu", str(ref), "-i", str(hyp), "-m", "bleu", "chrf",
-                             "-f", "text"], capture_output=True, text=True, timeout=120)
+                             "-f", "text", *lc], capture_output=True, text=True, timeout=120)
     assert ours.returncode == 0, ours.stderr
     assert ours.stdout.decode().splitlines() == [line.strip() for line in theirs.stdout.splitlines()]
-    assert "BLEU|nrefs:1|case:mixed|eff:no|tok:13a" in theirs.stdout
+    assert f"BLEU|nrefs:1|case:{'lc' if lowercase else 'mixed'}|eff:no|tok:13a" in theirs.stdout
 
 
 @pytest.mark.parametrize("split,lang", [("test_2016_flickr", "de"), ("test_2017_flickr", "en")])
@@ -139,3 +142,18 @@ def test_evaluate_tok_lc_of_the_reference_itself_is_100():
     lines = result.stdout.decode().splitlines()
     assert result.returncode == 0 and lines[2].startswith("tok-lc BLEU|") and " = 100.0 " in lines[2]
     assert "lc.norm.tok.de" in lines[2]
+
+
+def test_a_model_trained_on_lowercased_text_lowercases_what_it_translates(model_dir, tmp_path):
+    import dataclasses
+    import shutil
+
+    lower_dir = tmp_path / "lower"
+    shutil.copytree(model_dir, lower_dir)
+    config = Translator.load(model_dir).config
+    ckpt.write_model_directory(lower_dir, dataclasses.replace(config, data=dataclasses.replace(config.data,
+                                                                                               lowercase=True)))
+    cased, lower = Translator.load(model_dir), Translator.load(lower_dir)
+    sentence, lowered = "EIN MANN FÄHRT FAHRRAD.", "ein mann fährt fahrrad."
+    assert lower.translate([sentence]) == lower.translate([lowered]) == cased.translate([lowered])
+    assert cased.tokenizer.encode_src([sentence]) != cased.tokenizer.encode_src([lowered])  # so the case matters

@@ -52,3 +52,16 @@ def test_shape_errors_name_the_expected_shapes():
     hidden, weight, target = _inputs()
     with pytest.raises(ValueError, match=r"expected hidden \(B, T, D\), weight \(V, D\) and target \(B, T\)"):
         label_smoothed_cross_entropy(hidden, weight, target[:, :3])
+
+
+def test_gradient_of_a_scaled_loss_is_scaled():
+    """The trainer backpropagates loss / tokens: the written-out backward must apply that factor."""
+    hidden, weight, target = _inputs()
+    expected = F.cross_entropy(F.linear(hidden, weight).flatten(0, 1), target.flatten(), label_smoothing=0.1,
+                               ignore_index=0)  # mean over the real tokens
+    expected.backward()
+    expected_grad = hidden.grad.clone()
+    hidden.grad = weight.grad = None
+    loss, tokens = label_smoothed_cross_entropy(hidden, weight, target, 0.1, pad_id=0)
+    (loss / tokens).backward()
+    torch.testing.assert_close(hidden.grad, expected_grad)

@@ -118,7 +118,7 @@ def test_toy_copy_task_converges_in_under_a_minute_of_cpu(tmp_path):
     recipe = Path(__file__).resolve().parents[2] / "configs" / "toy_reverse.yaml"
     config = Config.load(recipe, [
         "data.toy_task=copy", "model.n_layers=2", "model.d_model=64", "model.d_ff=256", "data.toy_max_len=8",
-        "data.max_tokens=600", "train.lr_factor=1.0", "train.warmup_steps=100", "train.max_steps=1200",
+        "data.max_tokens=600", "train.lr_factor=0.5", "train.warmup_steps=100", "train.max_steps=1200",
         "train.valid_every=600"])
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -134,7 +134,8 @@ class Translator:
         decode = self.options(**options)
         if not decode.sampling and n_best > decode.beam_size:
             raise ValueError(f"n_best={n_best} needs beam_size >= {n_best} (it is {decode.beam_size})")
-        ids = self.tokenizer.encode_src([s.strip() for s in sentences])
+        lower = self.config.data.lowercase  # the model was trained on lowercased text
+        ids = self.tokenizer.encode_src([s.strip().lower() if lower else s.strip() for s in sentences])
         limit, truncated = self.max_source_tokens, set()
         for i, x in enumerate(ids):
             if len(x) > limit:

@@ -8,6 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from vaswani.nn.dropout import Dropout
+
 
 class TokenEmbedding(nn.Module):
     """Embedding lookup multiplied by sqrt(d_model); its weight doubles as the pre-softmax matrix.
@@ -85,7 +87,7 @@ class Embeddings(nn.Module):
         super().__init__()
         self.tokens = tokens
         self.positions = positions
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, ids: Tensor, start: int = 0) -> Tensor:
         """Shape: ids (B, L) -> (B, L, D), positions start, ..., start + L - 1"""

@@ -12,6 +12,7 @@ from torch import Tensor, nn
 
 from vaswani.config import ModelConfig
 from vaswani.nn.attention import MultiHeadAttention
+from vaswani.nn.dropout import Dropout
 
 KeyValue = tuple[Tensor, Tensor]
 
@@ -37,7 +38,7 @@ class _ResidualLayer(nn.Module):
         super().__init__()
         self.norm_first = config.norm_first
         self.norms = nn.ModuleList(nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) for _ in range(n_sublayers))
-        self.dropout = nn.Dropout(config.dropout)  # §5.4: residual dropout on each sub-layer's output
+        self.dropout = Dropout(config.dropout)  # §5.4: residual dropout on each sub-layer's output
         self.feed_forward = FeedForward(config.d_model, config.d_ff, config.activation)
 
     def _pre(self, x: Tensor, i: int) -> Tensor:

@@ -33,6 +33,8 @@ def read_text(data: DataConfig, seed: int) -> tuple[list[tuple[str, str]], list[
         return train, valid
     train = read_parallel(data.train_src, data.train_tgt, data.invalid_utf8)
     valid = read_parallel(data.valid_src, data.valid_tgt, data.invalid_utf8) if data.valid_src else []
+    if data.lowercase:
+        train, valid = ([(s.lower(), t.lower()) for s, t in pairs] for pairs in (train, valid))
     return train, valid
 
 

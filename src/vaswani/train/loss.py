@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 
@@ -13,8 +14,9 @@ def label_smoothed_cross_entropy(
 
     Only the positions whose target is not padding are projected onto the vocabulary: the largest
     matrix multiply of a training step skips the padding instead of computing logits to ignore.
-    The value equals `F.cross_entropy(logits, target, label_smoothing=smoothing, ignore_index=pad_id,
-    reduction="sum")` on the full logits (tested). The softmax runs in float32 under autocast.
+    The value and its gradient equal `F.cross_entropy(logits, target, label_smoothing=smoothing,
+    ignore_index=pad_id, reduction="sum")` on the full logits (tested). The softmax runs in float32
+    under autocast.
 
     Shape: hidden (B, T, D), weight (V, D), target (B, T) -> loss (), tokens ()
     """
@@ -25,5 +27,33 @@ def label_smoothed_cross_entropy(
         )
     real = target != pad_id  # (B, T)
     logits = F.linear(hidden[real], weight)  # (N, V), N real tokens
-    loss = F.cross_entropy(logits.float(), target[real], label_smoothing=smoothing, reduction="sum")
-    return loss, real.sum()
+    return _SmoothedCrossEntropy.apply(logits, target[real], smoothing), real.sum()
+
+
+class _SmoothedCrossEntropy(torch.autograd.Function):
+    """sum over rows of (1 - ε) (lse - x_target) + ε (lse - mean(x)), with lse = logsumexp(x).
+
+    Written out because its gradient is one expression, softmax(x) - (1 - ε) onehot - ε / V, which
+    this computes in three passes over the (N, V) logits where autograd through F.cross_entropy makes
+    about eight (log_softmax backward, the smoothing term's dense fill and add); it was ~16% of a
+    training step on the Multi30k model (docs/benchmarks.md).
+    """
+
+    @staticmethod
+    def forward(ctx, logits: Tensor, target: Tensor, smoothing: float) -> Tensor:
+        x = logits.float()  # (N, V)
+        lse = torch.logsumexp(x, dim=-1)  # (N,)
+        nll = lse - x.gather(1, target[:, None]).squeeze(1)
+        uniform = lse - x.mean(dim=-1)  # cross-entropy against the uniform distribution
+        ctx.save_for_backward(logits, target, lse)
+        ctx.smoothing = smoothing
+        return ((1.0 - smoothing) * nll + smoothing * uniform).sum()
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None]:
+        logits, target, lse = ctx.saved_tensors
+        eps, V = ctx.smoothing, logits.size(-1)
+        out = torch.sub(logits, lse[:, None]).exp_()  # softmax, float32 (type promotion, no copy of bf16 logits)
+        out.sub_(eps / V).mul_(grad)
+        out.scatter_add_(1, target[:, None], (-(1.0 - eps) * grad).expand(target.size(0), 1))
+        return out.to(logits.dtype), None, None
