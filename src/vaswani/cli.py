@@ -38,6 +38,8 @@ def _train(args: argparse.Namespace) -> None:
         dist.init_process_group(backend)
     try:
         Trainer(config, args.model_dir).train()
+        if dist.is_initialized():
+            dist.barrier()  # leave together: rank 0 still validates and saves while the others are done
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
