@@ -103,7 +103,9 @@ def test_two_ddp_processes_equal_one_process_on_the_same_global_batch(tmp_path):
     ddp = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "-m", "vaswani.cli",
                           "train", str(config), str(tmp_path / "ddp")], capture_output=True, text=True, env=env,
                          timeout=300)
-    assert ddp.returncode == 0, ddp.stderr[-2000:]
+    # On failure, show the lines that name the cause (a C++ abort is far above torchrun's own traceback).
+    causes = [line for line in ddp.stderr.splitlines() if any(w in line for w in ("rror", "terminate", "what()"))]
+    assert ddp.returncode == 0, "\n".join(causes[:20]) + "\n...\n" + ddp.stderr[-2000:]
     single = _cli("train", str(config), str(tmp_path / "single"), "--set", "train.accumulate=2")
     assert single.returncode == 0, single.stderr[-2000:]
     a = ckpt.load_weights(tmp_path / "ddp/checkpoints/step_00000004" / ckpt.WEIGHTS)
