@@ -20,9 +20,9 @@ from pathlib import Path
 
 import torch
 
+from vaswani import evaluate
 from vaswani.data.corpus import read_lines
 from vaswani.decode.translator import Translator
-from vaswani.evaluate import bleu as sacrebleu_score
 from vaswani.evaluate import language_of, multi30k_tok_reference, report, tok_lc_bleu
 from vaswani.train import checkpoint as ckpt
 
@@ -82,7 +82,7 @@ def main() -> None:
             tok_ref = multi30k_tok_reference(ref_path)
             tok_bleu = tok_lc_bleu(hypotheses, read_lines(tok_ref), tgt_lang)[0].score if tok_ref else float("nan")
             print(bleu_line)
-            lc_bleu = sacrebleu_score(hypotheses, references, lowercase=True).score
+            lc_bleu = evaluate.bleu(hypotheses, references, lowercase=True).score
             rows.append((recipe, test, bleu.score, lc_bleu, tok_bleu, chrf.score, translator.model.num_parameters(),
                          minutes, rate, len(sources) / seconds))
     print(f"\ntorch {torch.__version__}, {torch.get_num_threads()} threads; beam 4, alpha 0.6; averaged checkpoints")

@@ -34,9 +34,10 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
     """sum over rows of (1 - ε) (lse - x_target) + ε (lse - mean(x)), with lse = logsumexp(x).
 
     Written out because its gradient is one expression, softmax(x) - (1 - ε) onehot - ε / V, which
-    this computes in three passes over the (N, V) logits where autograd through F.cross_entropy makes
-    about eight (log_softmax backward, the smoothing term's dense fill and add); it was ~16% of a
-    training step on the Multi30k model (docs/benchmarks.md).
+    the backward computes in place in one new (N, V) tensor (subtract lse, exp, subtract ε / V, scale),
+    where autograd through F.cross_entropy allocates several (log_softmax backward, the smoothing
+    term's dense fill and add); that was ~16% of a training step on the Multi30k model
+    (docs/benchmarks.md).
     """
 
     @staticmethod
