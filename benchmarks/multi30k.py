@@ -1,5 +1,6 @@
 """The Multi30k recipes end to end: train, average the last checkpoints, translate the test sets with
-beam search, and score them (sacreBLEU, tokenized lowercased BLEU, chrF); prints a Markdown table.
+beam search (the recipe file's decode section), and score them (sacreBLEU, tokenized lowercased BLEU,
+chrF); prints a Markdown table.
 
     python benchmarks/multi30k.py                         # all four recipes (about 4 hours on 2 cores)
     python benchmarks/multi30k.py --recipes multi30k_de_en_quick
@@ -11,6 +12,7 @@ Models go to runs/<recipe>/ (not committed). Training resumes if interrupted: ru
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import subprocess
@@ -21,6 +23,7 @@ from pathlib import Path
 import torch
 
 from vaswani import evaluate
+from vaswani.config import Config
 from vaswani.data.corpus import read_lines
 from vaswani.decode.translator import Translator
 from vaswani.evaluate import language_of, multi30k_tok_reference, report, tok_lc_bleu
@@ -68,6 +71,8 @@ def main() -> None:
             run("vaswani", "average", str(model_dir), "--last", str(n))
             translator = Translator.load(model_dir, device="cpu")
         minutes, rate = training_facts(model_dir)
+        decode = Config.load(config_path).decode  # the recipe's search settings (chosen on val)
+        search = f"beam {decode.beam_size}, α {decode.length_penalty}" + (", early stop" * decode.early_stopping)
         data = translator.config.data
         src_lang, tgt_lang = language_of(data.train_src), language_of(data.train_tgt)
         for test in TEST_SETS:
@@ -75,7 +80,7 @@ def main() -> None:
             ref_path = DATA / f"{test}.{tgt_lang}.gz"
             references = read_lines(ref_path)
             began = time.perf_counter()
-            hypotheses = translator.translate(sources)
+            hypotheses = translator.translate(sources, **dataclasses.asdict(decode))
             seconds = time.perf_counter() - began
             (model_dir / f"{test}.{tgt_lang}").write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
             (bleu, bleu_line), (chrf, _) = report(hypotheses, references)
@@ -83,14 +88,14 @@ def main() -> None:
             tok_bleu = tok_lc_bleu(hypotheses, read_lines(tok_ref), tgt_lang)[0].score if tok_ref else float("nan")
             print(bleu_line)
             lc_bleu = evaluate.bleu(hypotheses, references, lowercase=True).score
-            rows.append((recipe, test, bleu.score, lc_bleu, tok_bleu, chrf.score, translator.model.num_parameters(),
-                         minutes, rate, len(sources) / seconds))
-    print(f"\ntorch {torch.__version__}, {torch.get_num_threads()} threads; beam 4, alpha 0.6; averaged checkpoints")
-    print("| recipe | test set | sacreBLEU | sacreBLEU -lc | tok-lc BLEU | chrF | parameters | training min | "
+            rows.append((recipe, test, search, bleu.score, lc_bleu, tok_bleu, chrf.score,
+                         translator.model.num_parameters(), minutes, rate, len(sources) / seconds))
+    print(f"\ntorch {torch.__version__}, {torch.get_num_threads()} threads; averaged checkpoints")
+    print("| recipe | test set | search | sacreBLEU | sacreBLEU -lc | tok-lc BLEU | chrF | parameters | training min | "
           "train tok/s | translate sent/s |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for recipe, test, bleu, lc_bleu, tok, chrf, params, minutes, rate, speed in rows:
-        print(f"| {recipe} | {test} | {bleu:.1f} | {lc_bleu:.1f} | {tok:.1f} | {chrf:.1f} | {params:,} | "
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for recipe, test, search, bleu, lc_bleu, tok, chrf, params, minutes, rate, speed in rows:
+        print(f"| {recipe} | {test} | {search} | {bleu:.1f} | {lc_bleu:.1f} | {tok:.1f} | {chrf:.1f} | {params:,} | "
               f"{minutes:.0f} | {rate:,.0f} | {speed:.0f} |")
 
 

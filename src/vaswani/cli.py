@@ -66,8 +66,9 @@ def _average(args: argparse.Namespace) -> None:
 def _decode_options(args: argparse.Namespace) -> dict:
     """DecodeConfig overrides given on the command line (None: the model's own setting)."""
     return dict(beam_size=args.beam, length_penalty=args.length_penalty, max_len_a=args.max_len_a,
-                max_len_b=args.max_len_b, batch_size=args.batch_size, sampling=args.sample or None,
-                temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
+                max_len_b=args.max_len_b, early_stopping=args.early_stopping or None, batch_size=args.batch_size,
+                sampling=args.sample or None, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                seed=args.seed)
 
 
 def _stderr():
@@ -156,6 +157,9 @@ def _add_decode_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--length-penalty", type=float, help="GNMT length penalty alpha (paper: 0.6)")
     group.add_argument("--max-len-a", type=float, help="maximum output length = a * source length + b")
     group.add_argument("--max-len-b", type=int, help="(paper: source length + 50)")
+    group.add_argument("--early-stopping", action="store_true",
+                       help="end a sentence as soon as beam-size hypotheses have finished (fairseq's rule; faster, "
+                            "shorter outputs) instead of when none can improve on the best (the paper's code)")
     group.add_argument("--batch-size", type=int, help="sentences per batch")
     group.add_argument("--sample", action="store_true", help="sample instead of beam search")
     group.add_argument("--temperature", type=float, help="sampling temperature")

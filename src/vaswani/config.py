@@ -247,6 +247,9 @@ class DecodeConfig:
     length_penalty: float = 0.6  # α of the GNMT length penalty
     max_len_a: float = 1.0  # maximum output length = a * source length + b (§6.1: input + 50)
     max_len_b: int = 50
+    # False: a sentence ends when no live hypothesis can beat its best finished one (tensor2tensor,
+    # the paper's code); True: as soon as beam_size hypotheses have finished (fairseq; faster, shorter)
+    early_stopping: bool = False
     batch_size: int = 64  # sentences per decoding batch
     sampling: bool = False  # sample instead of searching (beam_size is then ignored)
     temperature: float = 1.0

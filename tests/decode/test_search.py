@@ -6,6 +6,7 @@ import torch.nn.functional as F
 
 from tests.conftest import random_ids, tiny_config
 from vaswani import Transformer
+from vaswani.decode import search
 from vaswani.decode.search import beam_search, greedy, length_penalty, sample
 
 
@@ -80,9 +81,9 @@ def test_beam_cached_equals_uncached_token_for_token(model, trained):
         assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-4)
 
 
-def test_beam_size_one_is_greedy(model):
+def test_beam_size_one_with_early_stopping_is_greedy(model):
     src = random_ids(LENGTHS)
-    beam = beam_search(model, src, beam_size=1, max_len_a=1.0, max_len_b=4)
+    beam = beam_search(model, src, beam_size=1, max_len_a=1.0, max_len_b=4, early_stopping=True)
     assert [hyps[0].tokens for hyps in beam] == [h.tokens for h in greedy(model, src, 1.0, 4)]
 
 
@@ -108,8 +109,9 @@ def _all_outputs(words, eos, limit):
         yield list(seq), False
 
 
+@pytest.mark.parametrize("early_stopping", [False, True])
 @pytest.mark.parametrize("alpha", [0.0, 0.6, 2.0])
-def test_beam_search_finds_the_best_hypothesis_under_its_own_score(alpha):
+def test_beam_search_finds_the_best_hypothesis_under_its_own_score(alpha, early_stopping):
     model = _random_model(vocab=6, seed=5)  # tokens: pad, bos, eos, unk, 4, 5
     c, limit = model.config, 4
     src = random_ids([3], vocab=6)
@@ -120,11 +122,45 @@ def test_beam_search_finds_the_best_hypothesis_under_its_own_score(alpha):
         score = total / length_penalty(len(tokens) + eos, alpha)
         if score > best_score:
             best, best_score = tokens, score
-    found = beam_search(model, src, beam_size=128, alpha=alpha, max_len_a=0.0, max_len_b=limit)[0][0]
+    options = dict(alpha=alpha, max_len_a=0.0, max_len_b=limit, early_stopping=early_stopping)
+    found = beam_search(model, src, beam_size=128, **options)[0][0]
     assert found.tokens == best
     assert found.score == pytest.approx(best_score, abs=1e-5)
-    small = beam_search(model, src, beam_size=2, alpha=alpha, max_len_a=0.0, max_len_b=limit)[0][0]
+    small = beam_search(model, src, beam_size=2, **options)[0][0]
     assert small.score <= best_score + 1e-6
+
+
+@pytest.mark.parametrize("n_best", [1, 3])
+@pytest.mark.parametrize("alpha", [1.0, 3.0])  # large: long hypotheses can still win late
+def test_the_stopping_rule_ends_a_sentence_only_when_going_on_could_not_change_its_result(model, alpha, n_best,
+                                                                                         monkeypatch):
+    """The default rule gives exactly what searching every sentence to its length limit gives, with
+    less work; early stopping (k finished) does less still, and on some sentences scores lower."""
+    torch.manual_seed(0)
+    src = random_ids(LENGTHS * 3)
+    options = dict(beam_size=4, alpha=alpha, max_len_a=1.0, max_len_b=10, n_best=n_best)
+    rows = []  # decoder rows fed at each step: the work done
+    original = model.decode_step
+    monkeypatch.setattr(model, "decode_step", lambda x, *a, **kw: rows.append(len(x)) or original(x, *a, **kw))
+
+    def run(**more):
+        rows.clear()
+        results = beam_search(model, src, **options, **more)
+        return [[h.tokens for h in hyps] for hyps in results], [[h.score for h in hyps] for hyps in results], sum(rows)
+
+    exact, exact_scores, exact_work = run()
+    _, early_scores, early_work = run(early_stopping=True)
+    with monkeypatch.context() as m:
+        m.setattr(search, "_cannot_improve", lambda *args: False)
+        to_the_limit, limit_scores, limit_work = run()
+    assert exact == to_the_limit
+    for a, b in zip(exact_scores, limit_scores, strict=True):
+        assert a == pytest.approx(b, abs=1e-4)
+    assert early_work < exact_work < limit_work
+    gains = [a[0] - b[0] for a, b in zip(exact_scores, early_scores, strict=True)]
+    assert min(gains) > -1e-4
+    if alpha == 3.0:  # long hypotheses that finish after k short ones win
+        assert max(gains) > 1e-3
 
 
 def test_n_best_is_sorted_distinct_and_scored_consistently(model):

@@ -157,3 +157,20 @@ def test_a_model_trained_on_lowercased_text_lowercases_what_it_translates(model_
     sentence, lowered = "EIN MANN FÄHRT FAHRRAD.", "ein mann fährt fahrrad."
     assert lower.translate([sentence]) == lower.translate([lowered]) == cased.translate([lowered])
     assert cased.tokenizer.encode_src([sentence]) != cased.tokenizer.encode_src([lowered])  # so the case matters
+
+
+def test_the_stopping_rule_reaches_the_search_from_the_config_and_the_command_line(model_dir, monkeypatch):
+    from vaswani import cli
+    from vaswani.decode import translator as translator_module
+
+    seen = []
+    search = translator_module.beam_search
+    monkeypatch.setattr(translator_module, "beam_search", lambda *a, **kw: seen.append(kw["early_stopping"]) or
+                        search(*a, **kw))
+    translator = Translator.load(model_dir)
+    translator.translate(SENTENCES[:1])
+    translator.translate(SENTENCES[:1], early_stopping=True)
+    assert seen == [False, True]  # default: the paper's rule
+    parser = cli.build_parser()
+    assert cli._decode_options(parser.parse_args(["translate", str(model_dir), "--early-stopping"]))["early_stopping"]
+    assert cli._decode_options(parser.parse_args(["translate", str(model_dir)]))["early_stopping"] is None

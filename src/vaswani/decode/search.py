@@ -164,16 +164,21 @@ def sample(
 @torch.no_grad()
 def beam_search(
     model: Transformer, src: Tensor, beam_size: int = 4, alpha: float = 0.6, max_len_a: float = 1.0,
-    max_len_b: int = 50, n_best: int = 1, cache: bool = True, min_len: int = 0,
+    max_len_b: int = 50, n_best: int = 1, cache: bool = True, min_len: int = 0, early_stopping: bool = False,
 ) -> list[list[Hypothesis]]:
     """Beam search for a whole batch in one tensor of B x beam_size rows (§6.1: beam 4, alpha 0.6).
 
     Each step extends every live hypothesis by every token and keeps the 2k best continuations by
-    log-probability; an EOS among the first k finishes a hypothesis, scored log_prob / length_penalty;
-    the first k others stay live. A sentence is done when it has k finished hypotheses or reaches its
-    maximum length (its live hypotheses then finish as they are), and leaves the batch.
-    With beam_size 1 this is exactly greedy search. EOS is not allowed before `min_len` tokens.
-    Shape: src (B, S) -> B lists of n_best hypotheses, best first
+    log-probability; an EOS among the first k finishes a hypothesis, scored log_prob / length_penalty,
+    and the k best finished ones are kept; the first k other continuations stay live. A sentence is
+    done, and leaves the batch, when
+    - no live hypothesis can still beat its n_best-th finished one: a live score can only fall, so the
+      best it can reach is log_prob / length_penalty(maximum length) (tensor2tensor's rule, the
+      paper's code; the default), or, with `early_stopping`, as soon as k hypotheses have finished
+      (fairseq's rule, and Hugging Face's early_stopping=True: faster, favours short outputs);
+    - or it reaches its maximum length (its live hypotheses then finish as they are).
+    With beam_size 1 and `early_stopping` this is exactly greedy search. EOS is not allowed before
+    `min_len` tokens. Shape: src (B, S) -> B lists of n_best hypotheses, best first
     """
     if beam_size < 1 or not 1 <= n_best <= beam_size:
         raise ValueError(f"need beam_size >= 1 and 1 <= n_best <= beam_size (got {beam_size} and {n_best})")
@@ -209,7 +214,13 @@ def beam_search(
             for j in live_c[i].tolist():
                 tokens_ = [*history[i, origin_c[i, j]].tolist(), int(word_c[i, j])]
                 _finish(finished[sentence[i]], tokens_, float(top_scores_c[i, j]), False, k, alpha)
-        done = at_limit | torch.tensor([len(finished[s]) >= k for s in sentence])
+        if early_stopping:
+            done = at_limit | torch.tensor([len(finished[s]) >= k for s in sentence])
+        else:  # the best live score, were it to end at the length limit with nothing more lost
+            best_live = top_scores_c.gather(1, live_c[:, :1]).squeeze(1)  # (n,)
+            reachable = (best_live / length_penalty(limits[active], alpha)).tolist()
+            done = at_limit | torch.tensor(
+                [_cannot_improve(finished[s], n_best, r) for s, r in zip(sentence, reachable, strict=True)])
         if done.all():
             break
         keep = (~done).nonzero().squeeze(1)  # (n',)
@@ -225,6 +236,18 @@ def beam_search(
 
 
 def _finish(hyps: list[Hypothesis], tokens: list[int], log_prob: float, eos: bool, k: int, alpha: float) -> None:
-    if len(hyps) >= k or log_prob == float("-inf"):
+    """Add a finished hypothesis to a sentence's k best, replacing the worst one when they are full."""
+    if log_prob == float("-inf"):
         return
-    hyps.append(Hypothesis(tokens, log_prob, log_prob / length_penalty(len(tokens) + eos, alpha)))
+    hyp = Hypothesis(tokens, log_prob, log_prob / length_penalty(len(tokens) + eos, alpha))
+    if len(hyps) < k:
+        hyps.append(hyp)
+        return
+    worst = min(range(k), key=lambda i: hyps[i].score)
+    if hyp.score > hyps[worst].score:
+        hyps[worst] = hyp
+
+
+def _cannot_improve(hyps: list[Hypothesis], n_best: int, reachable: float) -> bool:
+    """Whether the n_best best finished hypotheses all score at least `reachable`."""
+    return len(hyps) >= n_best and sorted(h.score for h in hyps)[-n_best] >= reachable

@@ -79,7 +79,8 @@ def search_ids(
             elif decode.beam_size == 1 and n_best == 1:
                 results = [[h] for h in greedy(model, src, **limits)]
             else:
-                results = beam_search(model, src, decode.beam_size, decode.length_penalty, n_best=n_best, **limits)
+                results = beam_search(model, src, decode.beam_size, decode.length_penalty, n_best=n_best,
+                                      early_stopping=decode.early_stopping, **limits)
         for i, hyps in zip(chunk, results, strict=True):
             out[i] = hyps
         if progress is not None:
