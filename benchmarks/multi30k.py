@@ -72,7 +72,9 @@ def main() -> None:
             translator = Translator.load(model_dir, device="cpu")
         minutes, rate = training_facts(model_dir)
         decode = Config.load(config_path).decode  # the recipe's search settings (chosen on val)
-        search = f"beam {decode.beam_size}, α {decode.length_penalty}" + (", early stop" * decode.early_stopping)
+        search = f"beam {decode.beam_size}, α {decode.length_penalty}"
+        if decode.early_stopping:
+            search += ", early stopping"
         data = translator.config.data
         src_lang, tgt_lang = language_of(data.train_src), language_of(data.train_tgt)
         for test in TEST_SETS:

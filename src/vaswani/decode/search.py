@@ -185,6 +185,7 @@ def beam_search(
     c, k, B = model.config, beam_size, src.size(0)
     decoder = _Decoder(model, src, beam=k, cache=cache)
     limits = max_lengths(src, c, max_len_a, max_len_b)  # (B,)
+    largest_penalty = length_penalty(limits, alpha)  # (B,) that of a hypothesis ending at its limit
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
     active = torch.arange(B)  # sentence of each group of k rows
     history = torch.zeros(B, k, 0, dtype=torch.long)  # tokens so far per live hypothesis, on the CPU
@@ -218,7 +219,7 @@ def beam_search(
             done = at_limit | torch.tensor([len(finished[s]) >= k for s in sentence])
         else:  # the best live score, were it to end at the length limit with nothing more lost
             best_live = top_scores_c.gather(1, live_c[:, :1]).squeeze(1)  # (n,)
-            reachable = (best_live / length_penalty(limits[active], alpha)).tolist()
+            reachable = (best_live / largest_penalty[active]).tolist()
             done = at_limit | torch.tensor(
                 [_cannot_improve(finished[s], n_best, r) for s, r in zip(sentence, reachable, strict=True)])
         if done.all():
