@@ -14,8 +14,9 @@ def _inputs(B=4, T=9, D=16, V=29):
     return hidden, weight, target
 
 
+@pytest.mark.parametrize("chunk_rows", [1, 7, 25, 1000])  # 25 real tokens: one row, uneven chunks, exact, one chunk
 @pytest.mark.parametrize("smoothing", [0.0, 0.1, 0.3])
-def test_equals_torch_cross_entropy_over_full_logits_in_value_and_gradient(smoothing):
+def test_equals_torch_cross_entropy_over_full_logits_in_value_and_gradient(smoothing, chunk_rows):
     hidden, weight, target = _inputs()
     logits = F.linear(hidden, weight)
     expected = F.cross_entropy(logits.flatten(0, 1), target.flatten(), label_smoothing=smoothing, ignore_index=0,
@@ -23,7 +24,7 @@ def test_equals_torch_cross_entropy_over_full_logits_in_value_and_gradient(smoot
     expected.backward()
     expected_grads = hidden.grad.clone(), weight.grad.clone()
     hidden.grad = weight.grad = None
-    loss, tokens = label_smoothed_cross_entropy(hidden, weight, target, smoothing, pad_id=0)
+    loss, tokens = label_smoothed_cross_entropy(hidden, weight, target, smoothing, pad_id=0, chunk_rows=chunk_rows)
     loss.backward()
     assert tokens == (target != 0).sum() == 36 - 4 - 7
     torch.testing.assert_close(loss, expected)
@@ -39,19 +40,56 @@ def test_smoothing_changes_the_loss():
     assert not torch.allclose(plain, smoothed)
 
 
-def test_bf16_autocast_keeps_a_float32_loss_close_to_fp32():
+def test_bf16_autocast_keeps_a_float32_loss_and_gradients_close_to_fp32():
     hidden, weight, target = _inputs(D=32, V=50)
     expected, _ = label_smoothed_cross_entropy(hidden, weight, target)
+    expected.backward()
+    expected_grads = hidden.grad.clone(), weight.grad.clone()
+    hidden.grad = weight.grad = None
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        value, _ = label_smoothed_cross_entropy(hidden, weight, target)
-    assert value.dtype == torch.float32
+        value, _ = label_smoothed_cross_entropy(hidden, weight, target, chunk_rows=4)
+    value.backward()
+    assert value.dtype == hidden.grad.dtype == weight.grad.dtype == torch.float32
     torch.testing.assert_close(value, expected, rtol=2e-2, atol=0)
+    torch.testing.assert_close(hidden.grad, expected_grads[0], rtol=0, atol=0.05 * expected_grads[0].abs().max())
+    torch.testing.assert_close(weight.grad, expected_grads[1], rtol=0, atol=0.05 * expected_grads[1].abs().max())
+
+
+def test_without_gradients_the_value_is_the_same_and_nothing_is_kept():
+    hidden, weight, target = _inputs()
+    expected, _ = label_smoothed_cross_entropy(hidden, weight, target)
+    with torch.no_grad():
+        value, tokens = label_smoothed_cross_entropy(hidden, weight, target, chunk_rows=3)
+    assert value.grad_fn is None and tokens == 25
+    torch.testing.assert_close(value, expected)
+
+
+def test_a_frozen_weight_gets_no_gradient_and_the_hidden_states_theirs():
+    hidden, weight, target = _inputs()
+    weight.requires_grad_(False)
+    F.cross_entropy(F.linear(hidden, weight).flatten(0, 1), target.flatten(), label_smoothing=0.1, ignore_index=0,
+                    reduction="sum").backward()
+    expected = hidden.grad.clone()
+    hidden.grad = None
+    label_smoothed_cross_entropy(hidden, weight, target, chunk_rows=4)[0].backward()
+    assert weight.grad is None
+    torch.testing.assert_close(hidden.grad, expected)
+
+
+def test_a_batch_of_only_padding_has_zero_loss_and_zero_gradient():
+    hidden, weight, target = _inputs()
+    loss, tokens = label_smoothed_cross_entropy(hidden, weight, torch.zeros_like(target))
+    loss.backward()
+    assert loss.item() == 0 and tokens == 0
+    assert hidden.grad.abs().sum() == 0 and weight.grad.abs().sum() == 0
 
 
 def test_shape_errors_name_the_expected_shapes():
     hidden, weight, target = _inputs()
     with pytest.raises(ValueError, match=r"expected hidden \(B, T, D\), weight \(V, D\) and target \(B, T\)"):
         label_smoothed_cross_entropy(hidden, weight, target[:, :3])
+    with pytest.raises(ValueError, match="chunk_rows must be positive"):
+        label_smoothed_cross_entropy(hidden, weight, target, chunk_rows=0)
 
 
 def test_gradient_of_a_scaled_loss_is_scaled():

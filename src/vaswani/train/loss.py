@@ -3,20 +3,26 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+# Rows of logits handled at a time: 256 x 8,000 float32 is 8 MB, which stays in this CPU's cache
+# between the passes over it (docs/benchmarks.md); the whole (tokens x vocabulary) matrix never exists.
+CHUNK_ROWS = 256
 
 
 def label_smoothed_cross_entropy(
-    hidden: Tensor, weight: Tensor, target: Tensor, smoothing: float = 0.1, pad_id: int = 0
+    hidden: Tensor, weight: Tensor, target: Tensor, smoothing: float = 0.1, pad_id: int = 0,
+    chunk_rows: int = CHUNK_ROWS,
 ) -> tuple[Tensor, Tensor]:
     """Summed label-smoothed cross-entropy of `softmax(hidden @ weight.T)`, and how many tokens it sums.
 
-    Only the positions whose target is not padding are projected onto the vocabulary: the largest
-    matrix multiply of a training step skips the padding instead of computing logits to ignore.
-    The value and its gradient equal `F.cross_entropy(logits, target, label_smoothing=smoothing,
-    ignore_index=pad_id, reduction="sum")` on the full logits (tested). The softmax runs in float32
-    under autocast.
+    Only the positions whose target is not padding are projected onto the vocabulary, `chunk_rows` of
+    them at a time: the pre-softmax projection, the loss and its gradient are computed chunk by chunk
+    while the chunk's logits are in cache, and no (tokens x vocabulary) tensor is kept for backward.
+    The value and its gradients equal `F.cross_entropy(logits, target, label_smoothing=smoothing,
+    ignore_index=pad_id, reduction="sum")` on the full logits (tested). Under autocast the projection
+    runs in the autocast dtype and the softmax in float32, as autocast would run them.
 
     Shape: hidden (B, T, D), weight (V, D), target (B, T) -> loss (), tokens ()
     """
@@ -25,36 +31,60 @@ def label_smoothed_cross_entropy(
             f"expected hidden (B, T, D), weight (V, D) and target (B, T), got {tuple(hidden.shape)}, "
             f"{tuple(weight.shape)} and {tuple(target.shape)}"
         )
+    if chunk_rows <= 0:
+        raise ValueError(f"chunk_rows must be positive, got {chunk_rows}")
     real = target != pad_id  # (B, T)
-    logits = F.linear(hidden[real], weight)  # (N, V), N real tokens
-    return _SmoothedCrossEntropy.apply(logits, target[real], smoothing), real.sum()
+    device = hidden.device.type
+    dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else hidden.dtype
+    with_grad = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
+    loss = _ProjectedSmoothedCrossEntropy.apply(hidden[real], weight, target[real], smoothing, dtype, chunk_rows,
+                                                with_grad)
+    return loss, real.sum()
 
 
-class _SmoothedCrossEntropy(torch.autograd.Function):
-    """sum over rows of (1 - ε) (lse - x_target) + ε (lse - mean(x)), with lse = logsumexp(x).
+class _ProjectedSmoothedCrossEntropy(torch.autograd.Function):
+    """sum over rows of (1 - ε) (lse - x_target) + ε (lse - mean(x)), x = h W^T, lse = logsumexp(x).
 
-    Written out because its gradient is one expression, softmax(x) - (1 - ε) onehot - ε / V, which
-    the backward computes in place in one new (N, V) tensor (subtract lse, exp, subtract ε / V, scale),
-    where autograd through F.cross_entropy allocates several (log_softmax backward, the smoothing
-    term's dense fill and add); that was ~16% of a training step on the Multi30k model
-    (docs/benchmarks.md).
+    The loss is the end of the graph, so its gradient with respect to the logits is known in the
+    forward pass: softmax(x) - (1 - ε) onehot - ε / V. Each chunk's logits are computed, turned into
+    that gradient in place and multiplied back onto W and h at once; backward only scales the two
+    saved gradients. Autograd through F.linear + F.cross_entropy instead writes and reads the whole
+    (N, V) logits and their gradient several times over (cast, log-softmax, its backward, the
+    smoothing term's dense fill and add): ~40% of a bf16 training step of the Multi30k model.
     """
 
     @staticmethod
-    def forward(ctx, logits: Tensor, target: Tensor, smoothing: float) -> Tensor:
-        x = logits.float()  # (N, V)
-        lse = torch.logsumexp(x, dim=-1)  # (N,)
-        nll = lse - x.gather(1, target[:, None]).squeeze(1)
-        uniform = lse - x.mean(dim=-1)  # cross-entropy against the uniform distribution
-        ctx.save_for_backward(logits, target, lse)
-        ctx.smoothing = smoothing
-        return ((1.0 - smoothing) * nll + smoothing * uniform).sum()
+    def forward(ctx, hidden: Tensor, weight: Tensor, target: Tensor, smoothing: float, dtype: torch.dtype,
+                chunk_rows: int, with_grad: bool) -> Tensor:
+        h, w = hidden.to(dtype), weight.to(dtype)  # (N, D), (V, D)
+        V = w.size(0)
+        total = torch.zeros((), dtype=torch.float32, device=h.device)
+        grad_h = torch.empty_like(h) if with_grad else None
+        grad_w = torch.zeros(w.shape, dtype=torch.float32, device=w.device) if with_grad else None
+        for start in range(0, h.size(0), chunk_rows):
+            rows, t = h[start:start + chunk_rows], target[start:start + chunk_rows, None]
+            x = (rows @ w.T).float()  # (n, V) logits; a fresh float32 tensor, changed in place below
+            mean = x.mean(dim=-1)
+            picked = x.gather(1, t).squeeze(1)
+            top = x.amax(dim=-1, keepdim=True)
+            e = x.sub_(top).exp_()  # exp(x - max)
+            norm = e.sum(dim=-1)
+            lse = top.squeeze(1) + norm.log()
+            total += ((1.0 - smoothing) * (lse - picked) + smoothing * (lse - mean)).sum()
+            if with_grad:
+                g = e.mul_(norm.reciprocal()[:, None]).sub_(smoothing / V)  # softmax - ε / V
+                g.scatter_add_(1, t, g.new_full(t.shape, smoothing - 1.0))
+                g = g.to(dtype)
+                grad_h[start:start + chunk_rows] = g @ w
+                grad_w += g.T @ rows
+        if with_grad:
+            ctx.save_for_backward(grad_h, grad_w)
+        ctx.dtypes = hidden.dtype, weight.dtype
+        return total
 
     @staticmethod
-    def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None]:
-        logits, target, lse = ctx.saved_tensors
-        eps, V = ctx.smoothing, logits.size(-1)
-        out = torch.sub(logits, lse[:, None]).exp_()  # softmax, float32 (type promotion, no copy of bf16 logits)
-        out.sub_(eps / V).mul_(grad)
-        out.scatter_add_(1, target[:, None], (-(1.0 - eps) * grad).expand(target.size(0), 1))
-        return out.to(logits.dtype), None, None
+    @once_differentiable
+    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, ...]:
+        grad_h, grad_w = ctx.saved_tensors
+        return (grad_h.to(ctx.dtypes[0]) * grad.to(ctx.dtypes[0]), grad_w.to(ctx.dtypes[1]) * grad,
+                None, None, None, None, None)
