@@ -15,7 +15,7 @@ floor (floor.py): the speed of the model's matrix products alone, which bounds w
 implementation could reach on these kernels.
 
     pip install -e '.[bench]'
-    python benchmarks/race.py
+    python benchmarks/race.py                     # both races; --only training|decoding for one
 """
 
 from __future__ import annotations
@@ -135,6 +135,7 @@ def main() -> None:
     parser.add_argument("--batch-sizes", type=lambda v: [int(x) for x in v.split(",")], default=[64, 1],
                         help="sentences per decoding batch, comma-separated")
     parser.add_argument("--tokenizer", help="a model directory whose tokenizer to use (default: train one)")
+    parser.add_argument("--only", choices=["training", "decoding"], help="run one of the two races")
     args = parser.parse_args()
     keep_freed_memory()  # for every contender alike
     import transformers
@@ -154,29 +155,39 @@ def main() -> None:
     batches = make_batches([(len(s) + 1, len(t) + 1) for s, t in pairs], 4000, args.vocab_size)
     sources = tokenizer.encode_src(read_lines(DATA / "test_2016_flickr.de.gz")[: args.sentences])
 
+    if args.only != "decoding":
+        train_table(config, batches, args.train_steps, args.warmup)
+    if args.only != "training":
+        decode_table(config, sources, args.steps, args.batch_sizes)
+
+
+def train_table(config: ModelConfig, batches: list, steps: int, warmup: int) -> None:
     print("\n| training | vaswani tok/s | Marian (HF) tok/s | torch.nn.Transformer tok/s | vs faster peer "
           "| matrix-product floor tok/s | floor vs faster peer |")
     print("|---|---|---|---|---|---|---|")
     for bf16 in (False, True):
-        r = train_race(config, batches, args.train_steps, args.warmup, bf16)
+        r = train_race(config, batches, steps, warmup, bf16)
         peer = max(r["Marian (HF)"], r["torch.nn.Transformer"])
         floor = r["matrix-product floor"]
         print(f"| {'bf16 autocast' if bf16 else 'fp32'} | {r['vaswani']:,.0f} | {r['Marian (HF)']:,.0f} | "
               f"{r['torch.nn.Transformer']:,.0f} | {r['vaswani'] / peer:.2f}x | {floor:,.0f} | {floor / peer:.2f}x |",
               flush=True)
 
-    print(f"\n| decoding ({args.steps} steps/sentence) | sentences | vaswani tok/s | Marian (HF) generate tok/s | "
+
+def decode_table(config: ModelConfig, sources: list[list[int]], steps: int, batch_sizes: list[int]) -> None:
+    print(f"\n| decoding ({steps} steps/sentence) | sentences | vaswani tok/s | Marian (HF) generate tok/s | "
           "ratio | matrix-product floor tok/s | floor vs HF |")
     print("|---|---|---|---|---|---|---|")
-    for batch_size in args.batch_sizes:
+    for batch_size in batch_sizes:
         subset = sources[: min(len(sources), 200 * batch_size)]  # at most 200 batches: small ones take long
         for bf16 in (False, True):
             for beam in (1, 4):
-                r = decode_race(config, subset, beam, args.steps, batch_size, bf16)
+                r = decode_race(config, subset, beam, steps, batch_size, bf16)
                 name = f"batch {batch_size}, {'greedy' if beam == 1 else f'beam {beam}'}, {'bf16' if bf16 else 'fp32'}"
                 ours, theirs, floor = r["vaswani"], r["Marian (HF) generate"], r["matrix-product floor"]
                 print(f"| {name} | {len(subset)} | {ours:,.0f} | {theirs:,.0f} | {ours / theirs:.2f}x | {floor:,.0f} | "
                       f"{floor / theirs:.2f}x |", flush=True)
+
 
 if __name__ == "__main__":
     main()
