@@ -48,9 +48,9 @@ class _ProjectedSmoothedCrossEntropy(torch.autograd.Function):
     The loss is the end of the graph, so its gradient with respect to the logits is known in the
     forward pass: softmax(x) - (1 - ε) onehot - ε / V. Each chunk's logits are computed, turned into
     that gradient in place and multiplied back onto W and h at once; backward only scales the two
-    saved gradients. Autograd through F.linear + F.cross_entropy instead writes and reads the whole
-    (N, V) logits and their gradient several times over (cast, log-softmax, its backward, the
-    smoothing term's dense fill and add): ~40% of a bf16 training step of the Multi30k model.
+    saved gradients. Writing and reading the whole (N, V) logits and their gradient instead (float32
+    cast, logsumexp, softmax in backward, its cast back) made a bf16 training step of the Multi30k
+    model 1.24x slower, side by side in the trainer (docs/benchmarks.md).
     """
 
     @staticmethod
@@ -86,5 +86,4 @@ class _ProjectedSmoothedCrossEntropy(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad: Tensor) -> tuple[Tensor | None, ...]:
         grad_h, grad_w = ctx.saved_tensors
-        return (grad_h.to(ctx.dtypes[0]) * grad.to(ctx.dtypes[0]), grad_w.to(ctx.dtypes[1]) * grad,
-                None, None, None, None, None)
+        return (grad_h * grad).to(ctx.dtypes[0]), (grad_w * grad).to(ctx.dtypes[1]), None, None, None, None, None
