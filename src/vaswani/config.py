@@ -182,6 +182,11 @@ class DataConfig:
     invalid_utf8: Literal["error", "replace"] = "error"
     lowercase: bool = False  # lowercase both sides (training, validation, and sentences to translate)
     max_tokens: int = 4000  # padded positions per batch (the larger of source and target)
+    # Subword sampling of the training text, drawn afresh each epoch (validation and translation stay
+    # deterministic). bpe: BPE-dropout, the probability of skipping each merge (Provilkov et al., 2020);
+    # unigram: the smoothing alpha of subword regularization (Kudo, 2018). 0: off, the paper's setting.
+    src_sampling_alpha: float = 0.0
+    tgt_sampling_alpha: float = 0.0
     valid_max_sentences: int = 1000  # dev sentences decoded for BLEU at each validation
 
     def require_training_data(self) -> None:
@@ -198,6 +203,13 @@ class DataConfig:
         for name in ("vocab_size", "max_len", "max_tokens"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"data.{name} must be positive, got {getattr(self, name)!r}")
+        for name in ("src_sampling_alpha", "tgt_sampling_alpha"):
+            value = getattr(self, name)
+            if not 0.0 <= value < 1.0:
+                raise ConfigError(f"data.{name} must be in [0, 1), got {value!r}")
+            if value and self.tokenizer == "char":
+                raise ConfigError(f"data.{name} needs a bpe or unigram tokenizer (a char tokenizer has nothing to "
+                                  "sample); set it to 0 or data.tokenizer: bpe")
 
 
 @dataclass(frozen=True)

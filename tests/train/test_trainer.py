@@ -44,6 +44,30 @@ def test_interrupted_and_resumed_run_equals_uninterrupted(tmp_path):
     assert any(not torch.equal(a[n], first[n]) for n in a)  # training moved the weights
 
 
+def test_resumed_run_with_subword_sampling_equals_uninterrupted(tmp_path):
+    from tests.train.test_data import write_corpus
+
+    data = {**write_corpus(tmp_path), "tokenizer": "bpe", "vocab_size": 120, "max_tokens": 400,
+            "src_sampling_alpha": 0.1, "tgt_sampling_alpha": 0.1}
+
+    def config(steps):
+        values = {k: dict(v) for k, v in TOY.items()}
+        values["data"] = data
+        values["train"].update(max_steps=steps, valid_every=5)
+        return Config.from_dict(values)
+
+    # 120 pairs make a few batches an epoch: the run crosses epochs, and resumes in the middle of one.
+    Trainer(config(12), tmp_path / "straight", _quiet()).train()
+    stopped = Trainer(config(7), tmp_path / "resumed", _quiet()).train()
+    assert stopped.position > 0  # mid-epoch
+    state = Trainer(config(12), tmp_path / "resumed", _quiet()).train()
+    assert state.step == 12 and state.epoch >= 1  # 0-based: past the first epoch
+    a = ckpt.load_weights(tmp_path / "straight/checkpoints/step_00000010" / ckpt.WEIGHTS)
+    b = ckpt.load_weights(tmp_path / "resumed/checkpoints/step_00000010" / ckpt.WEIGHTS)
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+
+
 def test_model_directory_is_self_contained_and_reported(tmp_path):
     Trainer(_config(max_steps=3), tmp_path / "run", _quiet()).train()
     run = tmp_path / "run"

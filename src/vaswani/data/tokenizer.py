@@ -33,11 +33,11 @@ class Tokenizer:
     def tgt_vocab_size(self) -> int:
         return self.tgt.get_piece_size()
 
-    def encode_src(self, lines: Sequence[str]) -> list[list[int]]:
-        return self.src.encode(list(lines))
+    def encode_src(self, lines: Sequence[str], alpha: float = 0.0, seed: int = 0) -> list[list[int]]:
+        return _encode(self.src, lines, alpha, seed)
 
-    def encode_tgt(self, lines: Sequence[str]) -> list[list[int]]:
-        return self.tgt.encode(list(lines))
+    def encode_tgt(self, lines: Sequence[str], alpha: float = 0.0, seed: int = 0) -> list[list[int]]:
+        return _encode(self.tgt, lines, alpha, seed)
 
     def decode_tgt(self, ids: Sequence[Sequence[int]]) -> list[str]:
         return self.tgt.decode([list(x) for x in ids])
@@ -68,6 +68,15 @@ class Tokenizer:
             if all(p.is_file() for p in paths):
                 return cls(*(spm.SentencePieceProcessor(model_file=str(p)) for p in paths))
         raise DataError(f"{directory} has no tokenizer.model (or src.model and tgt.model); is it a model directory?")
+
+
+def _encode(processor: spm.SentencePieceProcessor, lines: Sequence[str], alpha: float, seed: int) -> list[list[int]]:
+    """Ids of each line; with `alpha` > 0 a sampled segmentation (BPE-dropout for bpe models, subword
+    regularization for unigram ones) that is a function of (lines, alpha, seed): one thread, seeded."""
+    if not alpha:
+        return processor.encode(list(lines))
+    spm.set_random_generator_seed(seed)
+    return processor.encode(list(lines), enable_sampling=True, alpha=alpha, nbest_size=-1, num_threads=1)
 
 
 def _train_one(lines: list[str], vocab_size: int, model_type: str, path: Path, seed: int):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from vaswani.config import DataConfig
@@ -23,6 +23,27 @@ class RunData:
     valid: list[IdPair]
     valid_text: list[tuple[str, str]]
     report: FilterReport
+    train_text: list[tuple[str, str]] = field(default_factory=list)  # the text of `train`, pair for pair
+
+
+def epoch_data(data: RunData, config: DataConfig, seed: int, epoch: int) -> tuple[list[IdPair], list[list[int]]]:
+    """The training pairs and batches of one epoch: `data.train` and its batches, or, with subword
+    sampling on (data.src_sampling_alpha / tgt_sampling_alpha), the same pairs freshly segmented and
+    batched, a function of (seed, epoch) only, so that a resumed run and every rank see the same.
+    A sampled side longer than data.max_len keeps its deterministic ids."""
+    src_alpha, tgt_alpha = config.src_sampling_alpha, config.tgt_sampling_alpha
+    if not (src_alpha or tgt_alpha):
+        return data.train, data.train_batches
+    epoch_seed = (seed * 1_000_003 + epoch) % 2**31
+    src = [s for s, _ in data.train]
+    tgt = [t for _, t in data.train]
+    if src_alpha:
+        src = data.tokenizer.encode_src([s for s, _ in data.train_text], src_alpha, epoch_seed)
+    if tgt_alpha:
+        tgt = data.tokenizer.encode_tgt([t for _, t in data.train_text], tgt_alpha, epoch_seed + 1)
+    pairs = [(s if len(s) <= config.max_len else fixed[0], t if len(t) <= config.max_len else fixed[1])
+             for s, t, fixed in zip(src, tgt, data.train, strict=True)]
+    return pairs, token_batches([(len(s), len(t)) for s, t in pairs], config.max_tokens, epoch_seed)
 
 
 def read_text(data: DataConfig, seed: int) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
@@ -57,7 +78,7 @@ def prepare(data: DataConfig, joint: bool, model_dir: Path, seed: int, log, writ
     train = list(zip(tokenizer.encode_src([s for s, _ in train_text]),
                      tokenizer.encode_tgt([t for _, t in train_text]), strict=True))
     keep, report = filter_pairs(train, data.max_len, data.max_len_ratio)
-    train = [train[i] for i in keep]
+    train, train_text = [train[i] for i in keep], [train_text[i] for i in keep]
     if write:
         (model_dir / "data_report.json").write_text(json.dumps(report.to_dict(), indent=2) + "\n", encoding="utf-8")
     for line in report.lines():
@@ -69,4 +90,4 @@ def prepare(data: DataConfig, joint: bool, model_dir: Path, seed: int, log, writ
                      tokenizer.encode_tgt([t for _, t in valid_text]), strict=True))
     valid = [(s[: data.max_len], t[: data.max_len]) for s, t in valid]
     batches = token_batches([(len(s), len(t)) for s, t in train], data.max_tokens, seed)
-    return RunData(tokenizer, train, batches, valid, valid_text, report)
+    return RunData(tokenizer, train, batches, valid, valid_text, report, train_text)

@@ -25,7 +25,7 @@ from vaswani.evaluate import bleu
 from vaswani.nn import Transformer
 from vaswani.runtime import autocast, pick_device
 from vaswani.train import checkpoint as ckpt
-from vaswani.train.data import RunData, prepare
+from vaswani.train.data import RunData, epoch_data, prepare
 from vaswani.train.loss import label_smoothed_cross_entropy
 from vaswani.train.plot import plot_metrics
 from vaswani.train.schedule import learning_rate
@@ -61,6 +61,7 @@ class Trainer:
         self.model_dir = Path(model_dir)
         self.rank = dist.get_rank() if dist.is_initialized() else 0
         self.world = dist.get_world_size() if dist.is_initialized() else 1
+        self._epoch_cache: tuple[int, list, list[list[int]]] | None = None
         self.console = console or Console(stderr=True)
         self.device = pick_device(config.train.device)
         if self.device.type == "cuda" and self.world > 1:
@@ -159,16 +160,24 @@ class Trainer:
         """This rank's `accumulate` batches of the next optimizer step; the global order is fixed by
         (seed, epoch), rank r takes every world-th batch from position + r."""
         out = []
-        n = len(data.train_batches)
         for _ in range(self.config.train.accumulate):
-            if state.position + self.world > n:
+            pairs, batches = self._epoch_data(data, state.epoch)
+            if state.position + self.world > len(batches):
                 state.epoch, state.position = state.epoch + 1, 0
-            order = epoch_order(n, self.config.train.seed, state.epoch)
-            indices = data.train_batches[order[state.position + self.rank]]
+                pairs, batches = self._epoch_data(data, state.epoch)
+            order = epoch_order(len(batches), self.config.train.seed, state.epoch)
+            indices = batches[order[state.position + self.rank]]
             state.position += self.world
             c = self.config.model
-            out.append(collate([data.train[i] for i in indices], c.pad_id, c.bos_id, c.eos_id).to(self.device))
+            out.append(collate([pairs[i] for i in indices], c.pad_id, c.bos_id, c.eos_id).to(self.device))
         return out
+
+    def _epoch_data(self, data: RunData, epoch: int) -> tuple[list, list[list[int]]]:
+        """The epoch's pairs and batches (freshly segmented each epoch with subword sampling), kept
+        while the epoch lasts."""
+        if self._epoch_cache is None or self._epoch_cache[0] != epoch:
+            self._epoch_cache = (epoch, *epoch_data(data, self.config.data, self.config.train.seed, epoch))
+        return self._epoch_cache[1], self._epoch_cache[2]
 
     def _autocast(self):
         return autocast(self.device, self.config.train.precision)
@@ -217,6 +226,10 @@ class Trainer:
         self.log(f"{len(data.train_batches)} batches of up to {self.config.data.max_tokens} tokens, padding "
                  f"{padding_fraction(lengths, data.train_batches):.1%}; {self.model.num_parameters():,} parameters; "
                  f"device {self.device}, {self.world} process(es)")
+        d = self.config.data
+        if d.src_sampling_alpha or d.tgt_sampling_alpha:
+            self.log(f"subword sampling (source alpha {d.src_sampling_alpha}, target alpha {d.tgt_sampling_alpha}): "
+                     "the training text is segmented and batched afresh each epoch")
         state = self._resume()
         self._loop(data, state)
         return state
