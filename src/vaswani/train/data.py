@@ -35,12 +35,9 @@ def epoch_data(data: RunData, config: DataConfig, seed: int, epoch: int) -> tupl
     if not (src_alpha or tgt_alpha):
         return data.train, data.train_batches
     epoch_seed = (seed * 1_000_003 + epoch) % 2**31
-    src = [s for s, _ in data.train]
-    tgt = [t for _, t in data.train]
-    if src_alpha:
-        src = data.tokenizer.encode_src([s for s, _ in data.train_text], src_alpha, epoch_seed)
-    if tgt_alpha:
-        tgt = data.tokenizer.encode_tgt([t for _, t in data.train_text], tgt_alpha, epoch_seed + 1)
+    src_text, tgt_text = zip(*data.train_text, strict=True)
+    src = data.tokenizer.encode_src(src_text, src_alpha, epoch_seed) if src_alpha else [s for s, _ in data.train]
+    tgt = data.tokenizer.encode_tgt(tgt_text, tgt_alpha, epoch_seed + 1) if tgt_alpha else [t for _, t in data.train]
     pairs = [(s if len(s) <= config.max_len else fixed[0], t if len(t) <= config.max_len else fixed[1])
              for s, t, fixed in zip(src, tgt, data.train, strict=True)]
     return pairs, token_batches([(len(s), len(t)) for s, t in pairs], config.max_tokens, epoch_seed)
