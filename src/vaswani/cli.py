@@ -71,6 +71,19 @@ def _decode_options(args: argparse.Namespace) -> dict:
                 seed=args.seed)
 
 
+def _precision(args: argparse.Namespace) -> str:
+    return "bf16" if args.bf16 else args.precision
+
+
+def _report_precision(translator, decode, console) -> None:
+    """The precision decoding runs in, with its measurement; a warning where an explicit bf16 is slower."""
+    choice = translator.choose_precision(decode)
+    if choice.measurement is not None or choice.reason:
+        console.print(f"vaswani: {choice.describe()}")
+    if choice.warning():
+        console.print(f"vaswani: warning: {choice.warning()}")
+
+
 def _stderr():
     from rich.console import Console
 
@@ -84,11 +97,13 @@ def _translate(args: argparse.Namespace) -> None:
     from vaswani.data.corpus import LineReader
     from vaswani.decode.translator import Translator
 
-    translator = Translator.load(args.model_dir, args.device, "bf16" if args.bf16 else "fp32")
+    translator = Translator.load(args.model_dir, args.device, _precision(args))
     overrides = _decode_options(args)
-    batch_size = translator.options(**overrides).batch_size  # validated once, before reading any input
+    decode = translator.options(**overrides)  # validated once, before reading any input
+    batch_size = decode.batch_size
     detailed = args.n_best > 1 or args.scores
     console = _stderr()
+    _report_precision(translator, decode, console)
     reader = LineReader(args.input)
     output = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
     try:
@@ -131,8 +146,10 @@ def _evaluate(args: argparse.Namespace) -> None:
         sources = read_lines(args.src, "replace")
         if len(sources) != len(references):
             raise ValueError(f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}")
-        translator = Translator.load(args.model_dir, args.device, "bf16" if args.bf16 else "fp32")
-        with progress_bar(_stderr(), "translating", len(sources)) as advance:
+        translator = Translator.load(args.model_dir, args.device, _precision(args))
+        console = _stderr()
+        _report_precision(translator, translator.options(**_decode_options(args)), console)
+        with progress_bar(console, "translating", len(sources)) as advance:
             hypotheses = translator.translate(sources, progress=advance, **_decode_options(args))
         if args.output:
             with open(args.output, "w", encoding="utf-8") as handle:
@@ -167,8 +184,10 @@ def _add_decode_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--top-p", type=float, help="nucleus sampling probability mass")
     group.add_argument("--seed", type=int, help="sampling seed")
     group.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: the GPU if any)")
-    group.add_argument("--bf16", action="store_true",
-                       help="bf16 autocast (for GPUs and large models; small models decode no faster on CPUs)")
+    group.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
+                       help="auto (default): bf16 autocast only where it measures clearly faster than fp32 for "
+                            "this model and batch on this device; fp32; bf16")
+    group.add_argument("--bf16", action="store_true", help=argparse.SUPPRESS)  # old spelling of --precision bf16
 
 
 def build_parser() -> argparse.ArgumentParser:

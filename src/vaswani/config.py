@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -40,10 +41,30 @@ def _coerce(section: str, cls: type, values: dict[str, Any]) -> dict[str, Any]:
             raise ConfigError(f"{section}.{key} must be an integer, got {value!r}")
         elif base is bool and not isinstance(value, bool):
             raise ConfigError(f"{section}.{key} must be true or false, got {value!r}")
+        elif cls.__dataclass_fields__[key].metadata.get("duration"):
+            parse_duration(value, f"{section}.{key}")
         elif base is str and not isinstance(value, str):
             raise ConfigError(f"{section}.{key} must be a string, got {value!r}")
         out[key] = value
     return out
+
+
+_DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?")
+
+
+def parse_duration(value: Any, name: str = "duration") -> float:
+    """Seconds in "90s", "10m", "1h30m", "2h", "1.5h", or a plain number of seconds."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        match = _DURATION.fullmatch(str(value).strip().replace(" ", "")) if isinstance(value, str) else None
+        if not match or not any(match.groups()):
+            raise ConfigError(f"{name} must be a duration such as 90s, 10m or 1h30m, got {value!r}")
+        hours, minutes, secs = (float(g) if g else 0.0 for g in match.groups())
+        seconds = hours * 3600 + minutes * 60 + secs
+    if seconds <= 0:
+        raise ConfigError(f"{name} must be positive, got {value!r}")
+    return seconds
 
 
 def _closest(name: str, choices: list[str]) -> str:
@@ -228,7 +249,16 @@ class TrainConfig:
     label_smoothing: float = 0.1  # §5.4
     clip_norm: float = 0.0  # 0: no clipping (the paper clips nothing)
     accumulate: int = 1  # batches per optimizer step
-    precision: Literal["fp32", "bf16"] = "fp32"  # bf16: autocast, fp32 master weights
+    # bf16: autocast, fp32 master weights. auto: bf16 only where it measures faster than fp32 for this
+    # model on this device (vaswani/precision.py: CPU flags do not tell); the resolved value is saved.
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    # A wall-clock budget for training, validations included ("90s", "10m", "1h30m"; a number is seconds):
+    # training stops there as at max_steps, whichever comes first. None: no budget.
+    max_time: str | None = field(default=None, metadata={"duration": True})
+    # none: the schedule above as it is (the paper). linear: it is multiplied by (1 - progress), progress
+    # being the larger of step / max_steps and time / max_time, so it reaches zero where the run ends:
+    # a fixed budget is best spent annealing to its end (Li et al., 2020, "Budgeted Training").
+    lr_decay: Literal["none", "linear"] = "none"
     device: str = "auto"
     seed: int = 1
     valid_every: int = 1000  # steps between validations (and checkpoints)
@@ -237,11 +267,18 @@ class TrainConfig:
     keep_last: int = 5  # §5.2 averages the last 5 checkpoints
     keep_best: int = 1
 
+    @property
+    def max_seconds(self) -> float | None:
+        """max_time in seconds (None: no budget)."""
+        return None if self.max_time is None else parse_duration(self.max_time, "train.max_time")
+
     def validate(self) -> None:
         if self.lr_schedule not in ("noam", "inverse_sqrt"):
             raise ConfigError(f"train.lr_schedule must be noam or inverse_sqrt, got {self.lr_schedule!r}")
-        if self.precision not in ("fp32", "bf16"):
-            raise ConfigError(f"train.precision must be fp32 or bf16, got {self.precision!r}")
+        if self.precision not in ("auto", "fp32", "bf16"):
+            raise ConfigError(f"train.precision must be auto, fp32 or bf16, got {self.precision!r}")
+        if self.lr_decay not in ("none", "linear"):
+            raise ConfigError(f"train.lr_decay must be none or linear, got {self.lr_decay!r}")
         if self.early_stopping_metric not in ("bleu", "loss"):
             raise ConfigError(f"train.early_stopping_metric must be bleu or loss, got {self.early_stopping_metric!r}")
         for name in ("max_steps", "warmup_steps", "accumulate", "valid_every", "keep_last"):

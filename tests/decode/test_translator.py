@@ -13,6 +13,7 @@ from vaswani.data.tokenizer import Tokenizer
 from vaswani.decode.translator import Translator
 from vaswani.evaluate import multi30k_tok_reference, tok_lc
 from vaswani.nn import Transformer
+from vaswani.precision import Measurement
 from vaswani.train import checkpoint as ckpt
 
 MULTI30K = Path(__file__).resolve().parents[2] / "../shared/data/multi30k"
@@ -174,3 +175,29 @@ def test_the_stopping_rule_reaches_the_search_from_the_config_and_the_command_li
     parser = cli.build_parser()
     assert cli._decode_options(parser.parse_args(["translate", str(model_dir), "--early-stopping"]))["early_stopping"]
     assert cli._decode_options(parser.parse_args(["translate", str(model_dir)]))["early_stopping"] is None
+
+
+def test_translate_and_evaluate_show_progress_lines_and_precision_in_a_log(model_dir, tmp_path, monkeypatch, capsys):
+    from vaswani import cli, console, precision
+
+    monkeypatch.setattr(console, "PLAIN_EVERY_S", 0.0)  # a line at every batch
+    monkeypatch.setattr(precision, "measure_matmuls",
+                        lambda config, device, rows, training: Measurement(0.01, 0.02, rows))
+    source = tmp_path / "in.de"
+    source.write_text("\n".join(SENTENCES * 3) + "\n", encoding="utf-8")
+    assert cli.main(["translate", str(model_dir), "-i", str(source), "-o", str(tmp_path / "out")]) == 0
+    err = capsys.readouterr().err
+    assert "precision auto -> fp32" in err and "bf16 0.50x fp32's speed" in err
+    progress = [line for line in err.splitlines() if line.startswith("translating: ")]
+    assert progress[-1].startswith("translating: 18/18,") and progress[-1].endswith(", done")
+    assert len(progress) >= 3 and "left" in progress[0]
+    assert len((tmp_path / "out").read_text(encoding="utf-8").splitlines()) == 18
+
+    assert cli.main(["translate", str(model_dir), "-i", str(source), "-o", str(tmp_path / "out"),
+                     "--precision", "bf16"]) == 0
+    assert "warning: bf16 runs at 0.50x fp32's speed" in capsys.readouterr().err
+    reference = tmp_path / "ref.en"
+    reference.write_text("\n".join(SENTENCES * 3) + "\n", encoding="utf-8")
+    assert cli.main(["evaluate", str(model_dir), "--src", str(source), "--ref", str(reference)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("BLEU") and "translating: 18/18" in captured.err

@@ -21,6 +21,7 @@ from vaswani.data.tokenizer import Tokenizer
 from vaswani.decode.search import Hypothesis, beam_search, greedy, sample
 from vaswani.nn import Transformer
 from vaswani.nn.transformer import AttentionWeights
+from vaswani.precision import Choice, check, choose
 from vaswani.runtime import autocast, pick_device
 
 Warn = Callable[[int, str], None]  # (index of the input sentence, message)
@@ -89,20 +90,32 @@ def search_ids(
 
 
 class Translator:
-    """A trained model, its tokenizer and its decoding settings."""
+    """A trained model, its tokenizer and its decoding settings.
 
-    def __init__(self, model: Transformer, tokenizer: Tokenizer, config: Config, precision: str = "fp32") -> None:
+    `precision`: "auto" (bf16 autocast only where it measures clearly faster for this model, device and
+    batch shape: vaswani/precision.py), "fp32" or "bf16"."""
+
+    def __init__(self, model: Transformer, tokenizer: Tokenizer, config: Config, precision: str = "auto") -> None:
+        check(precision)
         self.model, self.tokenizer, self.config, self.precision = model.eval(), tokenizer, config, precision
+        self._choices: dict[int, Choice] = {}
 
     @classmethod
-    def load(cls, model_dir: str | Path, device: str = "auto", precision: str = "fp32") -> Translator:
+    def load(cls, model_dir: str | Path, device: str = "auto", precision: str = "auto") -> Translator:
         """The model in `model_dir` (written by `vaswani train`, or averaged by `vaswani average`)."""
         from vaswani.train.checkpoint import load_model
 
-        if precision not in ("fp32", "bf16"):
-            raise ValueError(f"precision must be fp32 or bf16, got {precision!r}")
+        check(precision)
         model, config = load_model(model_dir, pick_device(device))
         return cls(model, Tokenizer.load(model_dir), config, precision)
+
+    def choose_precision(self, decode: DecodeConfig) -> Choice:
+        """The precision these decoding settings run in (measured once per batch shape for "auto")."""
+        rows = decode.batch_size * (1 if decode.sampling else decode.beam_size)
+        if rows not in self._choices:
+            device = next(self.model.parameters()).device
+            self._choices[rows] = choose(self.precision, self.model.config, device, rows, training=False)
+        return self._choices[rows]
 
     @property
     def max_source_tokens(self) -> int:
@@ -147,7 +160,8 @@ class Translator:
         todo = [i for i, x in enumerate(ids) if x]  # empty lines stay empty, without running the model
         if progress is not None and len(todo) < len(ids):
             progress(len(ids) - len(todo))
-        found = search_ids(self.model, [ids[i] for i in todo], decode, n_best, self.precision, progress)
+        precision = self.choose_precision(decode).precision if todo else "fp32"
+        found = search_ids(self.model, [ids[i] for i in todo], decode, n_best, precision, progress)
         results: list[list[Hypothesis]] = [[] for _ in sentences]
         for i, hyps in zip(todo, found, strict=True):
             results[i] = hyps

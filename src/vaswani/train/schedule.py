@@ -5,8 +5,15 @@ from __future__ import annotations
 from vaswani.config import TrainConfig
 
 
-def learning_rate(step: int, train: TrainConfig, d_model: int) -> float:
-    """The learning rate for optimizer step `step` (counting from 1).
+def progress(step: int, elapsed_s: float, train: TrainConfig) -> float:
+    """How much of the run's budget is spent, in [0, 1]: the larger of steps and (with max_time) time."""
+    budget = train.max_seconds
+    return min(1.0, max(step / train.max_steps, elapsed_s / budget if budget else 0.0))
+
+
+def learning_rate(step: int, train: TrainConfig, d_model: int, spent: float = 0.0) -> float:
+    """The learning rate for optimizer step `step` (counting from 1), `spent` of the budget gone
+    (see `progress`; it matters only with lr_decay: linear, which multiplies by 1 - spent).
 
     noam (§5.3): lr_factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5): linear warmup, then
     decay with the inverse square root of the step. inverse_sqrt: the same shape scaled so that it
@@ -14,6 +21,8 @@ def learning_rate(step: int, train: TrainConfig, d_model: int) -> float:
     """
     step = max(step, 1)
     shape = min(step**-0.5, step * train.warmup_steps**-1.5)
+    if train.lr_decay == "linear":
+        shape *= max(0.0, 1.0 - spent)
     if train.lr_schedule == "noam":
         return train.lr_factor * d_model**-0.5 * shape
     return train.peak_lr * shape * train.warmup_steps**0.5

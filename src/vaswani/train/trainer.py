@@ -16,19 +16,21 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from vaswani.config import Config, ConfigError
+from vaswani.console import format_duration
 from vaswani.data.batching import collate, epoch_order, padding_fraction, token_batches
 from vaswani.decode.translator import search_ids
 from vaswani.evaluate import bleu
 from vaswani.nn import Transformer
+from vaswani.precision import choose
 from vaswani.runtime import autocast, pick_device
 from vaswani.train import checkpoint as ckpt
 from vaswani.train.data import RunData, epoch_data, prepare
 from vaswani.train.loss import label_smoothed_cross_entropy
 from vaswani.train.plot import plot_metrics
-from vaswani.train.schedule import learning_rate
+from vaswani.train.schedule import learning_rate, progress
 
 
 class _HiddenStates(torch.nn.Module):
@@ -219,6 +221,7 @@ class Trainer:
         if saved is not None:
             self._check_resumable(saved)
         self._build(data)
+        self._resolve_precision(saved)
         if self.rank == 0:
             ckpt.write_model_directory(self.model_dir, self.config)
         self.log_config()
@@ -234,6 +237,30 @@ class Trainer:
         self._loop(data, state)
         return state
 
+    def _resolve_precision(self, saved: Config | None) -> None:
+        """Turn train.precision into fp32 or bf16 (rank 0 measures, every rank takes its answer); a
+        resumed run keeps the precision it started with unless another one is asked for by name."""
+        t = self.config.train
+        if self.rank == 0:
+            if saved is not None and t.precision == "auto":
+                precision = saved.train.precision
+                self.log(f"precision {precision}: kept from the run being resumed")
+            else:
+                if saved is not None and t.precision != saved.train.precision:
+                    self.log(f"note: this run started in {saved.train.precision} and goes on in {t.precision}, "
+                             "as asked")
+                choice = choose(t.precision, self.config.model, self.device, self.config.data.max_tokens,
+                                training=True)
+                precision = choice.precision
+                self.log(choice.describe())
+                if choice.warning():
+                    self.log(f"warning: {choice.warning()}")
+        if self.world > 1:
+            box = [precision if self.rank == 0 else None]
+            dist.broadcast_object_list(box, src=0)
+            precision = box[0]
+        self.config = dataclasses.replace(self.config, train=dataclasses.replace(t, precision=precision))
+
     def _prepare_data(self) -> RunData:
         joint = self.config.model.share_embeddings
         return prepare(self.config.data, joint, self.model_dir, self.config.train.seed, self.log, self.rank == 0)
@@ -245,48 +272,79 @@ class Trainer:
             self.console.rule()
 
     def _loop(self, data: RunData, state: TrainState) -> None:
+        """Train until max_steps, max_epochs, max_time or early stopping; the log says which ended it.
+
+        Progress: a live bar on a terminal; otherwise (a log file, nohup, a scheduler, CI) a plain line
+        every `log_every` updates, so a run shows signs of life before its first validation."""
         t = self.config.train
         metrics_path = self.model_dir / "metrics.jsonl"
-        columns = [TextColumn("step"), MofNCompleteColumn(), BarColumn(), TextColumn("{task.fields[info]}"),
-                   TimeRemainingColumn()]
+        budget = t.max_seconds
+        log_every = max(1, min(100, t.valid_every // 4))
+        live = self.rank == 0 and self.console.is_terminal
+        columns = [TextColumn("step"), MofNCompleteColumn(), BarColumn(), TextColumn("{task.fields[info]}")]
         window_loss = window_tokens = 0.0
         window_start = started = time.perf_counter()
-        elapsed_before = state.elapsed
-        with Progress(*columns, console=self.console, disable=self.rank != 0, transient=False) as progress:
-            task = progress.add_task("train", total=t.max_steps, completed=state.step, info="")
-            while state.step < t.max_steps:
-                if t.max_epochs is not None and state.epoch >= t.max_epochs:
-                    break
+        elapsed_before, steps_before = state.elapsed, state.step
+        ended = self._limit_reached(state, budget)
+        with Progress(*columns, console=self.console, disable=not live, transient=False) as bar:
+            task = bar.add_task("train", total=t.max_steps, completed=state.step, info="")
+            while ended is None:
                 state.step += 1
-                lr = learning_rate(state.step, t, self.config.model.d_model)
+                state.elapsed = self._agreed(elapsed_before + time.perf_counter() - started)
+                lr = learning_rate(state.step, t, self.config.model.d_model, progress(state.step - 1, state.elapsed, t))
                 for group in self.optimizer.param_groups:
                     group["lr"] = lr
                 self.model.train()
                 loss, tokens = self._train_step(self._next_batches(data, state))
                 window_loss += loss
                 window_tokens += tokens
-                log_now = state.step % max(1, min(100, t.valid_every // 4)) == 0
-                if log_now or state.step % t.valid_every == 0:
-                    now = time.perf_counter()
-                    state.elapsed = elapsed_before + now - started
+                now = time.perf_counter()
+                state.elapsed = self._agreed(elapsed_before + now - started)
+                ended = self._limit_reached(state, budget)
+                if state.step % log_every == 0 or state.step % t.valid_every == 0 or ended:
                     record = {"step": state.step, "epoch": state.epoch + 1, "train_loss": window_loss / window_tokens,
                               "lr": lr, "tokens_per_s": window_tokens * self.world / (now - window_start),
                               "elapsed_s": round(state.elapsed, 1)}
-                    progress.update(task, completed=state.step, info=(
-                        f"epoch {record['epoch']} loss {record['train_loss']:.3f} lr {lr:.2e} "
-                        f"{record['tokens_per_s']:,.0f} tok/s"))
+                    per_step = (now - started) / (state.step - steps_before)
+                    left = (t.max_steps - state.step) * per_step
+                    if budget is not None:
+                        left = min(left, budget - state.elapsed)
+                    info = (f"epoch {record['epoch']} loss {record['train_loss']:.3f} lr {lr:.2e} "
+                            f"{record['tokens_per_s']:,.0f} tok/s, {format_duration(state.elapsed)} elapsed, "
+                            f"~{format_duration(max(0.0, left))} left")
+                    bar.update(task, completed=state.step, info=info)
+                    if not live:
+                        self.log(f"step {state.step}/{t.max_steps} {info}")
                     self._append(metrics_path, record)
                     window_loss = window_tokens = 0.0
                     window_start = time.perf_counter()
-                validate = state.step % t.valid_every == 0 or state.step == t.max_steps
-                if validate:
-                    state.elapsed = elapsed_before + time.perf_counter() - started
-                    stop = self._validate_and_save(data, state, metrics_path)
+                if state.step % t.valid_every == 0 or ended:
+                    if self._validate_and_save(data, state, metrics_path):
+                        ended = f"early stopping: no improvement in {t.patience} validations"
+                    state.elapsed = self._agreed(elapsed_before + time.perf_counter() - started)
                     window_start = time.perf_counter()  # tokens/s counts training steps only
-                    if stop:
-                        self.log(f"early stopping at step {state.step}: no improvement in {t.patience} validations")
-                        break
-                progress.update(task, completed=state.step)
+                bar.update(task, completed=state.step)
+        self.log(f"training ended at step {state.step} after {format_duration(state.elapsed)}: {ended}")
+
+    def _limit_reached(self, state: TrainState, budget: float | None) -> str | None:
+        """Which limit ends the run now, in words naming the setting; None: go on."""
+        t = self.config.train
+        if state.step >= t.max_steps:
+            return f"reached train.max_steps ({t.max_steps})"
+        if budget is not None and state.elapsed >= budget:
+            return f"reached train.max_time ({t.max_time}, {format_duration(state.elapsed)} spent)"
+        if t.max_epochs is not None and state.epoch >= t.max_epochs:
+            return f"reached train.max_epochs ({t.max_epochs})"
+        return None
+
+    def _agreed(self, elapsed: float) -> float:
+        """Rank 0's clock on every rank, where time decides (max_time, a time-based schedule): all
+        ranks then stop at the same step and use the same learning rate."""
+        if self.world == 1 or self.config.train.max_time is None:
+            return elapsed
+        value = torch.tensor([elapsed], dtype=torch.float64)
+        dist.broadcast(value, src=0)
+        return float(value.item())
 
     def _append(self, path: Path, record: dict[str, Any]) -> None:
         if self.rank == 0:

@@ -1,0 +1,198 @@
+"""Which precision runs this model faster on this device: bf16 autocast or float32, measured, not guessed.
+
+CPU flags do not tell. Three 2-core CPUs, torch 2.13.0, a 1024^3 matrix product in fp32 / bf16:
+an AMD EPYC with avx512_bf16 198 / 430 GFLOP/s, an Intel Xeon with avx512_bf16 and avx512_fp16
+319 / 166 (bf16 *slower*), an AVX2-only CPU 138 / ~1 (bf16 emulated). So `precision: auto` times the
+model's own matrix products (its linear layers and the pre-softmax projection, at its dimensions and
+at the number of rows a batch gives them, forward and for training backward too, weights cast by
+autocast as in a real step) in both precisions, and picks bf16 only where they run clearly faster.
+
+    choice = choose("auto", model_config, torch.device("cpu"), rows=4000, training=True)
+    choice.precision      # "bf16" or "fp32"
+    choice.describe()     # the choice and both measured figures, for the log
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from vaswani.config import ModelConfig
+
+PRECISIONS = ("auto", "fp32", "bf16")
+
+# bf16 is chosen only where its matrix products are at least this much faster than float32: the rest
+# of a step (casts, layer norms, softmax, attention, Adam) gains less than the products or nothing,
+# and on the AMD EPYC above a 2.2x matrix-product speed-up made whole training steps 1.27x faster.
+BF16_MIN_SPEEDUP = 1.2
+# Decoding gains less again (each step is small products, top-k, the cache): on the AMD EPYC the Multi30k
+# model's products at beam 4 x 64 sentences ran 1.3-1.5x faster in bf16 and whole decoding 1.05x, and bf16
+# changes some outputs; so decoding takes bf16 only for a clear gain (the base model: 2.1x at 256 rows).
+BF16_MIN_SPEEDUP_DECODING = 1.6
+# Rows per product: enough to be the kernels a batch runs, few enough to keep the measurement short.
+MAX_ROWS = 1024
+# A first product this many times slower in bf16 than in fp32 means bf16 is emulated (AVX2: ~100x):
+# the measurement stops there instead of running the slow path for seconds.
+EMULATED = 8.0
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Seconds for one pass over the model's matrix products, in each precision."""
+
+    fp32_s: float
+    bf16_s: float
+    rows: int
+    emulated: bool = False  # stopped after the probe: bf16 runs at a small fraction of fp32's speed
+
+    @property
+    def bf16_speedup(self) -> float:
+        return self.fp32_s / self.bf16_s
+
+    def figures(self) -> str:
+        approx = "at least " if self.emulated else ""
+        return (f"fp32 {self.fp32_s * 1e3:.1f} ms, bf16 {approx}{self.bf16_s * 1e3:.1f} ms per pass over the "
+                f"model's matrix products at {self.rows} rows: bf16 {approx.replace('at least ', 'at most ')}"
+                f"{self.bf16_speedup:.2f}x fp32's speed")
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The precision to run in, what was asked for, and the measurement behind it (None: not measured)."""
+
+    precision: str
+    requested: str
+    measurement: Measurement | None = None
+    reason: str = ""
+
+    @property
+    def slower_than_asked(self) -> bool:
+        """An explicit bf16 that measured slower than fp32 on this device."""
+        m = self.measurement
+        return self.requested == "bf16" and m is not None and m.bf16_speedup < 1.0
+
+    def describe(self) -> str:
+        """One line for the log: the choice and why."""
+        figures = f" ({self.measurement.figures()})" if self.measurement else ""
+        if self.requested == "auto":
+            return f"precision auto -> {self.precision}: {self.reason}{figures}"
+        return f"precision {self.precision}{figures}"
+
+    def warning(self) -> str | None:
+        """One warning line where an explicit bf16 measured slower than fp32; None otherwise."""
+        if not self.slower_than_asked:
+            return None
+        m = self.measurement
+        return (f"bf16 runs at {m.bf16_speedup:.2f}x fp32's speed on this device at this model's shapes "
+                f"({m.figures()}); going on in bf16 as asked (precision auto would use fp32)")
+
+
+def check(precision: str, name: str = "precision") -> None:
+    if precision not in PRECISIONS:
+        raise ValueError(f"{name} must be auto, fp32 or bf16, got {precision!r}")
+
+
+def choose(requested: str, config: ModelConfig, device: torch.device, rows: int, training: bool,
+           measure: Callable[..., Measurement] | None = None) -> Choice:
+    """Resolve `requested` ("auto", "fp32", "bf16") for `config` on `device`.
+
+    `rows`: positions per batch that go through each linear layer (training: the batch's tokens;
+    decoding: sentences x beam). "auto" and an explicit "bf16" are measured on CPUs (an explicit bf16
+    to warn when it is slower); a CUDA GPU with bf16 support takes bf16 without measuring.
+    """
+    check(requested)
+    if requested == "fp32":
+        return Choice("fp32", requested)
+    if device.type == "cuda":
+        if torch.cuda.is_bf16_supported():
+            return Choice("bf16", requested, reason="CUDA GPU with bf16 support")
+        if requested == "auto":
+            return Choice("fp32", requested, reason="this GPU has no bf16 support")
+        return Choice("bf16", requested)
+    if device.type != "cpu":
+        return Choice("fp32" if requested == "auto" else "bf16", requested, reason=f"{device.type} is not measured")
+    measurement = (measure or measure_matmuls)(config, device, rows, training)
+    if requested == "bf16":
+        return Choice("bf16", requested, measurement)
+    needed = BF16_MIN_SPEEDUP if training else BF16_MIN_SPEEDUP_DECODING
+    if measurement.bf16_speedup >= needed:
+        return Choice("bf16", requested, measurement, f"bf16 autocast measured {measurement.bf16_speedup:.2f}x faster")
+    why = "bf16 emulated on this CPU" if measurement.emulated else f"bf16 not at least {needed}x faster"
+    return Choice("fp32", requested, measurement, why)
+
+
+def _shapes(config: ModelConfig, training: bool) -> list[tuple[int, int, int]]:
+    """(in, out, count) of each distinct linear map one batch runs through, counted per layer."""
+    d, f, v = config.d_model, config.d_ff, config.tgt_vocab_size
+    decoder = [(d, 3 * d, 1), (d, d, 2), (d, 2 * d, 1), (d, d, 1), (d, f, 1), (f, d, 1)]  # self, cross, ff
+    counts: dict[tuple[int, int], int] = {}
+    layers = [(decoder, config.decoder_layers)]
+    if training:  # decoding runs the encoder once per sentence, the decoder at every step
+        layers.append(([(d, 3 * d, 1), (d, d, 1), (d, f, 1), (f, d, 1)], config.n_layers))
+    for shapes, n in layers:
+        for i, o, c in shapes:
+            counts[(i, o)] = counts.get((i, o), 0) + c * n
+    counts[(d, v)] = counts.get((d, v), 0) + 1  # the pre-softmax projection
+    return [(i, o, c) for (i, o), c in counts.items()]
+
+
+def measure_matmuls(config: ModelConfig, device: torch.device, rows: int, training: bool,
+                    repeats: int = 3) -> Measurement:
+    """Time one pass over the model's linear maps in fp32 and under bf16 autocast (min of `repeats`,
+    the two precisions alternating), on random data that leaves the global random state untouched."""
+    rows = max(1, min(rows, MAX_ROWS))
+    generator = torch.Generator(device).manual_seed(0)
+    shapes = _shapes(config, training)
+
+    def tensors(i: int, o: int) -> tuple[torch.Tensor, torch.Tensor]:
+        x = torch.randn(rows, i, generator=generator, device=device, requires_grad=training)
+        w = torch.randn(o, i, generator=generator, device=device, requires_grad=training)
+        return x, w
+
+    data = [(*tensors(i, o), c) for i, o, c in shapes]
+
+    def one_pass(bf16: bool, limit_s: float = float("inf")) -> float:
+        total = 0.0
+        cast = torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+        for x, w, count in data:
+            start = time.perf_counter()
+            with cast, (contextlib.nullcontext() if training else torch.no_grad()):
+                y = F.linear(x, w)
+                if training:
+                    y.backward(torch.ones_like(y))
+            total += (time.perf_counter() - start) * count
+            if total > limit_s:
+                return float("inf")
+        return total
+
+    probe = _probe(device, generator)
+    if probe is not None:
+        return Measurement(probe[0], probe[1], 64, emulated=True)
+    one_pass(False), one_pass(True)  # first calls create the kernels (oneDNN primitives)
+    fp32 = bf16 = float("inf")
+    for _ in range(repeats):
+        fp32 = min(fp32, one_pass(False))
+        bf16 = min(bf16, one_pass(True, limit_s=EMULATED * fp32))
+    if bf16 == float("inf"):  # every bf16 pass ran past EMULATED x fp32
+        return Measurement(fp32, EMULATED * fp32, rows, emulated=True)
+    return Measurement(fp32, bf16, rows)
+
+
+def _probe(device: torch.device, generator: torch.Generator) -> tuple[float, float] | None:
+    """A small product in both precisions: (fp32 s, bf16 s) when bf16 is EMULATED-fold slower, else None."""
+    a = torch.randn(64, 256, generator=generator, device=device)
+    b = torch.randn(256, 256, generator=generator, device=device)
+    times = []
+    for dtype in (torch.float32, torch.bfloat16):
+        x, y = a.to(dtype), b.to(dtype)
+        x @ y  # kernel creation
+        start = time.perf_counter()
+        for _ in range(5):
+            x @ y
+        times.append((time.perf_counter() - start) / 5)
+    return (times[0], times[1]) if times[1] > EMULATED * times[0] else None

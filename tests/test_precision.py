@@ -1,0 +1,65 @@
+"""precision auto: bf16 only where measured faster; explicit bf16 warns when slower; the measurement is real."""
+
+import pytest
+import torch
+
+from vaswani import precision
+from vaswani.config import ModelConfig
+from vaswani.precision import Measurement, choose
+
+CONFIG = ModelConfig.preset("tiny", vocab_size=1000)
+CPU = torch.device("cpu")
+
+
+def fake(speedup: float, emulated: bool = False):
+    def measure(config, device, rows, training):
+        return Measurement(fp32_s=0.01, bf16_s=0.01 / speedup, rows=rows, emulated=emulated)
+    return measure
+
+
+@pytest.mark.parametrize(("speedup", "training", "expected"), [
+    (1.7, True, "bf16"), (1.1, True, "fp32"), (0.5, True, "fp32"),  # AMD EPYC-like, near-equal, Xeon-like
+    (1.7, False, "bf16"), (1.3, False, "fp32"),  # decoding needs a clearer gain
+])
+def test_auto_picks_the_precision_that_measured_faster(speedup, training, expected):
+    choice = choose("auto", CONFIG, CPU, 4000, training, measure=fake(speedup))
+    assert choice.precision == expected
+    assert "fp32 10.0 ms" in choice.describe() and f"{speedup:.2f}x" in choice.describe()
+    assert choice.warning() is None
+
+
+def test_emulated_bf16_gives_fp32_and_says_why():
+    choice = choose("auto", CONFIG, CPU, 4000, True, measure=fake(0.01, emulated=True))
+    assert choice.precision == "fp32" and "emulated" in choice.describe()
+
+
+def test_explicit_bf16_that_is_slower_warns_with_the_ratio_and_goes_on():
+    choice = choose("bf16", CONFIG, CPU, 4000, True, measure=fake(0.52))
+    assert choice.precision == "bf16"
+    assert "0.52x fp32's speed" in choice.warning() and "as asked" in choice.warning()
+    assert choose("bf16", CONFIG, CPU, 4000, True, measure=fake(1.7)).warning() is None
+
+
+def test_explicit_fp32_is_not_measured():
+    def measure(*args):
+        raise AssertionError("measured")
+    assert choose("fp32", CONFIG, CPU, 4000, True, measure=measure).precision == "fp32"
+
+
+def test_cuda_with_bf16_skips_the_measurement(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    choice = choose("auto", CONFIG, torch.device("cuda"), 4000, True, measure=None)
+    assert choice.precision == "bf16" and choice.measurement is None
+
+
+def test_unknown_precision_is_an_error():
+    with pytest.raises(ValueError, match="auto, fp32 or bf16"):
+        choose("fp16", CONFIG, CPU, 10, True)
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_real_measurement_is_quick_finite_and_leaves_the_random_state_alone(training):
+    state = torch.get_rng_state()
+    m = precision.measure_matmuls(CONFIG, CPU, 256, training)
+    assert torch.equal(state, torch.get_rng_state())
+    assert 0 < m.fp32_s < 1 and 0 < m.bf16_s < float("inf")

@@ -1,0 +1,116 @@
+"""precision auto in the trainer, train.max_time, the budget schedule, and progress lines in a log."""
+
+import io
+
+import pytest
+import yaml
+from rich.console import Console
+
+from tests.train.test_trainer import _config, _quiet
+from vaswani import precision
+from vaswani.config import ConfigError, TrainConfig, parse_duration
+from vaswani.precision import Measurement
+from vaswani.train.schedule import learning_rate, progress
+from vaswani.train.trainer import Trainer
+
+
+def _measuring(monkeypatch, speedup):
+    calls = []
+
+    def measure(config, device, rows, training):
+        calls.append(rows)
+        return Measurement(fp32_s=0.01, bf16_s=0.01 / speedup, rows=rows)
+    monkeypatch.setattr(precision, "measure_matmuls", measure)
+    return calls
+
+
+def _log() -> tuple[Console, io.StringIO]:
+    buffer = io.StringIO()
+    return Console(file=buffer, width=200), buffer  # not a terminal, as a log file
+
+
+@pytest.mark.parametrize(("speedup", "expected"), [(1.8, "bf16"), (0.5, "fp32")])
+def test_auto_resolves_by_measurement_and_the_model_directory_keeps_the_result(tmp_path, monkeypatch, speedup,
+                                                                               expected):
+    calls = _measuring(monkeypatch, speedup)
+    console, log = _log()
+    trainer = Trainer(_config(max_steps=2, valid_every=2, precision="auto"), tmp_path / "run", console)
+    trainer.train()
+    assert calls == [120]  # the batch's token budget, measured once
+    saved = yaml.safe_load((tmp_path / "run/config.yaml").read_text())
+    assert saved["train"]["precision"] == expected == trainer.config.train.precision
+    assert f"precision auto -> {expected}" in log.getvalue() and "fp32 10.0 ms" in log.getvalue()
+
+
+def test_explicit_bf16_measured_slower_warns_once_and_trains_in_bf16(tmp_path, monkeypatch):
+    _measuring(monkeypatch, 0.5)
+    console, log = _log()
+    trainer = Trainer(_config(max_steps=2, valid_every=2, precision="bf16"), tmp_path / "run", console)
+    trainer.train()
+    assert trainer.config.train.precision == "bf16"
+    warnings = [line for line in log.getvalue().splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "0.50x fp32's speed" in warnings[0]
+
+
+def test_a_resumed_run_keeps_its_precision_whatever_the_new_measurement_says(tmp_path, monkeypatch):
+    _measuring(monkeypatch, 1.8)
+    Trainer(_config(max_steps=2, valid_every=2, precision="auto"), tmp_path / "run", _quiet()).train()
+    calls = _measuring(monkeypatch, 0.5)  # the machine now says fp32
+    console, log = _log()
+    trainer = Trainer(_config(max_steps=4, valid_every=2, precision="auto"), tmp_path / "run", console)
+    state = trainer.train()
+    assert state.step == 4 and trainer.config.train.precision == "bf16" and calls == []
+    assert "precision bf16: kept from the run being resumed" in log.getvalue()
+    assert yaml.safe_load((tmp_path / "run/config.yaml").read_text())["train"]["precision"] == "bf16"
+
+
+def test_progress_lines_appear_in_a_log_before_the_first_validation(tmp_path):
+    console, log = _log()
+    Trainer(_config(max_steps=8, valid_every=8), tmp_path / "run", console).train()
+    lines = log.getvalue().splitlines()
+    steps = [line for line in lines if line.startswith("step ") and "tok/s" in line]
+    assert [line.split()[1] for line in steps] == ["2/8", "4/8", "6/8", "8/8"]  # every valid_every // 4 updates
+    for word in ("loss", "lr", "tok/s", "elapsed", "left"):
+        assert word in steps[0]
+    first_validation = next(i for i, line in enumerate(lines) if line.startswith("step 8:"))
+    assert lines.index(steps[0]) < first_validation
+    assert "training ended at step 8" in lines[-1] and "reached train.max_steps (8)" in lines[-1]
+
+
+def test_max_time_stops_validates_and_saves_and_a_resume_counts_the_time_spent(tmp_path):
+    config = _config(max_steps=100_000, valid_every=100_000, max_time="1s")
+    console, log = _log()
+    state = Trainer(config, tmp_path / "run", console).train()
+    assert 0 < state.step < 100_000 and state.elapsed >= 1.0
+    assert f"training ended at step {state.step}" in log.getvalue()
+    assert "reached train.max_time (1s" in log.getvalue()
+    assert (tmp_path / f"run/checkpoints/step_{state.step:08d}").is_dir()  # validated and saved there
+    assert "valid_loss" in state.history[-1]
+    again = Trainer(config, tmp_path / "run", _quiet()).train()
+    assert again.step == state.step  # the budget was already spent
+    longer = Trainer(_config(max_steps=100_000, valid_every=100_000, max_time="2s"), tmp_path / "run",
+                     _quiet()).train()
+    assert longer.step > state.step and 2.0 <= longer.elapsed < 3.5
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("90s", 90), ("10m", 600), ("1h30m", 5400), ("1.5h", 5400),
+                                               (45, 45), ("2m30s", 150)])
+def test_durations(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("bad", ["10 minutes", "m", "-5s", "0s", "1d"])
+def test_bad_durations_are_config_errors_naming_the_key(bad):
+    with pytest.raises(ConfigError, match=r"train\.max_time must be"):
+        _config(max_time=bad)
+
+
+def test_linear_decay_reaches_zero_at_the_end_of_the_budget():
+    t = TrainConfig(warmup_steps=10, max_steps=1000, max_time="100s", lr_decay="linear")
+    plain = TrainConfig(warmup_steps=10, max_steps=1000)
+    assert progress(100, 50.0, t) == 0.5  # time is the larger share
+    assert progress(900, 50.0, t) == 0.9  # steps are
+    assert progress(100, 500.0, t) == 1.0
+    assert learning_rate(200, t, 128, 0.25) == pytest.approx(0.75 * learning_rate(200, plain, 128))
+    assert learning_rate(200, t, 128, 1.0) == 0.0
+    assert learning_rate(200, plain, 128, 0.9) == learning_rate(200, plain, 128)  # none: the paper's schedule
