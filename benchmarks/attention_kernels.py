@@ -15,6 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from vaswani.precision import bf16_emulated
+
 
 def milliseconds(fn, repeats: int = 10) -> float:
     for _ in range(3):
@@ -39,6 +41,9 @@ def main() -> None:
     print("| dtype | attention | flash | math |")
     print("|---|---|---|---|")
     for dtype in (torch.float32, torch.bfloat16):
+        if dtype == torch.bfloat16 and bf16_emulated():
+            print(f"| bfloat16 | skipped: {bf16_emulated()} |")
+            continue
         qkv = torch.randn(3, B, H, T, Dh, dtype=dtype, requires_grad=True)
         for name, kwargs in (("padding mask", {"attn_mask": mask}), ("causal", {"is_causal": True})):
             times = []

@@ -37,7 +37,8 @@ from vaswani.data.batching import collate
 from vaswani.data.corpus import read_lines
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.decode.search import beam_search, greedy
-from vaswani.runtime import keep_freed_memory
+from vaswani.precision import bf16_emulated
+from vaswani.runtime import cpu_name, keep_freed_memory
 from vaswani.train.loss import label_smoothed_cross_entropy
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "multi30k" / "raw"
@@ -147,9 +148,10 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             tokenizer = Tokenizer.train(de, en, args.vocab_size, "bpe", joint=True, directory=tmp)
     config = ModelConfig.preset(args.preset, vocab_size=tokenizer.src_vocab_size)
-    print(f"# torch {torch.__version__}, transformers {transformers.__version__}, {torch.get_num_threads()} "
-          f"threads; preset {args.preset}: d_model {config.d_model}, {config.n_layers}+{config.decoder_layers} "
-          f"layers, {config.n_heads} heads, d_ff {config.d_ff}, dropout {config.dropout}, vocabulary "
+    print(f"# {cpu_name()}, torch {torch.__version__}, transformers {transformers.__version__}, "
+          f"{torch.get_num_threads()} threads; preset {args.preset}: d_model {config.d_model}, "
+          f"{config.n_layers}+{config.decoder_layers} layers, {config.n_heads} heads, d_ff {config.d_ff}, "
+          f"dropout {config.dropout}, vocabulary "
           f"{config.src_vocab_size}")
     pairs = list(zip(tokenizer.encode_src(de[:12000]), tokenizer.encode_tgt(en[:12000]), strict=True))
     batches = make_batches([(len(s) + 1, len(t) + 1) for s, t in pairs], 4000, args.vocab_size)
@@ -166,6 +168,9 @@ def train_table(config: ModelConfig, batches: list, steps: int, warmup: int) -> 
           "| matrix-product floor tok/s | floor vs faster peer |")
     print("|---|---|---|---|---|---|---|")
     for bf16 in (False, True):
+        if bf16 and bf16_emulated():
+            print(f"| bf16 autocast | skipped: {bf16_emulated()} |", flush=True)
+            continue
         r = train_race(config, batches, steps, warmup, bf16)
         peer = max(r["Marian (HF)"], r["torch.nn.Transformer"])
         floor = r["matrix-product floor"]
@@ -181,6 +186,9 @@ def decode_table(config: ModelConfig, sources: list[list[int]], steps: int, batc
     for batch_size in batch_sizes:
         subset = sources[: min(len(sources), 200 * batch_size)]  # at most 200 batches: small ones take long
         for bf16 in (False, True):
+            if bf16 and bf16_emulated():
+                print(f"| batch {batch_size}, bf16 | skipped: {bf16_emulated()} |", flush=True)
+                continue
             for beam in (1, 4):
                 r = decode_race(config, subset, beam, steps, batch_size, bf16)
                 name = f"batch {batch_size}, {'greedy' if beam == 1 else f'beam {beam}'}, {'bf16' if bf16 else 'fp32'}"

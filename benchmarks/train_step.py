@@ -19,7 +19,6 @@ import argparse
 import contextlib
 import gzip
 import math
-import platform
 import random
 import statistics
 import time
@@ -32,7 +31,8 @@ from torch import Tensor, nn
 
 from vaswani import ModelConfig, Transformer
 from vaswani.nn.embedding import Embeddings, SinusoidalPositions, TokenEmbedding
-from vaswani.runtime import keep_freed_memory
+from vaswani.precision import bf16_emulated
+from vaswani.runtime import cpu_name, keep_freed_memory
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "multi30k" / "raw"
 
@@ -157,13 +157,16 @@ def main() -> None:
     config = ModelConfig.preset(args.preset, vocab_size=args.vocab_size, **overrides)
     batches = make_batches(multi30k_lengths(12000), args.max_tokens, args.vocab_size)
     tokens = statistics.mean(int((b[2] != 0).sum()) for b in batches)
-    print(f"# {platform.processor() or platform.machine()}, torch {torch.__version__}, "
+    print(f"# {cpu_name()}, torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads; preset {args.preset} (d_model {config.d_model}, "
           f"{config.n_layers}+{config.decoder_layers} layers, dropout {config.dropout}), vocabulary "
           f"{args.vocab_size}, {len(batches)} batches of ~{tokens:.0f} target tokens")
     print("| precision | vaswani tok/s | torch.nn.Transformer tok/s | ratio |")
     print("|---|---|---|---|")
     for dtype in args.dtypes.split(","):
+        if dtype == "bf16" and bf16_emulated():
+            print(f"| bf16 | skipped: {bf16_emulated()} |", flush=True)
+            continue
         rates = measure(config, batches, args.steps, args.warmup, dtype == "bf16")
         ours, theirs = rates["vaswani"], rates["torch"]
         print(f"| {dtype} | {ours:,.0f} | {theirs:,.0f} | {ours / theirs:.2f}x |", flush=True)

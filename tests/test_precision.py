@@ -63,3 +63,10 @@ def test_real_measurement_is_quick_finite_and_leaves_the_random_state_alone(trai
     m = precision.measure_matmuls(CONFIG, CPU, 256, training)
     assert torch.equal(state, torch.get_rng_state())
     assert 0 < m.fp32_s < 1 and 0 < m.bf16_s < float("inf")
+
+
+def test_benchmarks_learn_why_bf16_is_skipped_where_it_is_emulated(monkeypatch):
+    monkeypatch.setattr(precision, "_probe", lambda device, generator: (1e-4, 1e-2))
+    assert "emulated" in precision.bf16_emulated() and "(100x slower)" in precision.bf16_emulated()
+    monkeypatch.setattr(precision, "_probe", lambda device, generator: None)
+    assert precision.bf16_emulated() is None

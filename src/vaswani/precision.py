@@ -183,6 +183,17 @@ def measure_matmuls(config: ModelConfig, device: torch.device, rows: int, traini
     return Measurement(fp32, bf16, rows)
 
 
+def bf16_emulated(device: torch.device | None = None) -> str | None:
+    """Why bf16 should not be run here (the probe found it EMULATED-fold slower than fp32), or None.
+    Benchmarks skip their bf16 contenders with this reason instead of running them for hours."""
+    device = device or torch.device("cpu")
+    probe = _probe(device, torch.Generator(device).manual_seed(0))
+    if probe is None:
+        return None
+    return (f"bf16 is emulated on this CPU: a 64x256x256 product takes {probe[1] * 1e3:.2f} ms in bf16 against "
+            f"{probe[0] * 1e3:.3f} ms in fp32 ({probe[1] / probe[0]:.0f}x slower)")
+
+
 def _probe(device: torch.device, generator: torch.Generator) -> tuple[float, float] | None:
     """A small product in both precisions: (fp32 s, bf16 s) when bf16 is EMULATED-fold slower, else None."""
     a = torch.randn(64, 256, generator=generator, device=device)

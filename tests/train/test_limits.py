@@ -114,3 +114,23 @@ def test_linear_decay_reaches_zero_at_the_end_of_the_budget():
     assert learning_rate(200, t, 128, 0.25) == pytest.approx(0.75 * learning_rate(200, plain, 128))
     assert learning_rate(200, t, 128, 1.0) == 0.0
     assert learning_rate(200, plain, 128, 0.9) == learning_rate(200, plain, 128)  # none: the paper's schedule
+
+
+def test_ddp_ranks_stop_together_at_the_time_budget(tmp_path):
+    """Each rank has its own clock; rank 0's decides, or one rank would wait forever for the other."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.train.test_trainer import TOY
+
+    config = tmp_path / "ddp.yaml"
+    values = {k: dict(v) for k, v in TOY.items()}
+    values["train"].update(max_steps=100_000, valid_every=100_000, max_time="3s", lr_decay="linear")
+    config.write_text(yaml.safe_dump(values))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    ddp = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "-m", "vaswani.cli",
+                          "train", str(config), str(tmp_path / "ddp")], capture_output=True, text=True, env=env,
+                         timeout=120)
+    assert ddp.returncode == 0, ddp.stderr[-2000:]
+    assert "reached train.max_time (3s" in ddp.stderr

@@ -64,7 +64,7 @@ class Trainer:
         self.rank = dist.get_rank() if dist.is_initialized() else 0
         self.world = dist.get_world_size() if dist.is_initialized() else 1
         self._epoch_cache: tuple[int, list, list[list[int]]] | None = None
-        self.console = console or Console(stderr=True)
+        self.console = console or Console(stderr=True, soft_wrap=True)  # a log keeps one line per message
         self.device = pick_device(config.train.device)
         if self.device.type == "cuda" and self.world > 1:
             self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
@@ -289,8 +289,7 @@ class Trainer:
         with Progress(*columns, console=self.console, disable=not live, transient=False) as bar:
             task = bar.add_task("train", total=t.max_steps, completed=state.step, info="")
             while ended is None:
-                state.step += 1
-                state.elapsed = self._agreed(elapsed_before + time.perf_counter() - started)
+                state.step += 1  # the schedule sees the budget spent when the step begins (elapsed of the last)
                 lr = learning_rate(state.step, t, self.config.model.d_model, progress(state.step - 1, state.elapsed, t))
                 for group in self.optimizer.param_groups:
                     group["lr"] = lr
