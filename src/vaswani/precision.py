@@ -35,7 +35,9 @@ BF16_MIN_SPEEDUP = 1.2
 # changes some outputs; so decoding takes bf16 only for a clear gain (the base model: 2.1x at 256 rows).
 BF16_MIN_SPEEDUP_DECODING = 1.6
 # Rows per product: enough to be the kernels a batch runs, few enough to keep the measurement short.
-MAX_ROWS = 1024
+MAX_ROWS = 512
+# Training projects onto the vocabulary this many rows at a time (train/loss.py), so it is measured so.
+LOSS_CHUNK = 256
 # A first product this many times slower in bf16 than in fp32 means bf16 is emulated (AVX2: ~100x):
 # the measurement stops there instead of running the slow path for seconds.
 EMULATED = 8.0
@@ -126,8 +128,8 @@ def choose(requested: str, config: ModelConfig, device: torch.device, rows: int,
     return Choice("fp32", requested, measurement, why)
 
 
-def _shapes(config: ModelConfig, training: bool) -> list[tuple[int, int, int]]:
-    """(in, out, count) of each distinct linear map one batch runs through, counted per layer."""
+def _shapes(config: ModelConfig, training: bool, rows: int) -> list[tuple[int, int, float, int]]:
+    """(in, out, count, rows) of each distinct linear map one batch runs through, counted per layer."""
     d, f, v = config.d_model, config.d_ff, config.tgt_vocab_size
     decoder = [(d, 3 * d, 1), (d, d, 2), (d, 2 * d, 1), (d, d, 1), (d, f, 1), (f, d, 1)]  # self, cross, ff
     counts: dict[tuple[int, int], int] = {}
@@ -137,8 +139,10 @@ def _shapes(config: ModelConfig, training: bool) -> list[tuple[int, int, int]]:
     for shapes, n in layers:
         for i, o, c in shapes:
             counts[(i, o)] = counts.get((i, o), 0) + c * n
-    counts[(d, v)] = counts.get((d, v), 0) + 1  # the pre-softmax projection
-    return [(i, o, c) for (i, o), c in counts.items()]
+    shapes = [(i, o, float(c), rows) for (i, o), c in counts.items()]
+    if training and rows > LOSS_CHUNK:  # the pre-softmax projection, chunk by chunk as the loss runs it
+        return [*shapes, (d, v, rows / LOSS_CHUNK, LOSS_CHUNK)]
+    return [*shapes, (d, v, 1.0, rows)]
 
 
 def measure_matmuls(config: ModelConfig, device: torch.device, rows: int, training: bool,
@@ -147,14 +151,14 @@ def measure_matmuls(config: ModelConfig, device: torch.device, rows: int, traini
     the two precisions alternating), on random data that leaves the global random state untouched."""
     rows = max(1, min(rows, MAX_ROWS))
     generator = torch.Generator(device).manual_seed(0)
-    shapes = _shapes(config, training)
+    shapes = _shapes(config, training, rows)
 
-    def tensors(i: int, o: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def tensors(i: int, o: int, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
         x = torch.randn(rows, i, generator=generator, device=device, requires_grad=training)
         w = torch.randn(o, i, generator=generator, device=device, requires_grad=training)
         return x, w
 
-    data = [(*tensors(i, o), c) for i, o, c in shapes]
+    data = [(*tensors(i, o, r), c) for i, o, c, r in shapes]
 
     def one_pass(bf16: bool, limit_s: float = float("inf")) -> float:
         total = 0.0
@@ -173,9 +177,10 @@ def measure_matmuls(config: ModelConfig, device: torch.device, rows: int, traini
     probe = _probe(device, generator)
     if probe is not None:
         return Measurement(probe[0], probe[1], 64, emulated=True)
-    one_pass(False), one_pass(True)  # first calls create the kernels (oneDNN primitives)
+    first = one_pass(False)  # first calls create the kernels (oneDNN primitives)
+    one_pass(True)
     fp32 = bf16 = float("inf")
-    for _ in range(repeats):
+    for _ in range(repeats if first < 0.05 else 1):  # large products time steadily: once is enough
         fp32 = min(fp32, one_pass(False))
         bf16 = min(bf16, one_pass(True, limit_s=EMULATED * fp32))
     if bf16 == float("inf"):  # every bf16 pass ran past EMULATED x fp32
