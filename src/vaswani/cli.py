@@ -48,6 +48,7 @@ def _train(args: argparse.Namespace) -> None:
 def _average(args: argparse.Namespace) -> None:
     from pathlib import Path
 
+    from vaswani.model_dir import WEIGHTS, save_weights
     from vaswani.train import checkpoint as ckpt
 
     model_dir = Path(args.model_dir)
@@ -58,8 +59,8 @@ def _average(args: argparse.Namespace) -> None:
         if len(paths) < args.last:
             print(f"vaswani: note: {model_dir} has {len(paths)} checkpoints, averaging those", file=sys.stderr)
     weights = ckpt.average_checkpoints(paths)
-    output = Path(args.output) if args.output else model_dir / ckpt.WEIGHTS
-    ckpt.save_weights(weights, output)
+    output = Path(args.output) if args.output else model_dir / WEIGHTS
+    save_weights(weights, output)
     print(f"averaged {len(paths)} checkpoints ({', '.join(p.name for p in paths)}) into {output}")
 
 

@@ -162,11 +162,11 @@ def test_a_model_trained_on_lowercased_text_lowercases_what_it_translates(model_
 
 def test_the_stopping_rule_reaches_the_search_from_the_config_and_the_command_line(model_dir, monkeypatch):
     from vaswani import cli
-    from vaswani.decode import translator as translator_module
+    from vaswani.decode import search as search_module  # where search_ids finds beam_search
 
     seen = []
-    search = translator_module.beam_search
-    monkeypatch.setattr(translator_module, "beam_search", lambda *a, **kw: seen.append(kw["early_stopping"]) or
+    search = search_module.beam_search
+    monkeypatch.setattr(search_module, "beam_search", lambda *a, **kw: seen.append(kw["early_stopping"]) or
                         search(*a, **kw))
     translator = Translator.load(model_dir)
     translator.translate(SENTENCES[:1])

@@ -8,15 +8,17 @@ the reference the cached search is tested and benchmarked against.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from vaswani.config import ModelConfig
+from vaswani.config import DecodeConfig, ModelConfig
+from vaswani.data.batching import collate
 from vaswani.nn import KVCache, Transformer
+from vaswani.runtime import autocast
 
 
 @dataclass(frozen=True)
@@ -252,3 +254,37 @@ def _finish(hyps: list[Hypothesis], tokens: list[int], log_prob: float, eos: boo
 def _cannot_improve(hyps: list[Hypothesis], n_best: int, reachable: float) -> bool:
     """Whether the n_best best finished hypotheses all score at least `reachable`."""
     return len(hyps) >= n_best and sorted(h.score for h in hyps)[-n_best] >= reachable
+
+
+def search_ids(
+    model: Transformer, sources: Sequence[Sequence[int]], decode: DecodeConfig, n_best: int = 1,
+    precision: str = "fp32", progress: Callable[[int], None] | None = None,
+) -> list[list[Hypothesis]]:
+    """Translate tokenized sources (without EOS) in batches of similar length; results in input order.
+
+    Beam size 1 runs greedy search; `decode.sampling` samples `n_best` times per sentence.
+    `progress(n)` is called after each batch with the number of sentences done in it.
+    """
+    c, device = model.config, next(model.parameters()).device
+    order = sorted(range(len(sources)), key=lambda i: len(sources[i]), reverse=True)
+    out: list[list[Hypothesis]] = [[] for _ in sources]
+    generator = torch.Generator(device).manual_seed(decode.seed) if decode.sampling else None
+    limits = dict(max_len_a=decode.max_len_a, max_len_b=decode.max_len_b)
+    for start in range(0, len(order), decode.batch_size):
+        chunk = order[start : start + decode.batch_size]
+        src = collate([(sources[i], []) for i in chunk], c.pad_id, c.bos_id, c.eos_id).src.to(device)
+        with torch.inference_mode(), autocast(device, precision):
+            if decode.sampling:
+                draws = [sample(model, src, decode.temperature, decode.top_k, decode.top_p, generator, **limits)
+                         for _ in range(n_best)]
+                results = [sorted(hyps, key=lambda h: -h.score) for hyps in zip(*draws, strict=True)]
+            elif decode.beam_size == 1 and n_best == 1:
+                results = [[h] for h in greedy(model, src, **limits)]
+            else:
+                results = beam_search(model, src, decode.beam_size, decode.length_penalty, n_best=n_best,
+                                      early_stopping=decode.early_stopping, **limits)
+        for i, hyps in zip(chunk, results, strict=True):
+            out[i] = hyps
+        if progress is not None:
+            progress(len(chunk))
+    return out

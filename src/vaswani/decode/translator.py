@@ -16,13 +16,13 @@ from typing import Any
 import torch
 
 from vaswani.config import Config, ConfigError, DecodeConfig
-from vaswani.data.batching import collate
 from vaswani.data.tokenizer import Tokenizer
-from vaswani.decode.search import Hypothesis, beam_search, greedy, sample
+from vaswani.decode.search import Hypothesis, search_ids
+from vaswani.model_dir import load_model
 from vaswani.nn import Transformer
 from vaswani.nn.transformer import AttentionWeights
 from vaswani.precision import Choice, check, choose
-from vaswani.runtime import autocast, pick_device
+from vaswani.runtime import pick_device
 
 Warn = Callable[[int, str], None]  # (index of the input sentence, message)
 
@@ -55,40 +55,6 @@ class Translation:
         return self.candidates[0].text if self.candidates else ""
 
 
-def search_ids(
-    model: Transformer, sources: Sequence[Sequence[int]], decode: DecodeConfig, n_best: int = 1,
-    precision: str = "fp32", progress: Callable[[int], None] | None = None,
-) -> list[list[Hypothesis]]:
-    """Translate tokenized sources (without EOS) in batches of similar length; results in input order.
-
-    Beam size 1 runs greedy search; `decode.sampling` samples `n_best` times per sentence.
-    `progress(n)` is called after each batch with the number of sentences done in it.
-    """
-    c, device = model.config, next(model.parameters()).device
-    order = sorted(range(len(sources)), key=lambda i: len(sources[i]), reverse=True)
-    out: list[list[Hypothesis]] = [[] for _ in sources]
-    generator = torch.Generator(device).manual_seed(decode.seed) if decode.sampling else None
-    limits = dict(max_len_a=decode.max_len_a, max_len_b=decode.max_len_b)
-    for start in range(0, len(order), decode.batch_size):
-        chunk = order[start : start + decode.batch_size]
-        src = collate([(sources[i], []) for i in chunk], c.pad_id, c.bos_id, c.eos_id).src.to(device)
-        with torch.inference_mode(), autocast(device, precision):
-            if decode.sampling:
-                draws = [sample(model, src, decode.temperature, decode.top_k, decode.top_p, generator, **limits)
-                         for _ in range(n_best)]
-                results = [sorted(hyps, key=lambda h: -h.score) for hyps in zip(*draws, strict=True)]
-            elif decode.beam_size == 1 and n_best == 1:
-                results = [[h] for h in greedy(model, src, **limits)]
-            else:
-                results = beam_search(model, src, decode.beam_size, decode.length_penalty, n_best=n_best,
-                                      early_stopping=decode.early_stopping, **limits)
-        for i, hyps in zip(chunk, results, strict=True):
-            out[i] = hyps
-        if progress is not None:
-            progress(len(chunk))
-    return out
-
-
 class Translator:
     """A trained model, its tokenizer and its decoding settings.
 
@@ -103,8 +69,6 @@ class Translator:
     @classmethod
     def load(cls, model_dir: str | Path, device: str = "auto", precision: str = "auto") -> Translator:
         """The model in `model_dir` (written by `vaswani train`, or averaged by `vaswani average`)."""
-        from vaswani.train.checkpoint import load_model
-
         check(precision)
         model, config = load_model(model_dir, pick_device(device))
         return cls(model, Tokenizer.load(model_dir), config, precision)

@@ -1,9 +1,8 @@
-"""Self-contained, versioned model directories; atomic checkpoints with training state; averaging.
+"""Atomic checkpoints with training state, pruning and averaging, inside a model directory (model_dir.py).
 
-A model directory holds everything needed to translate: config.yaml, the tokenizer model(s),
-model.safetensors (the weights to translate with) and vaswani.json (format version). Training
-adds checkpoints/step_XXXXXXXX/ directories, each with weights and the full training state, written
-to a temporary name and renamed into place, so a kill during a save leaves the previous one intact.
+Training adds checkpoints/step_XXXXXXXX/ directories to a model directory, each with weights and the
+full training state, written to a temporary name and renamed into place, so a kill during a save leaves
+the previous one intact.
 """
 
 from __future__ import annotations
@@ -15,83 +14,22 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
-from vaswani import __version__
-from vaswani.config import Config, ConfigError
-from vaswani.nn import Transformer
+# Re-exported: the model directory's names, for code that works on checkpoints and the directory alike.
+from vaswani.model_dir import (  # noqa: F401
+    FORMAT_VERSION,
+    WEIGHTS,
+    CheckpointError,
+    load_into,
+    load_model,
+    load_weights,
+    save_weights,
+    weights_of,
+    write_model_directory,
+)
 
-FORMAT_VERSION = 1
-WEIGHTS = "model.safetensors"
 STATE = "training_state.pt"
-
-
-class CheckpointError(ValueError):
-    """A model directory or checkpoint that cannot be used; the message says which and what to do."""
-
-
-def weights_of(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The state dict with each shared tensor stored once (tied embeddings), contiguous, on the CPU."""
-    seen, out = set(), {}
-    for name, tensor in model.state_dict().items():
-        if tensor.data_ptr() in seen:
-            continue
-        seen.add(tensor.data_ptr())
-        out[name] = tensor.detach().to("cpu").contiguous()
-    return out
-
-
-def _atomic_write(path: Path, write) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    write(tmp)
-    os.replace(tmp, path)
-
-
-def save_weights(weights: dict[str, torch.Tensor], path: Path) -> None:
-    _atomic_write(path, lambda tmp: save_file(weights, str(tmp), metadata={"format_version": str(FORMAT_VERSION)}))
-
-
-def load_weights(path: Path) -> dict[str, torch.Tensor]:
-    try:
-        return load_file(str(path))
-    except FileNotFoundError:
-        raise CheckpointError(f"{path} not found") from None
-    except (SafetensorError, OSError, ValueError) as error:
-        raise CheckpointError(f"{path} is corrupt or incomplete ({error}); delete it or restore a copy") from None
-
-
-def load_into(model: Transformer, weights: dict[str, torch.Tensor], source: Path) -> None:
-    missing, unexpected = model.load_state_dict(weights, strict=False)
-    # A tied matrix is stored once under its first name; the other names point at the same tensor.
-    missing = [name for name in missing if not name.endswith("embed.tokens.weight")]
-    if missing or unexpected:
-        raise CheckpointError(f"{source} does not fit this model (missing {missing[:3]}, unexpected {unexpected[:3]})")
-
-
-def write_model_directory(directory: Path, config: Config) -> None:
-    """config.yaml and vaswani.json; the tokenizer is written by its trainer, weights by save_weights."""
-    config.save(directory / "config.yaml")
-    info = {"format_version": FORMAT_VERSION, "vaswani_version": __version__}
-    (directory / "vaswani.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
-
-
-def load_model(directory: str | Path, device: str | torch.device = "cpu") -> tuple[Transformer, Config]:
-    """The Transformer of a model directory, in eval mode, with its config."""
-    directory = Path(directory)
-    if not (directory / "config.yaml").is_file():
-        raise CheckpointError(f"{directory} is not a model directory (no config.yaml)")
-    info_path = directory / "vaswani.json"
-    version = json.loads(info_path.read_text())["format_version"] if info_path.is_file() else None
-    if version != FORMAT_VERSION:
-        raise CheckpointError(f"{directory} has model format {version}; this vaswani reads format {FORMAT_VERSION}")
-    try:
-        config = Config.load(directory / "config.yaml")
-    except ConfigError as error:
-        raise CheckpointError(f"{directory}/config.yaml: {error}") from None
-    model = Transformer(config.model)
-    load_into(model, load_weights(directory / WEIGHTS), directory / WEIGHTS)
-    return model.to(device).eval(), config
 
 
 def checkpoint_dirs(directory: Path) -> list[Path]:

@@ -21,8 +21,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from vaswani.config import Config, ConfigError
 from vaswani.console import format_duration
 from vaswani.data.batching import collate, epoch_order, padding_fraction, token_batches
-from vaswani.decode.translator import search_ids
+from vaswani.decode.search import search_ids
 from vaswani.evaluate import bleu
+from vaswani.model_dir import WEIGHTS, load_into, load_weights, save_weights, weights_of, write_model_directory
 from vaswani.nn import Transformer
 from vaswani.precision import choose
 from vaswani.runtime import autocast, pick_device
@@ -137,10 +138,10 @@ class Trainer:
         if self.rank != 0:
             return
         full = {"train_state": dataclasses.asdict(state), "optimizer": self.optimizer.state_dict(), "rng": all_rng}
-        weights = ckpt.weights_of(self.model)
+        weights = weights_of(self.model)
         ckpt.save_checkpoint(self.model_dir, state.step, weights, full, score)
         if state.best_score == score:  # this checkpoint is the best so far: it becomes the model to translate
-            ckpt.save_weights(weights, self.model_dir / ckpt.WEIGHTS)
+            save_weights(weights, self.model_dir / WEIGHTS)
         ckpt.prune_checkpoints(self.model_dir, self.config.train.keep_last, self.config.train.keep_best)
 
     def _resume(self) -> TrainState:
@@ -149,7 +150,7 @@ class Trainer:
             return TrainState()
         latest = checkpoints[-1]
         full = ckpt.load_state(latest)
-        ckpt.load_into(self.model, ckpt.load_weights(latest / ckpt.WEIGHTS), latest / ckpt.WEIGHTS)
+        load_into(self.model, load_weights(latest / WEIGHTS), latest / WEIGHTS)
         self.optimizer.load_state_dict(full["optimizer"])
         rng = full["rng"]
         self._set_rng_state(rng[self.rank] if self.rank < len(rng) else rng[0])
@@ -223,7 +224,7 @@ class Trainer:
         self._build(data)
         self._resolve_precision(saved)
         if self.rank == 0:
-            ckpt.write_model_directory(self.model_dir, self.config)
+            write_model_directory(self.model_dir, self.config)
         self.log_config()
         lengths = [(len(s), len(t)) for s, t in data.train]
         self.log(f"{len(data.train_batches)} batches of up to {self.config.data.max_tokens} tokens, padding "
