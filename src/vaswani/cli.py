@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from vaswani.config import PRESETS, ConfigError, ModelConfig
+from vaswani.config import PRECISIONS, PRESETS, ConfigError, ModelConfig
 
 
 def _model(args: argparse.Namespace) -> None:
@@ -185,7 +185,7 @@ def _add_decode_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--top-p", type=float, help="nucleus sampling probability mass")
     group.add_argument("--seed", type=int, help="sampling seed")
     group.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: the GPU if any)")
-    group.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
+    group.add_argument("--precision", choices=PRECISIONS, default="auto",
                        help="auto (default): bf16 autocast only where it measures clearly faster than fp32 for "
                             "this model and batch on this device; fp32; bf16")
     group.add_argument("--bf16", action="store_true", help=argparse.SUPPRESS)  # old spelling of --precision bf16

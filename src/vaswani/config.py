@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import re
 import types
 import typing
@@ -49,6 +50,7 @@ def _coerce(section: str, cls: type, values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+PRECISIONS = ("auto", "fp32", "bf16")  # auto: measured per model and device (vaswani/precision.py)
 _DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?")
 
 
@@ -267,7 +269,7 @@ class TrainConfig:
     keep_last: int = 5  # §5.2 averages the last 5 checkpoints
     keep_best: int = 1
 
-    @property
+    @functools.cached_property  # parsed once: the schedule asks at every step
     def max_seconds(self) -> float | None:
         """max_time in seconds (None: no budget)."""
         return None if self.max_time is None else parse_duration(self.max_time, "train.max_time")
@@ -275,7 +277,7 @@ class TrainConfig:
     def validate(self) -> None:
         if self.lr_schedule not in ("noam", "inverse_sqrt"):
             raise ConfigError(f"train.lr_schedule must be noam or inverse_sqrt, got {self.lr_schedule!r}")
-        if self.precision not in ("auto", "fp32", "bf16"):
+        if self.precision not in PRECISIONS:
             raise ConfigError(f"train.precision must be auto, fp32 or bf16, got {self.precision!r}")
         if self.lr_decay not in ("none", "linear"):
             raise ConfigError(f"train.lr_decay must be none or linear, got {self.lr_decay!r}")

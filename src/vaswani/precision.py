@@ -22,9 +22,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from vaswani.config import ModelConfig
-
-PRECISIONS = ("auto", "fp32", "bf16")
+from vaswani.config import PRECISIONS, ModelConfig
 
 # bf16 is chosen only where its matrix products are at least this much faster than float32: the rest
 # of a step (casts, layer norms, softmax, attention, Adam) gains less than the products or nothing,
@@ -57,10 +55,9 @@ class Measurement:
         return self.fp32_s / self.bf16_s
 
     def figures(self) -> str:
-        approx = "at least " if self.emulated else ""
-        return (f"fp32 {self.fp32_s * 1e3:.1f} ms, bf16 {approx}{self.bf16_s * 1e3:.1f} ms per pass over the "
-                f"model's matrix products at {self.rows} rows: bf16 {approx.replace('at least ', 'at most ')}"
-                f"{self.bf16_speedup:.2f}x fp32's speed")
+        at_least, at_most = ("at least ", "at most ") if self.emulated else ("", "")
+        return (f"fp32 {self.fp32_s * 1e3:.1f} ms, bf16 {at_least}{self.bf16_s * 1e3:.1f} ms per pass over the "
+                f"model's matrix products at {self.rows} rows: bf16 {at_most}{self.bf16_speedup:.2f}x fp32's speed")
 
 
 @dataclass(frozen=True)
@@ -72,12 +69,6 @@ class Choice:
     measurement: Measurement | None = None
     reason: str = ""
 
-    @property
-    def slower_than_asked(self) -> bool:
-        """An explicit bf16 that measured slower than fp32 on this device."""
-        m = self.measurement
-        return self.requested == "bf16" and m is not None and m.bf16_speedup < 1.0
-
     def describe(self) -> str:
         """One line for the log: the choice and why."""
         figures = f" ({self.measurement.figures()})" if self.measurement else ""
@@ -87,9 +78,9 @@ class Choice:
 
     def warning(self) -> str | None:
         """One warning line where an explicit bf16 measured slower than fp32; None otherwise."""
-        if not self.slower_than_asked:
-            return None
         m = self.measurement
+        if self.requested != "bf16" or m is None or m.bf16_speedup >= 1.0:
+            return None
         return (f"bf16 runs at {m.bf16_speedup:.2f}x fp32's speed on this device at this model's shapes "
                 f"({m.figures()}); going on in bf16 as asked (precision auto would use fp32)")
 
