@@ -1,0 +1,49 @@
+"""Export a model directory to the engines people deploy with: CTranslate2 and Hugging Face Marian.
+
+    vaswani export MODEL_DIR OUT_DIR --to ctranslate2 [--quantization int8]
+    vaswani export MODEL_DIR OUT_DIR --to huggingface
+
+Each exporter reads the model directory through `vaswani.model_dir` and writes a directory its engine
+loads with nothing from vaswani installed. Both are proven output-equal in tests/export/.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+TARGETS = ("ctranslate2", "huggingface")
+
+
+class ExportError(ValueError):
+    """A model that cannot be exported as asked; the message names the option that prevents it."""
+
+
+def export(model_dir: str | Path, out_dir: str | Path, to: str, quantization: str | None = None) -> Path:
+    """Write `model_dir` as a `to` model into `out_dir`; returns `out_dir`."""
+    if to == "ctranslate2":
+        from vaswani.export.ctranslate2 import export_ctranslate2
+
+        return export_ctranslate2(model_dir, out_dir, quantization)
+    if to == "huggingface":
+        if quantization:
+            raise ExportError("--quantization applies to --to ctranslate2 only; Hugging Face models are float32")
+        from vaswani.export.huggingface import export_huggingface
+
+        return export_huggingface(model_dir, out_dir)
+    raise ExportError(f"unknown export target {to!r}; choose one of {', '.join(TARGETS)}")
+
+
+def prepare_output(out_dir: str | Path, model_dir: str | Path) -> Path:
+    """An empty (or new) output directory that is not the model directory itself."""
+    out_dir, model_dir = Path(out_dir), Path(model_dir)
+    if out_dir.resolve() == model_dir.resolve():
+        raise ExportError(f"{out_dir} is the model directory itself; export into a directory of its own")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ExportError(f"{out_dir} exists and is not a directory; choose another output path")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return out_dir
+
+
+def pieces(processor) -> list[str]:
+    """The vocabulary of a SentencePiece processor as strings, in id order."""
+    return [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
