@@ -76,8 +76,21 @@ def _precision(args: argparse.Namespace) -> str:
     return "bf16" if args.bf16 else args.precision
 
 
+def _load_translator(args: argparse.Namespace):
+    from vaswani.decode.translator import Translator
+
+    return Translator.load(args.model_dir, args.device, _precision(args), args.engine, args.compute_type)
+
+
 def _report_precision(translator, decode, console) -> None:
     """The precision decoding runs in, with its measurement; a warning where an explicit bf16 is slower."""
+    if translator.engine is not None:
+        console.print(f"vaswani: {translator.engine.describe()}")
+        if decode.length_penalty and not decode.sampling and decode.beam_size > 1:
+            console.print(f"vaswani: note: CTranslate2 divides scores by length^{decode.length_penalty}, not by GNMT's "
+                          f"((5 + length) / 6)^{decode.length_penalty}; --length-penalty 0 gives --engine torch's "
+                          "output exactly")
+        return
     choice = translator.choose_precision(decode)
     if choice.measurement is not None or choice.reason:
         console.print(f"vaswani: {choice.describe()}")
@@ -96,9 +109,8 @@ def _translate(args: argparse.Namespace) -> None:
 
     from vaswani.console import progress_bar
     from vaswani.data.corpus import LineReader
-    from vaswani.decode.translator import Translator
 
-    translator = Translator.load(args.model_dir, args.device, _precision(args))
+    translator = _load_translator(args)
     overrides = _decode_options(args)
     decode = translator.options(**overrides)  # validated once, before reading any input
     batch_size = decode.batch_size
@@ -142,12 +154,10 @@ def _evaluate(args: argparse.Namespace) -> None:
         if not (args.model_dir and args.src):
             raise ValueError("give MODEL_DIR and --src FILE to translate, or --hyp FILE to score existing output")
         from vaswani.console import progress_bar
-        from vaswani.decode.translator import Translator
-
         sources = read_lines(args.src, "replace")
         if len(sources) != len(references):
             raise ValueError(f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}")
-        translator = Translator.load(args.model_dir, args.device, _precision(args))
+        translator = _load_translator(args)
         console = _stderr()
         _report_precision(translator, translator.options(**_decode_options(args)), console)
         with progress_bar(console, "translating", len(sources)) as advance:
@@ -189,6 +199,21 @@ def _add_decode_options(parser: argparse.ArgumentParser) -> None:
                        help="auto (default): bf16 autocast only where it measures clearly faster than fp32 for "
                             "this model and batch on this device; fp32; bf16")
     group.add_argument("--bf16", action="store_true", help=argparse.SUPPRESS)  # old spelling of --precision bf16
+    group.add_argument("--engine", choices=["torch", "ctranslate2"], default="torch",
+                       help="torch (default): vaswani's own search; ctranslate2: convert once into "
+                            "MODEL_DIR/ctranslate2 and decode with CTranslate2 (pip install 'vaswani[ct2]')")
+    group.add_argument("--compute-type", default="float32",
+                       help="CTranslate2's compute type: float32 (default, our outputs), int8 (faster), int8_float32, "
+                            "int16, bfloat16, float16")  # old spelling of --precision bf16
+
+
+def _export(args: argparse.Namespace) -> None:
+    from vaswani.export import export
+
+    out = export(args.model_dir, args.out_dir, args.to, args.quantization)
+    loader = {"ctranslate2": "ctranslate2.Translator", "huggingface": "MarianMTModel.from_pretrained"}[args.to]
+    print(f"exported {args.model_dir} to {out} ({args.to}{', ' + args.quantization if args.quantization else ''}); "
+          f"load it with {loader}({str(out)!r})")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -238,6 +263,15 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--lang", help="target language for --tok-lc (default: from the --ref file name)")
     _add_decode_options(evaluate)
     evaluate.set_defaults(run=_evaluate)
+
+    export = commands.add_parser("export", help="write the model for CTranslate2 or Hugging Face transformers")
+    export.add_argument("model_dir")
+    export.add_argument("out_dir", help="directory to write (created; files in it are replaced)")
+    export.add_argument("--to", required=True, choices=["ctranslate2", "huggingface"])
+    export.add_argument("--quantization", choices=["int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16",
+                                                   "float16", "bfloat16", "float32"],
+                        help="CTranslate2 weight type (default float32; int8 is smaller and faster on CPUs)")
+    export.set_defaults(run=_export)
     return parser
 
 

@@ -34,8 +34,12 @@ class Hypothesis:
 def max_lengths(src: Tensor, config: ModelConfig, a: float, b: int) -> Tensor:
     """Maximum output length a * source_length + b per sentence (§6.1: input length + 50), at most
     the model's max_positions. Shape: src (B, S) -> (B,) on the CPU"""
-    lengths = (src != config.pad_id).sum(1).float() * a + b
-    return lengths.long().clamp(min=1, max=config.max_positions).cpu()
+    return length_limits((src != config.pad_id).sum(1).cpu(), config, a, b)
+
+
+def length_limits(source_lengths: Tensor, config: ModelConfig, a: float, b: int) -> Tensor:
+    """`max_lengths` from source lengths counting EOS. Shape: (B,) -> (B,)"""
+    return (source_lengths.float() * a + b).long().clamp(min=1, max=config.max_positions)
 
 
 def length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ import torch
 
 from vaswani.config import Config, ConfigError, DecodeConfig
 from vaswani.data.tokenizer import Tokenizer
+from vaswani.decode.ct2_engine import CTranslate2Search
 from vaswani.decode.search import Hypothesis, search_ids
 from vaswani.model_dir import load_model
 from vaswani.nn import Transformer
@@ -24,6 +26,7 @@ from vaswani.nn.transformer import AttentionWeights
 from vaswani.precision import Choice, check, choose
 from vaswani.runtime import pick_device
 
+ENGINES = ("torch", "ctranslate2")
 Warn = Callable[[int, str], None]  # (index of the input sentence, message)
 
 
@@ -59,22 +62,39 @@ class Translator:
     """A trained model, its tokenizer and its decoding settings.
 
     `precision`: "auto" (bf16 autocast only where it measures clearly faster for this model, device and
-    batch shape: vaswani/precision.py), "fp32" or "bf16"."""
+    batch shape: vaswani/precision.py), "fp32" or "bf16". `engine`: None for our own search on the
+    model, or a search with the same signature as `search_ids` (CTranslate2Search)."""
 
-    def __init__(self, model: Transformer, tokenizer: Tokenizer, config: Config, precision: str = "auto") -> None:
+    def __init__(self, model: Transformer, tokenizer: Tokenizer, config: Config, precision: str = "auto",
+                 engine: CTranslate2Search | None = None) -> None:
         check(precision)
         self.model, self.tokenizer, self.config, self.precision = model.eval(), tokenizer, config, precision
+        self.engine = engine
         self._choices: dict[int, Choice] = {}
 
     @classmethod
-    def load(cls, model_dir: str | Path, device: str = "auto", precision: str = "auto") -> Translator:
-        """The model in `model_dir` (written by `vaswani train`, or averaged by `vaswani average`)."""
+    def load(cls, model_dir: str | Path, device: str = "auto", precision: str = "auto", engine: str = "torch",
+             compute_type: str = "float32") -> Translator:
+        """The model in `model_dir` (written by `vaswani train`, or averaged by `vaswani average`).
+
+        `engine="ctranslate2"` decodes with CTranslate2 in `compute_type` (float32 gives our outputs; int8
+        is faster), converting the model into `model_dir`/ctranslate2 the first time."""
         check(precision)
-        model, config = load_model(model_dir, pick_device(device))
-        return cls(model, Tokenizer.load(model_dir), config, precision)
+        if engine not in ENGINES:
+            raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+        if engine != "torch" and precision != "auto":
+            raise ValueError(f"--precision {precision} applies to --engine torch; for CTranslate2 use --compute-type "
+                             "(float32, int8, bfloat16, ...)")
+        device = pick_device(device)
+        model, config = load_model(model_dir, device)
+        tokenizer = Tokenizer.load(model_dir)
+        search = CTranslate2Search(model_dir, model, tokenizer, device, compute_type) if engine != "torch" else None
+        return cls(model, tokenizer, config, precision, search)
 
     def choose_precision(self, decode: DecodeConfig) -> Choice:
         """The precision these decoding settings run in (measured once per batch shape for "auto")."""
+        if self.engine is not None:
+            return Choice("fp32", "fp32")  # the engine's compute type decides
         rows = decode.batch_size * (1 if decode.sampling else decode.beam_size)
         if rows not in self._choices:
             device = next(self.model.parameters()).device
@@ -125,7 +145,8 @@ class Translator:
         if progress is not None and len(todo) < len(ids):
             progress(len(ids) - len(todo))
         precision = self.choose_precision(decode).precision if todo else "fp32"
-        found = search_ids(self.model, [ids[i] for i in todo], decode, n_best, precision, progress)
+        search = self.engine or functools.partial(search_ids, self.model)
+        found = search([ids[i] for i in todo], decode, n_best, precision, progress)
         results: list[list[Hypothesis]] = [[] for _ in sentences]
         for i, hyps in zip(todo, found, strict=True):
             results[i] = hyps

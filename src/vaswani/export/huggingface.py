@@ -107,7 +107,8 @@ def marian_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
         out[f"{prefix}.weight"], out[f"{prefix}.bias"] = writes(module.weight, scale), writes(module.bias, scale)
 
     def feed_forward(prefix: str, ff, scale: float) -> None:
-        out[f"{prefix}.fc1.weight"], out[f"{prefix}.fc1.bias"] = reads(ff.linear1.weight, scale), ff.linear1.bias.clone()
+        out[f"{prefix}.fc1.weight"] = reads(ff.linear1.weight, scale)
+        out[f"{prefix}.fc1.bias"] = ff.linear1.bias.clone()
         out[f"{prefix}.fc2.weight"] = writes(ff.linear2.weight, scale)
         out[f"{prefix}.fc2.bias"] = writes(ff.linear2.bias, scale)
 
