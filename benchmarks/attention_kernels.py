@@ -41,8 +41,8 @@ def main() -> None:
     print("| dtype | attention | flash | math |")
     print("|---|---|---|---|")
     for dtype in (torch.float32, torch.bfloat16):
-        if dtype == torch.bfloat16 and bf16_emulated():
-            print(f"| bfloat16 | skipped: {bf16_emulated()} |")
+        if dtype == torch.bfloat16 and (reason := bf16_emulated()):
+            print(f"| bfloat16 | skipped: {reason} |")
             continue
         qkv = torch.randn(3, B, H, T, Dh, dtype=dtype, requires_grad=True)
         for name, kwargs in (("padding mask", {"attn_mask": mask}), ("causal", {"is_causal": True})):

@@ -21,7 +21,9 @@ implementation could reach on these kernels.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
+import multiprocessing
 import statistics
 import tempfile
 import time
@@ -33,14 +35,18 @@ from torch import nn
 from train_step import TorchBaseline, alternate, logits_loss, make_batches
 
 from vaswani import ModelConfig, Transformer
+from vaswani.config import Config
 from vaswani.data.batching import collate
 from vaswani.data.corpus import read_lines
 from vaswani.data.tokenizer import Tokenizer
+from vaswani.decode.ct2_engine import converted
 from vaswani.decode.search import beam_search, greedy
+from vaswani.model_dir import WEIGHTS, load_model, save_weights, weights_of, write_model_directory
 from vaswani.precision import bf16_emulated
 from vaswani.runtime import cpu_name, keep_freed_memory
 from vaswani.train.loss import label_smoothed_cross_entropy
 
+THREADS = torch.get_num_threads()
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "multi30k" / "raw"
 
 
@@ -92,37 +98,96 @@ def train_race(config: ModelConfig, batches: list, steps: int, warmup: int, bf16
     return {**rates, "matrix-product floor": statistics.median(floor)}
 
 
-@torch.inference_mode()
-def decode_race(config: ModelConfig, sources: list[list[int]], beam: int, steps: int, batch_size: int,
-                bf16: bool) -> dict[str, float]:
-    """Target tokens/s (sentences x steps / seconds) of each decoder, batch by batch alternately."""
-    torch.manual_seed(0)
-    ours, theirs = Transformer(config).eval(), marian(config).eval()
-    c = config
-    order = sorted(range(len(sources)), key=lambda i: len(sources[i]), reverse=True)
-    seconds = {"vaswani": 0.0, "Marian (HF) generate": 0.0, "matrix-product floor": 0.0}
-    for start in range(0, len(order), batch_size):
-        src = collate([(sources[i], []) for i in order[start : start + batch_size]], c.pad_id, c.bos_id,
-                      c.eos_id).src
-        with torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext():
-            began = time.perf_counter()
-            if beam == 1:
-                out = greedy(ours, src, max_len_a=0, max_len_b=steps, min_len=steps)
-                assert all(len(h.tokens) == steps for h in out)
-            else:
-                out = beam_search(ours, src, beam, max_len_a=0, max_len_b=steps, min_len=steps)
-                assert all(len(h[0].tokens) == steps for h in out)
-            seconds["vaswani"] += time.perf_counter() - began
-            began = time.perf_counter()
-            generated = theirs.generate(input_ids=src, attention_mask=(src != c.pad_id).long(), num_beams=beam,
+DECODERS = ("vaswani", "CTranslate2 float32", "CTranslate2 int8", "Marian (HF) generate")
+
+
+def _decode_worker(decoder: str, model_dir: str, batches: list[list[list[int]]], beam: int, steps: int,
+                   bf16: bool) -> float:
+    """Seconds one decoder takes for all `batches`, exactly `steps` steps per sentence, in a fresh process."""
+    torch.set_num_threads(THREADS)
+    keep_freed_memory()
+    model, config = load_model(model_dir)
+    c = config.model
+    context = torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+    if decoder.startswith("CTranslate2"):
+        import ctranslate2
+
+        tokenizer = Tokenizer.load(model_dir)
+        translator = ctranslate2.Translator(str(Path(model_dir) / "ctranslate2"), intra_threads=THREADS,
+                                            compute_type=decoder.split()[-1] if not bf16 else "bfloat16")
+        piece = tokenizer.src.id_to_piece
+
+        def run(sources):
+            out = translator.translate_batch([[piece(i) for i in s] for s in sources], beam_size=beam,
+                                             max_decoding_length=steps, min_decoding_length=steps, max_batch_size=0)
+            assert all(len(r.hypotheses[0]) == steps for r in out)
+    elif decoder.startswith("Marian"):
+        from vaswani.export.huggingface import to_marian
+
+        marian = to_marian(model, config)
+
+        def run(sources):
+            src = collate([(s, []) for s in sources], c.pad_id, c.bos_id, c.eos_id).src
+            generated = marian.generate(input_ids=src, attention_mask=(src != c.pad_id).long(), num_beams=beam,
                                         do_sample=False, min_new_tokens=steps, max_new_tokens=steps,
                                         early_stopping=False, use_cache=True)
-            seconds["Marian (HF) generate"] += time.perf_counter() - began
             assert generated.size(1) == steps + 1  # decoder start token + steps
-        seconds["matrix-product floor"] += decoding_seconds(c, src.size(0), src.size(1), src.size(0) * beam, steps,
-                                                            torch.bfloat16 if bf16 else torch.float32)
+    else:
+        def run(sources):
+            src = collate([(s, []) for s in sources], c.pad_id, c.bos_id, c.eos_id).src
+            if beam == 1:
+                out = greedy(model, src, max_len_a=0, max_len_b=steps, min_len=steps)
+                assert all(len(h.tokens) == steps for h in out)
+            else:
+                out = beam_search(model, src, beam, max_len_a=0, max_len_b=steps, min_len=steps)
+                assert all(len(h[0].tokens) == steps for h in out)
+
+    with torch.inference_mode(), context:
+        run(batches[0])  # warm-up, not timed
+        began = time.perf_counter()
+        for sources in batches:
+            run(sources)
+        return time.perf_counter() - began
+
+
+def decode_race(model_dir: Path, sources: list[list[int]], beam: int, steps: int, batch_size: int, bf16: bool,
+                rounds: int) -> dict[str, float]:
+    """Target tokens/s (sentences x steps / seconds) of each decoder on the same batches: each decoder runs
+    alone in a fresh process (two OpenMP runtimes in one process, torch's and CTranslate2's, slow each
+    other's small products down ~2x once both have run), decoders alternate, the median of `rounds`."""
+    order = sorted(range(len(sources)), key=lambda i: len(sources[i]), reverse=True)
+    batches = [[sources[i] for i in order[start : start + batch_size]] for start in range(0, len(order), batch_size)]
+    seconds: dict[str, list[float]] = {name: [] for name in DECODERS}
+    spawn = multiprocessing.get_context("spawn")
+    for _ in range(rounds):
+        for name in DECODERS:
+            if bf16 and name == "CTranslate2 int8":
+                continue
+            with concurrent.futures.ProcessPoolExecutor(1, mp_context=spawn) as pool:
+                seconds[name].append(pool.submit(_decode_worker, name, str(model_dir), batches, beam, steps,
+                                                 bf16).result())
+    c = load_model(model_dir)[1].model
     tokens = len(sources) * steps
-    return {name: tokens / s for name, s in seconds.items()}
+    rates = {name: tokens / statistics.median(s) for name, s in seconds.items() if s}
+    floor = sum(decoding_seconds(c, len(b), max(map(len, b)) + 1, len(b) * beam, steps,
+                                 torch.bfloat16 if bf16 else torch.float32) for b in batches)
+    return {**rates, "matrix-product floor": tokens / floor}
+
+
+def _decoding_model(model_dir: str | None, config: ModelConfig, tokenizer: Tokenizer, tmp: Path) -> Path:
+    """A model directory for every decoder: the trained one given, or an untrained `config` model with
+    `tokenizer`; its CTranslate2 conversion (float32, made by vaswani.export) inside it."""
+    if model_dir:
+        converted(model_dir)
+        return Path(model_dir)
+    directory = tmp / "model"
+    directory.mkdir()
+    torch.manual_seed(0)
+    write_model_directory(directory, Config(model=config))
+    save_weights(weights_of(Transformer(config)), directory / WEIGHTS)
+    tokenizer.save(directory)
+    converted(directory)
+    return directory
 
 
 def main() -> None:
@@ -137,13 +202,16 @@ def main() -> None:
                         help="sentences per decoding batch, comma-separated")
     parser.add_argument("--tokenizer", help="a model directory whose tokenizer to use (default: train one)")
     parser.add_argument("--only", choices=["training", "decoding"], help="run one of the two races")
+    parser.add_argument("--model-dir", help="decode with this trained model (default: an untrained --preset model)")
+    parser.add_argument("--rounds", type=int, default=3, help="decoding: runs of each decoder, alternating")
     args = parser.parse_args()
     keep_freed_memory()  # for every contender alike
+    import ctranslate2
     import transformers
 
     de, en = read_lines(DATA / "train.de.gz"), read_lines(DATA / "train.en.gz")
-    if args.tokenizer:
-        tokenizer = Tokenizer.load(args.tokenizer)
+    if args.tokenizer or args.model_dir:
+        tokenizer = Tokenizer.load(args.tokenizer or args.model_dir)
     else:
         with tempfile.TemporaryDirectory() as tmp:
             tokenizer = Tokenizer.train(de, en, args.vocab_size, "bpe", joint=True, directory=tmp)
@@ -160,7 +228,12 @@ def main() -> None:
     if args.only != "decoding":
         train_table(config, batches, args.train_steps, args.warmup)
     if args.only != "training":
-        decode_table(config, sources, args.steps, args.batch_sizes)
+        with tempfile.TemporaryDirectory() as tmp:
+            model_dir = _decoding_model(args.model_dir, config, tokenizer, Path(tmp))
+            print(f"\n# decoding: {model_dir if args.model_dir else 'untrained ' + args.preset + ' model'}; "
+                  f"ctranslate2 {ctranslate2.__version__}; each decoder alone in a fresh process, median of "
+                  f"{args.rounds} rounds")
+            decode_table(model_dir, sources, args.steps, args.batch_sizes, args.rounds)
 
 
 def train_table(config: ModelConfig, batches: list, steps: int, warmup: int) -> None:
@@ -168,8 +241,8 @@ def train_table(config: ModelConfig, batches: list, steps: int, warmup: int) -> 
           "| matrix-product floor tok/s | floor vs faster peer |")
     print("|---|---|---|---|---|---|---|")
     for bf16 in (False, True):
-        if bf16 and bf16_emulated():
-            print(f"| bf16 autocast | skipped: {bf16_emulated()} |", flush=True)
+        if bf16 and (reason := bf16_emulated()):
+            print(f"| bf16 autocast | skipped: {reason} |", flush=True)
             continue
         r = train_race(config, batches, steps, warmup, bf16)
         peer = max(r["Marian (HF)"], r["torch.nn.Transformer"])
@@ -179,22 +252,24 @@ def train_table(config: ModelConfig, batches: list, steps: int, warmup: int) -> 
               flush=True)
 
 
-def decode_table(config: ModelConfig, sources: list[list[int]], steps: int, batch_sizes: list[int]) -> None:
-    print(f"\n| decoding ({steps} steps/sentence) | sentences | vaswani tok/s | Marian (HF) generate tok/s | "
-          "ratio | matrix-product floor tok/s | floor vs HF |")
-    print("|---|---|---|---|---|---|---|")
+def decode_table(model_dir: Path, sources: list[list[int]], steps: int, batch_sizes: list[int], rounds: int) -> None:
+    print(f"\n| decoding ({steps} steps/sentence) | sentences | vaswani tok/s | CTranslate2 float32 | "
+          "CTranslate2 int8 | Marian (HF) generate | vaswani vs CTranslate2 float32 | matrix-product floor |")
+    print("|---|---|---|---|---|---|---|---|")
     for batch_size in batch_sizes:
-        subset = sources[: min(len(sources), 200 * batch_size)]  # at most 200 batches: small ones take long
+        subset = sources[: min(len(sources), 100 * batch_size)]  # at most 100 batches: small ones take long
         for bf16 in (False, True):
-            if bf16 and bf16_emulated():
-                print(f"| batch {batch_size}, bf16 | skipped: {bf16_emulated()} |", flush=True)
+            if bf16 and (reason := bf16_emulated()):
+                print(f"| batch {batch_size}, bf16 | skipped: {reason} |", flush=True)
                 continue
             for beam in (1, 4):
-                r = decode_race(config, subset, beam, steps, batch_size, bf16)
+                r = decode_race(model_dir, subset, beam, steps, batch_size, bf16, rounds)
                 name = f"batch {batch_size}, {'greedy' if beam == 1 else f'beam {beam}'}, {'bf16' if bf16 else 'fp32'}"
-                ours, theirs, floor = r["vaswani"], r["Marian (HF) generate"], r["matrix-product floor"]
-                print(f"| {name} | {len(subset)} | {ours:,.0f} | {theirs:,.0f} | {ours / theirs:.2f}x | {floor:,.0f} | "
-                      f"{floor / theirs:.2f}x |", flush=True)
+                ct2 = r["CTranslate2 float32"]
+                int8 = f"{r['CTranslate2 int8']:,.0f}" if "CTranslate2 int8" in r else "(bf16 row)"
+                hf, floor = r["Marian (HF) generate"], r["matrix-product floor"]
+                print(f"| {name} | {len(subset)} | {r['vaswani']:,.0f} | {ct2:,.0f} | {int8} | {hf:,.0f} | "
+                      f"{r['vaswani'] / ct2:.2f}x | {floor:,.0f} |", flush=True)
 
 
 if __name__ == "__main__":

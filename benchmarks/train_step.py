@@ -164,8 +164,8 @@ def main() -> None:
     print("| precision | vaswani tok/s | torch.nn.Transformer tok/s | ratio |")
     print("|---|---|---|---|")
     for dtype in args.dtypes.split(","):
-        if dtype == "bf16" and bf16_emulated():
-            print(f"| bf16 | skipped: {bf16_emulated()} |", flush=True)
+        if dtype == "bf16" and (reason := bf16_emulated()):
+            print(f"| bf16 | skipped: {reason} |", flush=True)
             continue
         rates = measure(config, batches, args.steps, args.warmup, dtype == "bf16")
         ours, theirs = rates["vaswani"], rates["torch"]

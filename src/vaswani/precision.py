@@ -198,8 +198,10 @@ def _probe(device: torch.device, generator: torch.Generator) -> tuple[float, flo
     for dtype in (torch.float32, torch.bfloat16):
         x, y = a.to(dtype), b.to(dtype)
         x @ y  # kernel creation
-        start = time.perf_counter()
-        for _ in range(5):
+        best = float("inf")
+        for _ in range(5):  # the fastest of five: one preempted run must not make bf16 look emulated
+            start = time.perf_counter()
             x @ y
-        times.append((time.perf_counter() - start) / 5)
+            best = min(best, time.perf_counter() - start)
+        times.append(best)
     return (times[0], times[1]) if times[1] > EMULATED * times[0] else None

@@ -42,6 +42,12 @@ class Tokenizer:
     def decode_tgt(self, ids: Sequence[Sequence[int]]) -> list[str]:
         return self.tgt.decode([list(x) for x in ids])
 
+    def save(self, directory: str | Path) -> None:
+        """Write the SentencePiece model(s) into `directory`, as `load` reads them."""
+        processors = [self.src] if self.joint else [self.src, self.tgt]
+        for name, processor in zip(self.files(self.joint), processors, strict=True):
+            (Path(directory) / name).write_bytes(processor.serialized_model_proto())
+
     @staticmethod
     def files(joint: bool) -> list[str]:
         return ["tokenizer.model"] if joint else ["src.model", "tgt.model"]
