@@ -187,8 +187,9 @@ def test_encoder_runs_once_per_sentence_and_finished_sentences_leave_the_batch(m
     model.decode_step = counting
     beam_search(model, src, beam_size=4, max_len_a=1.0, max_len_b=6)
     assert encoded == [len(LENGTHS)]  # once, for 6 sentences, not 24 beams
-    assert rows[0] == 4 * len(LENGTHS) and rows[-1] < rows[0]
-    assert all(r % 4 == 0 for r in rows) and rows == sorted(rows, reverse=True)
+    # the first step runs one row per sentence (its k hypotheses are identical), then k rows per sentence
+    assert rows[0] == len(LENGTHS) and rows[1] == 4 * len(LENGTHS) and rows[-1] < rows[1]
+    assert all(r % 4 == 0 for r in rows[1:]) and rows[1:] == sorted(rows[1:], reverse=True)
     rows.clear()
     greedy(model, src, 1.0, 6)
     assert rows[0] == len(LENGTHS) and rows[-1] < rows[0]

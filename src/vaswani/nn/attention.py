@@ -59,6 +59,10 @@ def fused_attention(
     use_flag = causal and mask is None and q.size(-2) == k.size(-2)
     if not use_flag:
         mask = _full_mask(mask, causal, q.size(-2), k.size(-2), q.device)
+    if q.size(-2) == 1:
+        # A decoding step's (B, H, 1, Dh) query is a strided view of the projection; the CPU kernel is
+        # ~15% faster on a contiguous one (benchmarks/race.py, docs/benchmarks.md).
+        q = q.contiguous()
     if q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16):
         # torch's CPU flash kernel is ~4x slower than the math kernel in bf16 (forward + backward at
         # sentence lengths; benchmarks/attention_kernels.py), while ~2x faster in fp32.
