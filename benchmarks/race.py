@@ -102,18 +102,20 @@ DECODERS = ("vaswani", "CTranslate2 float32", "CTranslate2 int8", "Marian (HF) g
 
 
 def _decode_worker(decoder: str, model_dir: str, batches: list[list[list[int]]], beam: int, steps: int,
-                   bf16: bool) -> float:
+                   bf16: bool, device: str) -> float:
     """Seconds one decoder takes for all `batches`, exactly `steps` steps per sentence, in a fresh process."""
     torch.set_num_threads(THREADS)
     keep_freed_memory()
-    model, config = load_model(model_dir)
+    device = torch.device(device)
+    model, config = load_model(model_dir, device)
     c = config.model
-    context = torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+    context = torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
     if decoder.startswith("CTranslate2"):
         import ctranslate2
 
         tokenizer = Tokenizer.load(model_dir)
-        translator = ctranslate2.Translator(str(Path(model_dir) / "ctranslate2"), intra_threads=THREADS,
+        translator = ctranslate2.Translator(str(Path(model_dir) / "ctranslate2"), device=device.type,
+                                            intra_threads=THREADS,
                                             compute_type=decoder.split()[-1] if not bf16 else "bfloat16")
         piece = tokenizer.src.id_to_piece
 
@@ -124,17 +126,17 @@ def _decode_worker(decoder: str, model_dir: str, batches: list[list[list[int]]],
     elif decoder.startswith("Marian"):
         from vaswani.export.huggingface import to_marian
 
-        marian = to_marian(model, config)
+        marian = to_marian(model, config).to(device)
 
         def run(sources):
-            src = collate([(s, []) for s in sources], c.pad_id, c.bos_id, c.eos_id).src
+            src = collate([(s, []) for s in sources], c.pad_id, c.bos_id, c.eos_id).src.to(device)
             generated = marian.generate(input_ids=src, attention_mask=(src != c.pad_id).long(), num_beams=beam,
                                         do_sample=False, min_new_tokens=steps, max_new_tokens=steps,
                                         early_stopping=False, use_cache=True)
             assert generated.size(1) == steps + 1  # decoder start token + steps
     else:
         def run(sources):
-            src = collate([(s, []) for s in sources], c.pad_id, c.bos_id, c.eos_id).src
+            src = collate([(s, []) for s in sources], c.pad_id, c.bos_id, c.eos_id).src.to(device)
             if beam == 1:
                 out = greedy(model, src, max_len_a=0, max_len_b=steps, min_len=steps)
                 assert all(len(h.tokens) == steps for h in out)
@@ -144,44 +146,52 @@ def _decode_worker(decoder: str, model_dir: str, batches: list[list[list[int]]],
 
     with torch.inference_mode(), context:
         run(batches[0])  # warm-up, not timed
+        if device.type == "cuda":
+            torch.cuda.synchronize()
         began = time.perf_counter()
         for sources in batches:
             run(sources)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
         return time.perf_counter() - began
 
 
 def decode_race(model_dir: Path, sources: list[list[int]], beam: int, steps: int, batch_size: int, bf16: bool,
-                rounds: int) -> dict[str, float]:
+                rounds: int, device: str = "cpu", decoders: tuple[str, ...] = DECODERS) -> dict[str, float]:
     """Target tokens/s (sentences x steps / seconds) of each decoder on the same batches: each decoder runs
     alone in a fresh process (two OpenMP runtimes in one process, torch's and CTranslate2's, slow each
     other's small products down ~2x once both have run), decoders alternate, the median of `rounds`."""
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]), reverse=True)
     batches = [[sources[i] for i in order[start : start + batch_size]] for start in range(0, len(order), batch_size)]
-    seconds: dict[str, list[float]] = {name: [] for name in DECODERS}
+    seconds: dict[str, list[float]] = {name: [] for name in decoders}
     spawn = multiprocessing.get_context("spawn")
-    import ctranslate2
-
     for _ in range(rounds):
-        for name in DECODERS:
-            if bf16 and name.startswith("CTranslate2") and (
-                    name.endswith("int8") or "bfloat16" not in ctranslate2.get_supported_compute_types("cpu")):
-                continue
+        for name in decoders:
+            if bf16 and name.startswith("CTranslate2"):
+                import ctranslate2
+
+                if name.endswith("int8") or "bfloat16" not in ctranslate2.get_supported_compute_types(device):
+                    continue
             with concurrent.futures.ProcessPoolExecutor(1, mp_context=spawn) as pool:
                 seconds[name].append(pool.submit(_decode_worker, name, str(model_dir), batches, beam, steps,
-                                                 bf16).result())
+                                                 bf16, device).result())
     c = load_model(model_dir)[1].model
     tokens = len(sources) * steps
     rates = {name: tokens / statistics.median(s) for name, s in seconds.items() if s}
+    if device != "cpu":  # the floor times CPU products
+        return rates
     floor = sum(decoding_seconds(c, len(b), max(map(len, b)) + 1, len(b) * beam, steps,
                                  torch.bfloat16 if bf16 else torch.float32) for b in batches)
     return {**rates, "matrix-product floor": tokens / floor}
 
 
-def _decoding_model(model_dir: str | None, config: ModelConfig, tokenizer: Tokenizer, tmp: Path) -> Path:
+def _decoding_model(model_dir: str | None, config: ModelConfig, tokenizer: Tokenizer, tmp: Path,
+                    ct2: bool) -> Path:
     """A model directory for every decoder: the trained one given, or an untrained `config` model with
     `tokenizer`; its CTranslate2 conversion (float32, made by vaswani.export) inside it."""
     if model_dir:
-        converted(model_dir)
+        if ct2:
+            converted(model_dir)
         return Path(model_dir)
     directory = tmp / "model"
     directory.mkdir()
@@ -189,7 +199,8 @@ def _decoding_model(model_dir: str | None, config: ModelConfig, tokenizer: Token
     write_model_directory(directory, Config(model=config))
     save_weights(weights_of(Transformer(config)), directory / WEIGHTS)
     tokenizer.save(directory)
-    converted(directory)
+    if ct2:
+        converted(directory)
     return directory
 
 
@@ -207,36 +218,44 @@ def main() -> None:
     parser.add_argument("--only", choices=["training", "decoding"], help="run one of the two races")
     parser.add_argument("--model-dir", help="decode with this trained model (default: an untrained --preset model)")
     parser.add_argument("--rounds", type=int, default=3, help="decoding: runs of each decoder, alternating")
+    parser.add_argument("--device", default="cpu", help="decoding: cpu or cuda")
+    parser.add_argument("--decoders", type=lambda v: tuple(v.split(",")), default=DECODERS,
+                        help=f"decoding: comma-separated subset of {','.join(DECODERS)}")
+    parser.add_argument("--data", type=Path, default=DATA, help="Multi30k's raw/ directory")
     args = parser.parse_args()
     keep_freed_memory()  # for every contender alike
-    import ctranslate2
     import transformers
 
-    de, en = read_lines(DATA / "train.de.gz"), read_lines(DATA / "train.en.gz")
+    data = args.data
+    de, en = read_lines(data / "train.de.gz"), read_lines(data / "train.en.gz")
     if args.tokenizer or args.model_dir:
         tokenizer = Tokenizer.load(args.tokenizer or args.model_dir)
     else:
         with tempfile.TemporaryDirectory() as tmp:
             tokenizer = Tokenizer.train(de, en, args.vocab_size, "bpe", joint=True, directory=tmp)
     config = ModelConfig.preset(args.preset, vocab_size=tokenizer.src_vocab_size)
-    print(f"# {cpu_name()}, torch {torch.__version__}, transformers {transformers.__version__}, "
-          f"{torch.get_num_threads()} threads; preset {args.preset}: d_model {config.d_model}, "
+    if args.model_dir:
+        config = load_model(args.model_dir)[1].model
+    device = torch.cuda.get_device_name() if args.device.startswith("cuda") else cpu_name()
+    print(f"# {device}, torch {torch.__version__}, transformers {transformers.__version__}, "
+          f"{torch.get_num_threads()} threads; d_model {config.d_model}, "
           f"{config.n_layers}+{config.decoder_layers} layers, {config.n_heads} heads, d_ff {config.d_ff}, "
           f"dropout {config.dropout}, vocabulary "
           f"{config.src_vocab_size}")
     pairs = list(zip(tokenizer.encode_src(de[:12000]), tokenizer.encode_tgt(en[:12000]), strict=True))
     batches = make_batches([(len(s) + 1, len(t) + 1) for s, t in pairs], 4000, args.vocab_size)
-    sources = tokenizer.encode_src(read_lines(DATA / "test_2016_flickr.de.gz")[: args.sentences])
+    sources = tokenizer.encode_src(read_lines(data / "test_2016_flickr.de.gz")[: args.sentences])
 
     if args.only != "decoding":
         train_table(config, batches, args.train_steps, args.warmup)
     if args.only != "training":
         with tempfile.TemporaryDirectory() as tmp:
-            model_dir = _decoding_model(args.model_dir, config, tokenizer, Path(tmp))
-            print(f"\n# decoding: {model_dir if args.model_dir else 'untrained ' + args.preset + ' model'}; "
-                  f"ctranslate2 {ctranslate2.__version__}; each decoder alone in a fresh process, median of "
-                  f"{args.rounds} rounds")
-            decode_table(model_dir, sources, args.steps, args.batch_sizes, args.rounds)
+            ct2 = any(name.startswith("CTranslate2") for name in args.decoders)
+            model_dir = _decoding_model(args.model_dir, config, tokenizer, Path(tmp), ct2)
+            version = f"ctranslate2 {__import__('ctranslate2').__version__}; " if ct2 else ""
+            print(f"\n# decoding on {args.device}: {model_dir if args.model_dir else 'untrained ' + args.preset} "
+                  f"model; {version}each decoder alone in a fresh process, median of {args.rounds} rounds")
+            decode_table(model_dir, sources, args.steps, args.batch_sizes, args.rounds, args.device, args.decoders)
 
 
 def train_table(config: ModelConfig, batches: list, steps: int, warmup: int) -> None:
@@ -255,25 +274,27 @@ def train_table(config: ModelConfig, batches: list, steps: int, warmup: int) -> 
               flush=True)
 
 
-def decode_table(model_dir: Path, sources: list[list[int]], steps: int, batch_sizes: list[int], rounds: int) -> None:
+def decode_table(model_dir: Path, sources: list[list[int]], steps: int, batch_sizes: list[int], rounds: int,
+                 device: str = "cpu", decoders: tuple[str, ...] = DECODERS) -> None:
     print(f"\n| decoding ({steps} steps/sentence) | sentences | vaswani tok/s | CTranslate2 float32 | "
           "CTranslate2 int8 | Marian (HF) generate | vaswani vs CTranslate2 float32 | matrix-product floor |")
     print("|---|---|---|---|---|---|---|---|")
     for batch_size in batch_sizes:
         subset = sources[: min(len(sources), 100 * batch_size)]  # at most 100 batches: small ones take long
         for bf16 in (False, True):
-            if bf16 and (reason := bf16_emulated()):
+            if bf16 and device == "cpu" and (reason := bf16_emulated()):
                 print(f"| batch {batch_size}, bf16 | skipped: {reason} |", flush=True)
                 continue
             for beam in (1, 4):
-                r = decode_race(model_dir, subset, beam, steps, batch_size, bf16, rounds)
+                r = decode_race(model_dir, subset, beam, steps, batch_size, bf16, rounds, device, decoders)
                 name = f"batch {batch_size}, {'greedy' if beam == 1 else f'beam {beam}'}, {'bf16' if bf16 else 'fp32'}"
                 ct2 = r.get("CTranslate2 float32")  # bf16 rows: CTranslate2 in bfloat16, where it has it
-                int8 = f"{r['CTranslate2 int8']:,.0f}" if "CTranslate2 int8" in r else "-"
-                hf, floor = r["Marian (HF) generate"], r["matrix-product floor"]
-                ratio = f"{r['vaswani'] / ct2:.2f}x" if ct2 else "no bf16 in CTranslate2 on this CPU"
-                print(f"| {name} | {len(subset)} | {r['vaswani']:,.0f} | {f'{ct2:,.0f}' if ct2 else '-'} | {int8} | "
-                      f"{hf:,.0f} | {ratio} | {floor:,.0f} |", flush=True)
+
+                cell = {key: f"{r[key]:,.0f}" if key in r else "-" for key in (*DECODERS, "matrix-product floor")}
+                ratio = f"{r['vaswani'] / ct2:.2f}x" if ct2 else "-"
+                print(f"| {name} | {len(subset)} | {cell['vaswani']} | {cell['CTranslate2 float32']} | "
+                      f"{cell['CTranslate2 int8']} | {cell['Marian (HF) generate']} | {ratio} | "
+                      f"{cell['matrix-product floor']} |", flush=True)
 
 
 if __name__ == "__main__":
