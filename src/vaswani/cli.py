@@ -79,7 +79,9 @@ def _precision(args: argparse.Namespace) -> str:
 def _load_translator(args: argparse.Namespace):
     from vaswani.decode.translator import Translator
 
-    return Translator.load(args.model_dir, args.device, _precision(args), args.engine, args.compute_type)
+    if args.compute_type and args.engine != "ctranslate2":
+        raise ValueError("--compute-type applies to --engine ctranslate2; for --engine torch use --precision")
+    return Translator.load(args.model_dir, args.device, _precision(args), args.engine, args.compute_type or "float32")
 
 
 def _report_precision(translator, decode, console) -> None:
@@ -202,18 +204,22 @@ def _add_decode_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--engine", choices=["torch", "ctranslate2"], default="torch",
                        help="torch (default): vaswani's own search; ctranslate2: convert once into "
                             "MODEL_DIR/ctranslate2 and decode with CTranslate2 (pip install 'vaswani[ct2]')")
-    group.add_argument("--compute-type", default="float32",
-                       help="CTranslate2's compute type: float32 (default, our outputs), int8 (faster), int8_float32, "
-                            "int16, bfloat16, float16")  # old spelling of --precision bf16
+    group.add_argument("--compute-type", choices=["float32", "int8", "int8_float32", "int16", "bfloat16", "float16",
+                                                  "int8_float16", "int8_bfloat16"],
+                       help="with --engine ctranslate2: float32 (default, our outputs), int8 (faster), ...")
 
 
 def _export(args: argparse.Namespace) -> None:
+    from vaswani.config import Config
     from vaswani.export import export
 
     out = export(args.model_dir, args.out_dir, args.to, args.quantization)
     loader = {"ctranslate2": "ctranslate2.Translator", "huggingface": "MarianMTModel.from_pretrained"}[args.to]
     print(f"exported {args.model_dir} to {out} ({args.to}{', ' + args.quantization if args.quantization else ''}); "
           f"load it with {loader}({str(out)!r})")
+    if Config.load(f"{args.model_dir}/config.yaml").data.lowercase:
+        print("note: this model was trained on lowercased text (data.lowercase): lowercase its inputs before "
+              "translating with the exported model", file=sys.stderr)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -266,7 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     export = commands.add_parser("export", help="write the model for CTranslate2 or Hugging Face transformers")
     export.add_argument("model_dir")
-    export.add_argument("out_dir", help="directory to write (created; files in it are replaced)")
+    export.add_argument("out_dir", help="directory to write (new or empty)")
     export.add_argument("--to", required=True, choices=["ctranslate2", "huggingface"])
     export.add_argument("--quantization", choices=["int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16",
                                                    "float16", "bfloat16", "float32"],

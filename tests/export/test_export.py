@@ -140,6 +140,21 @@ def test_translate_with_ctranslate2_converts_once_and_writes_our_lines(trained, 
     assert len(again.stdout.splitlines()) == len(lines)
 
 
+@pytest.mark.parametrize("beam", ["1", "4"])
+def test_ctranslate2_scores_are_our_log_probabilities(trained, tmp_path, beam):
+    source = tmp_path / "source.txt"
+    source.write_text("\n".join(s for s, _ in toy_pairs("reverse", 12, 16, seed=11)) + "\n", encoding="utf-8")
+    # greedy: the model's own length penalty (0.6) must not reach CTranslate2's greedy score; beam: alpha 0
+    penalty = ["--length-penalty", "0"] if beam != "1" else []
+    common = ["translate", str(trained), "-i", str(source), "--scores", "--beam", beam, *penalty,
+              "--max-len-a", "0", "--max-len-b", "40"]
+    ours, theirs = _cli(*common, "--precision", "fp32"), _cli(*common, "--engine", "ctranslate2")
+    assert theirs.returncode == 0, theirs.stderr
+    for a, b in zip(ours.stdout.splitlines(), theirs.stdout.splitlines(), strict=True):
+        (a,), (b,) = json.loads(a), json.loads(b)
+        assert a["text"] == b["text"] and a["log_prob"] == pytest.approx(b["log_prob"], abs=1e-3)
+
+
 def test_new_weights_are_converted_again(trained, tmp_path):
     copy = tmp_path / "copy"
     subprocess.run(["cp", "-r", str(trained), str(copy)], check=True)
@@ -159,6 +174,23 @@ def test_export_errors_are_one_line(trained, tmp_path):
     assert missing.returncode == 2 and "not a model directory" in missing.stderr
     same = _cli("export", str(trained), str(trained), "--to", "ctranslate2")
     assert same.returncode == 2 and "model directory itself" in same.stderr
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "old.txt").write_text("x")
+    again = _cli("export", str(trained), str(full), "--to", "ctranslate2")
+    assert again.returncode == 2 and "not empty" in again.stderr
+    torch_only = _cli("translate", str(trained), "--compute-type", "int8", input="abc\n")
+    assert torch_only.returncode == 2 and "--engine ctranslate2" in torch_only.stderr
+
+
+def test_a_directory_the_engine_did_not_make_is_left_alone(trained, tmp_path):
+    copy = tmp_path / "copy"
+    subprocess.run(["cp", "-r", str(trained), str(copy)], check=True)
+    subprocess.run(["rm", "-rf", str(copy / "ctranslate2")], check=True)
+    export(copy, copy / "ctranslate2", "ctranslate2", quantization="int8")  # the user's own export
+    run = _cli("translate", str(copy), "--engine", "ctranslate2", input="abc\n")
+    assert run.returncode == 2 and "not made by --engine ctranslate2" in run.stderr
+    assert (copy / "ctranslate2" / "model.bin").is_file()
 
 
 # --- Hugging Face -------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ The maximum length is the batch's longest allowed (a * source length + b), not e
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -32,32 +33,43 @@ _STAMP = "vaswani_source.json"
 
 
 def _stamp(model_dir: Path) -> dict:
-    """What the conversion was made from: the weights' content hash."""
+    """What a conversion was made from and by: the weights' content hash and both programs' versions."""
+    import ctranslate2
+
+    from vaswani import __version__
+
     digest = hashlib.sha256()
     with open(model_dir / WEIGHTS, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
-    return {"weights_sha256": digest.hexdigest()}
+    return {"weights_sha256": digest.hexdigest(), "vaswani": __version__, "ctranslate2": ctranslate2.__version__}
 
 
 def converted(model_dir: str | Path) -> Path:
-    """MODEL_DIR/ctranslate2, converted (float32) if missing or made from other weights."""
+    """MODEL_DIR/ctranslate2, converted (float32) if missing or made from other weights or by other versions.
+
+    Processes converting at once take turns (a lock file); a directory there that this function did not
+    make (no stamp) is left alone and reported."""
     from vaswani.export.ctranslate2 import export_ctranslate2
 
     model_dir = Path(model_dir)
     target, stamp = model_dir / DIRECTORY, _stamp(model_dir)
     stamp_file = target / _STAMP
-    if stamp_file.is_file() and json.loads(stamp_file.read_text()) == stamp and (target / "model.bin").is_file():
-        return target
-    tmp = Path(tempfile.mkdtemp(prefix=".ctranslate2-", dir=model_dir))  # another process may convert too
-    try:
-        export_ctranslate2(model_dir, tmp)
-        (tmp / _STAMP).write_text(json.dumps(stamp) + "\n")
-        if target.exists():
+    with open(model_dir / ".ctranslate2.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if target.exists() and not stamp_file.is_file():
+            raise ValueError(f"{target} exists but was not made by --engine ctranslate2; move it elsewhere (export "
+                             "into a directory of your own with `vaswani export`)")
+        if stamp_file.is_file() and json.loads(stamp_file.read_text()) == stamp and (target / "model.bin").is_file():
+            return target
+        tmp = Path(tempfile.mkdtemp(prefix=".ctranslate2-", dir=model_dir))
+        try:
+            export_ctranslate2(model_dir, tmp)
+            (tmp / _STAMP).write_text(json.dumps(stamp) + "\n")
             shutil.rmtree(target, ignore_errors=True)
-        os.replace(tmp, target)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+            os.replace(tmp, target)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     return target
 
 
@@ -76,9 +88,14 @@ class CTranslate2Search:
         self.ctranslate2, self.compute_type = ctranslate2, compute_type
         self.path = converted(model_dir)
         self.config, self.tokenizer = model.config, tokenizer
-        self.translator = ctranslate2.Translator(
-            str(self.path), device=device.type, device_index=device.index or 0, compute_type=compute_type,
-            inter_threads=1, intra_threads=torch.get_num_threads() if device.type == "cpu" else 0)
+        try:
+            self.translator = ctranslate2.Translator(
+                str(self.path), device=device.type, device_index=device.index or 0, compute_type=compute_type,
+                inter_threads=1, intra_threads=torch.get_num_threads() if device.type == "cpu" else 0)
+        except (RuntimeError, ValueError) as error:  # e.g. a compute type this device lacks
+            supported = ", ".join(sorted(ctranslate2.get_supported_compute_types(device.type)))
+            raise ValueError(f"CTranslate2 cannot load {self.path} on {device.type} as {compute_type}: "
+                             f"{str(error).strip()} (this device supports: {supported})") from None
 
     def describe(self) -> str:
         return f"engine ctranslate2 {self.ctranslate2.__version__}, compute type {self.compute_type} ({self.path})"
@@ -97,13 +114,15 @@ class CTranslate2Search:
             options = dict(max_batch_size=0, max_decoding_length=limit, min_decoding_length=0, max_input_length=0,
                            return_scores=True,
                            suppress_sequences=[["<pad>"], ["<s>"]], num_hypotheses=n_best)
+            # Greedy search and sampling score by the plain log-probability, as ours (CTranslate2's default
+            # length_penalty of 1 would average it per token).
+            alpha = 0.0 if decode.sampling or decode.beam_size == 1 else decode.length_penalty
             if decode.sampling:
                 options.update(beam_size=1, sampling_topk=decode.top_k, sampling_topp=decode.top_p,
-                               sampling_temperature=decode.temperature)
+                               sampling_temperature=decode.temperature, length_penalty=0.0)
             else:
-                options.update(beam_size=decode.beam_size, length_penalty=decode.length_penalty)
+                options.update(beam_size=decode.beam_size, length_penalty=alpha)
             results = self.translator.translate_batch([[piece(i) for i in sources[i]] for i in chunk], **options)
-            alpha = 0.0 if decode.sampling else decode.length_penalty
             for i, result in zip(chunk, results, strict=True):
                 hyps = []
                 for tokens, score in zip(result.hypotheses, result.scores, strict=True):

@@ -86,7 +86,8 @@ class Translator:
             raise ValueError(f"--precision {precision} applies to --engine torch; for CTranslate2 use --compute-type "
                              "(float32, int8, bfloat16, ...)")
         device = pick_device(device)
-        model, config = load_model(model_dir, device)
+        # With CTranslate2 the torch model only answers attention requests: it stays on the CPU.
+        model, config = load_model(model_dir, device if engine == "torch" else "cpu")
         tokenizer = Tokenizer.load(model_dir)
         search = CTranslate2Search(model_dir, model, tokenizer, device, compute_type) if engine != "torch" else None
         return cls(model, tokenizer, config, precision, search)

@@ -40,6 +40,8 @@ def prepare_output(out_dir: str | Path, model_dir: str | Path) -> Path:
         raise ExportError(f"{out_dir} is the model directory itself; export into a directory of its own")
     if out_dir.exists() and not out_dir.is_dir():
         raise ExportError(f"{out_dir} exists and is not a directory; choose another output path")
+    if out_dir.is_dir() and any(out_dir.iterdir()):  # stale files of another export would mislead its loader
+        raise ExportError(f"{out_dir} is not empty; export into a new or empty directory")
     out_dir.mkdir(parents=True, exist_ok=True)
     return out_dir
 

@@ -66,7 +66,7 @@ def check_exportable(config: Config) -> None:
 
 
 def marian_config(config: Config):
-    c, decode = config.model, config.decode
+    c = config.model
     transformers = _transformers()
     return transformers.MarianConfig(
         vocab_size=c.src_vocab_size, decoder_vocab_size=c.tgt_vocab_size, d_model=c.d_model,
@@ -76,6 +76,16 @@ def marian_config(config: Config):
         activation_dropout=0.0, scale_embedding=True, max_position_embeddings=c.max_positions,
         share_encoder_decoder_embeddings=c.share_embeddings, tie_word_embeddings=c.share_embeddings or c.tie_output,
         pad_token_id=c.pad_id, eos_token_id=c.eos_id, bos_token_id=c.bos_id, decoder_start_token_id=c.bos_id,
+        forced_eos_token_id=None,
+    )
+
+
+def generation_config(config: Config):
+    """`generate`'s defaults: our special ids, PAD and BOS never generated, our beam size (the length penalty
+    is Hugging Face's own, length^alpha, so it is left at its default)."""
+    c, decode = config.model, config.decode
+    return _transformers().GenerationConfig(
+        decoder_start_token_id=c.bos_id, bos_token_id=c.bos_id, eos_token_id=c.eos_id, pad_token_id=c.pad_id,
         forced_eos_token_id=None, bad_words_ids=[[c.pad_id], [c.bos_id]], num_beams=decode.beam_size,
         max_length=c.max_positions,
     )
@@ -145,6 +155,7 @@ def to_marian(model: Transformer, config: Config):
     check_exportable(config)
     transformers = _transformers()
     marian = transformers.MarianMTModel(marian_config(config))
+    marian.generation_config = generation_config(config)
     missing, unexpected = marian.load_state_dict(marian_state_dict(model), strict=False)
     missing = [k for k in missing if not k.endswith("embed_positions.weight")]  # computed, not stored
     if missing or unexpected:
