@@ -83,13 +83,15 @@ def test_ctranslate2_float32_output_ids_are_ours_on_every_held_out_sentence(trai
     assert not differ, f"{len(differ)} of {HELD_OUT} differ, first: {ours[differ[0]]} vs {theirs[differ[0]]}"
 
 
-def _random_model_dir(directory: Path, tokenizer_dir: Path, **model) -> Path:
-    """An untrained model of another architecture with the trained model's tokenizer."""
+def _random_model_dir(directory: Path, tokenizer_dir: Path, joint: bool = True, **model) -> Path:
+    """An untrained model of another architecture with the trained model's tokenizer (`joint=False`: written
+    as separate source and target models, so the exports take their two-vocabulary paths)."""
     directory.mkdir()
     vocab = Tokenizer.load(tokenizer_dir).src_vocab_size
     config = Config.from_dict({"model": {"d_model": 32, "n_heads": 2, "d_ff": 64, "n_layers": 2, "n_decoder_layers": 3,
                                          "src_vocab_size": vocab, "tgt_vocab_size": vocab, **model}})
-    (directory / "tokenizer.model").write_bytes((tokenizer_dir / "tokenizer.model").read_bytes())
+    for name in Tokenizer.files(joint):
+        (directory / name).write_bytes((tokenizer_dir / "tokenizer.model").read_bytes())
     write_model_directory(directory, config)
     save_weights(weights_of(Transformer(config.model)), directory / WEIGHTS)
     return directory
@@ -97,8 +99,8 @@ def _random_model_dir(directory: Path, tokenizer_dir: Path, **model) -> Path:
 
 @pytest.mark.parametrize("options", [
     {"norm_first": True, "positions": "learned", "max_positions": 64, "activation": "gelu"},
-    {"share_embeddings": False, "tie_output": False, "layer_norm_eps": 1e-5},
-], ids=["pre-norm-learned-gelu", "untied-output"])
+    {"share_embeddings": False, "tie_output": False, "layer_norm_eps": 1e-5, "joint": False},
+], ids=["pre-norm-learned-gelu", "untied-output-two-vocabularies"])
 def test_ctranslate2_scores_every_token_as_we_do_for_other_architectures(trained, held_out, tmp_path, options):
     directory = _random_model_dir(tmp_path / "model", trained, **options)
     out = export(directory, tmp_path / "ct2", "ctranslate2")
@@ -237,3 +239,21 @@ def test_marian_export_refuses_what_marian_cannot_compute(trained, tmp_path):
         directory = _random_model_dir(tmp_path / key, trained, **options)
         with pytest.raises(ExportError, match=key):
             export(directory, tmp_path / f"{key}-out", "huggingface")
+
+
+@pytest.mark.parametrize("tie_output", [True, False])
+def test_marian_of_a_model_with_two_vocabularies_gives_our_logits(trained, held_out, tmp_path, tie_output):
+    transformers = pytest.importorskip("transformers")
+    directory = _random_model_dir(tmp_path / "model", trained, joint=False, share_embeddings=False,
+                                  tie_output=tie_output)
+    out = export(directory, tmp_path / "hf", "huggingface")
+    hf = transformers.MarianMTModel.from_pretrained(str(out)).eval()
+    tokenizer = transformers.MarianTokenizer.from_pretrained(str(out))
+    assert tokenizer.separate_vocabs
+    model, _ = load_model(directory)
+    src = torch.nn.utils.rnn.pad_sequence([torch.tensor([*x, 2]) for x in held_out[:20]], batch_first=True)
+    tgt = torch.nn.utils.rnn.pad_sequence([torch.tensor([1, *x[:10]]) for x in held_out[20:40]], batch_first=True)
+    with torch.no_grad():
+        expected = model(src, tgt)
+        got = hf(input_ids=src, attention_mask=(src != 0).long(), decoder_input_ids=tgt).logits
+    assert (expected - got)[tgt != 0].abs().max() < 1e-4
