@@ -20,7 +20,7 @@ import torch
 
 from vaswani.data.batching import collate
 from vaswani.data.corpus import read_lines
-from vaswani.decode.search import beam_search, greedy
+from vaswani.decode.search import beam_search, greedy, length_batches
 from vaswani.decode.translator import Translator
 from vaswani.evaluate import language_of
 from vaswani.runtime import keep_freed_memory
@@ -30,11 +30,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def search_speed(translator: Translator, sources: list[list[int]], beam: int, batch_size: int) -> dict:
     model, c = translator.model, translator.model.config
-    order = sorted(range(len(sources)), key=lambda i: len(sources[i]), reverse=True)
     seconds = {True: 0.0, False: 0.0}
     tokens = 0
-    for start in range(0, len(order), batch_size):
-        chunk = [sources[i] for i in order[start : start + batch_size]]
+    for indices in length_batches(sources, batch_size):
+        chunk = [sources[i] for i in indices]
         src = collate([(s, []) for s in chunk], c.pad_id, c.bos_id, c.eos_id).src
         outputs = {}
         for cache in (True, False):

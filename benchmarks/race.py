@@ -40,7 +40,7 @@ from vaswani.data.batching import collate
 from vaswani.data.corpus import read_lines
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.decode.ct2_engine import converted
-from vaswani.decode.search import beam_search, greedy
+from vaswani.decode.search import beam_search, greedy, length_batches
 from vaswani.model_dir import WEIGHTS, load_model, save_weights, weights_of, write_model_directory
 from vaswani.precision import bf16_emulated
 from vaswani.runtime import cpu_name, keep_freed_memory
@@ -161,8 +161,7 @@ def decode_race(model_dir: Path, sources: list[list[int]], beam: int, steps: int
     """Target tokens/s (sentences x steps / seconds) of each decoder on the same batches: each decoder runs
     alone in a fresh process (two OpenMP runtimes in one process, torch's and CTranslate2's, slow each
     other's small products down ~2x once both have run), decoders alternate, the median of `rounds`."""
-    order = sorted(range(len(sources)), key=lambda i: len(sources[i]), reverse=True)
-    batches = [[sources[i] for i in order[start : start + batch_size]] for start in range(0, len(order), batch_size)]
+    batches = [[sources[i] for i in chunk] for chunk in length_batches(sources, batch_size)]
     seconds: dict[str, list[float]] = {name: [] for name in decoders}
     spawn = multiprocessing.get_context("spawn")
     for _ in range(rounds):

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from vaswani.config import PRECISIONS, PRESETS, ConfigError, ModelConfig
+from vaswani.export import CT2_TYPES
 
 
 def _model(args: argparse.Namespace) -> None:
@@ -204,8 +205,7 @@ def _add_decode_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--engine", choices=["torch", "ctranslate2"], default="torch",
                        help="torch (default): vaswani's own search; ctranslate2: convert once into "
                             "MODEL_DIR/ctranslate2 and decode with CTranslate2 (pip install 'vaswani[ct2]')")
-    group.add_argument("--compute-type", choices=["float32", "int8", "int8_float32", "int16", "bfloat16", "float16",
-                                                  "int8_float16", "int8_bfloat16"],
+    group.add_argument("--compute-type", choices=CT2_TYPES,
                        help="with --engine ctranslate2: float32 (default, our outputs), int8 (faster), ...")
 
 
@@ -274,8 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("model_dir")
     export.add_argument("out_dir", help="directory to write (new or empty)")
     export.add_argument("--to", required=True, choices=["ctranslate2", "huggingface"])
-    export.add_argument("--quantization", choices=["int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16",
-                                                   "float16", "bfloat16", "float32"],
+    export.add_argument("--quantization", choices=CT2_TYPES,
                         help="CTranslate2 weight type (default float32; int8 is smaller and faster on CPUs)")
     export.set_defaults(run=_export)
     return parser

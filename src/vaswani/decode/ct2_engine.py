@@ -23,12 +23,12 @@ import torch
 
 from vaswani.config import DecodeConfig
 from vaswani.data.tokenizer import Tokenizer
-from vaswani.decode.search import Hypothesis, length_limits
+from vaswani.decode.search import Hypothesis, length_batches, length_limits
+from vaswani.export import CT2_TYPES, NEVER_GENERATED
 from vaswani.model_dir import WEIGHTS
 from vaswani.nn.transformer import Transformer
 
 DIRECTORY = "ctranslate2"  # inside the model directory
-COMPUTE_TYPES = ("float32", "int8", "int8_float32", "int16", "bfloat16", "float16", "int8_float16", "int8_bfloat16")
 _STAMP = "vaswani_source.json"
 
 
@@ -83,8 +83,8 @@ class CTranslate2Search:
         except ImportError:
             raise ImportError("--engine ctranslate2 needs the ctranslate2 package: "
                               "pip install 'vaswani[ct2]'") from None
-        if compute_type not in COMPUTE_TYPES:
-            raise ValueError(f"compute type {compute_type!r} is not one of {', '.join(COMPUTE_TYPES)}")
+        if compute_type not in CT2_TYPES:
+            raise ValueError(f"compute type {compute_type!r} is not one of {', '.join(CT2_TYPES)}")
         self.ctranslate2, self.compute_type = ctranslate2, compute_type
         self.path = converted(model_dir)
         self.config, self.tokenizer = model.config, tokenizer
@@ -103,25 +103,23 @@ class CTranslate2Search:
     def __call__(self, sources: Sequence[Sequence[int]], decode: DecodeConfig, n_best: int = 1,
                  precision: str = "fp32", progress: Callable[[int], None] | None = None) -> list[list[Hypothesis]]:
         c, piece = self.config, self.tokenizer.src.id_to_piece
-        order = sorted(range(len(sources)), key=lambda i: len(sources[i]), reverse=True)
         out: list[list[Hypothesis]] = [[] for _ in sources]
         if decode.sampling:
             self.ctranslate2.set_random_seed(decode.seed)
-        for start in range(0, len(order), decode.batch_size):
-            chunk = order[start : start + decode.batch_size]
+        # Greedy search and sampling score by the plain log-probability, as ours (CTranslate2's default
+        # length_penalty of 1 would average it per token).
+        alpha = 0.0 if decode.sampling or decode.beam_size == 1 else decode.length_penalty
+        for chunk in length_batches(sources, decode.batch_size):
             lengths = torch.tensor([len(sources[i]) + 1 for i in chunk])  # with EOS, as our search counts
             limit = int(length_limits(lengths, c, decode.max_len_a, decode.max_len_b).max())
             options = dict(max_batch_size=0, max_decoding_length=limit, min_decoding_length=0, max_input_length=0,
-                           return_scores=True,
-                           suppress_sequences=[["<pad>"], ["<s>"]], num_hypotheses=n_best)
-            # Greedy search and sampling score by the plain log-probability, as ours (CTranslate2's default
-            # length_penalty of 1 would average it per token).
-            alpha = 0.0 if decode.sampling or decode.beam_size == 1 else decode.length_penalty
+                           return_scores=True, suppress_sequences=[[p] for p in NEVER_GENERATED],
+                           num_hypotheses=n_best, length_penalty=alpha)
             if decode.sampling:
                 options.update(beam_size=1, sampling_topk=decode.top_k, sampling_topp=decode.top_p,
-                               sampling_temperature=decode.temperature, length_penalty=0.0)
+                               sampling_temperature=decode.temperature)
             else:
-                options.update(beam_size=decode.beam_size, length_penalty=alpha)
+                options.update(beam_size=decode.beam_size)
             results = self.translator.translate_batch([[piece(i) for i in sources[i]] for i in chunk], **options)
             for i, result in zip(chunk, results, strict=True):
                 hyps = []

@@ -268,6 +268,12 @@ def _cannot_improve(hyps: list[Hypothesis], n_best: int, reachable: float) -> bo
     return len(hyps) >= n_best and sorted(h.score for h in hyps)[-n_best] >= reachable
 
 
+def length_batches(sources: Sequence[Sequence[int]], batch_size: int) -> list[list[int]]:
+    """Indices of `sources` in batches of `batch_size`, longest first, so each batch pads little."""
+    order = sorted(range(len(sources)), key=lambda i: len(sources[i]), reverse=True)
+    return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+
+
 def search_ids(
     model: Transformer, sources: Sequence[Sequence[int]], decode: DecodeConfig, n_best: int = 1,
     precision: str = "fp32", progress: Callable[[int], None] | None = None,
@@ -278,12 +284,10 @@ def search_ids(
     `progress(n)` is called after each batch with the number of sentences done in it.
     """
     c, device = model.config, next(model.parameters()).device
-    order = sorted(range(len(sources)), key=lambda i: len(sources[i]), reverse=True)
     out: list[list[Hypothesis]] = [[] for _ in sources]
     generator = torch.Generator(device).manual_seed(decode.seed) if decode.sampling else None
     limits = dict(max_len_a=decode.max_len_a, max_len_b=decode.max_len_b)
-    for start in range(0, len(order), decode.batch_size):
-        chunk = order[start : start + decode.batch_size]
+    for chunk in length_batches(sources, decode.batch_size):
         src = collate([(sources[i], []) for i in chunk], c.pad_id, c.bos_id, c.eos_id).src.to(device)
         with torch.inference_mode(), autocast(device, precision):
             if decode.sampling:

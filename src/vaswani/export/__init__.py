@@ -12,6 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 
 TARGETS = ("ctranslate2", "huggingface")
+# CTranslate2's weight and compute types (`--quantization`, `--compute-type`); float32 gives our outputs
+CT2_TYPES = ("float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16")
+NEVER_GENERATED = ("<pad>", "<s>")  # as in our search; CTranslate2 and Marian are told to suppress them too
 
 
 class ExportError(ValueError):
