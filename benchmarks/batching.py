@@ -20,9 +20,10 @@ import torch
 
 from vaswani.config import Config
 from vaswani.data.batching import collate, padding_fraction, token_batches
+from vaswani.data.tokenizer import Tokenizer
 from vaswani.nn import Transformer
 from vaswani.runtime import keep_freed_memory
-from vaswani.train.data import prepare
+from vaswani.train.data import EpochPlan, load_run_data, open_or_prepare, recipe_of
 from vaswani.train.loss import label_smoothed_cross_entropy
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,10 +37,18 @@ def main() -> None:
     keep_freed_memory()
     config = Config.load(args.config)
     with tempfile.TemporaryDirectory() as tmp:
-        data = prepare(config.data, config.model.share_embeddings, Path(tmp), config.train.seed, print)
-    lengths = [(len(s), len(t)) for s, t in data.train]
-    ways = {"bucketed": data.train_batches,
-            "naive": token_batches(lengths, config.data.max_tokens, config.train.seed, bucketed=False)}
+        recipe = recipe_of(config.data, config.model.share_embeddings, config.train.seed)
+        prepared = open_or_prepare(recipe, Path(tmp) / "prepared", log=print)
+        data = load_run_data(prepared, Tokenizer.load(prepared.directory), config.data)
+        train = prepared.train
+        lengths = train.lengths
+        ways = {"bucketed": EpochPlan(data, config.data.max_tokens, config.train.seed).batches(0),
+                "naive": token_batches(lengths, config.data.max_tokens, config.train.seed, bucketed=False)}
+        _race(args, config, data, train, ways)
+
+
+def _race(args, config, data, train, ways) -> None:
+    lengths = train.lengths
     model_config = dataclasses.replace(config.model, src_vocab_size=data.tokenizer.src_vocab_size,
                                        tgt_vocab_size=data.tokenizer.tgt_vocab_size)
     c = model_config
@@ -50,7 +59,8 @@ def main() -> None:
               for name, m in models.items()}
     for step in range(args.steps + 3):
         for name, batches in ways.items():
-            batch = collate([data.train[i] for i in batches[step % len(batches)]], c.pad_id, c.bos_id, c.eos_id)
+            batch = collate([train.pair(i) for i in batches[step % len(batches)].tolist()], c.pad_id, c.bos_id,
+                            c.eos_id)
             start = time.perf_counter()
             loss, tokens = label_smoothed_cross_entropy(models[name].hidden_states(batch.src, batch.tgt_in),
                                                         models[name].generator_weight, batch.tgt_out, 0.1, c.pad_id)
@@ -59,7 +69,7 @@ def main() -> None:
             optims[name].zero_grad(set_to_none=True)
             if step >= 3:
                 rates[name].append(int(tokens) / (time.perf_counter() - start))
-    print(f"# {len(data.train)} pairs, max_tokens {config.data.max_tokens}, model d_model {c.d_model} "
+    print(f"# {len(train)} pairs, max_tokens {config.data.max_tokens}, model d_model {c.d_model} "
           f"{c.n_layers}+{c.decoder_layers} layers, vocabulary {c.src_vocab_size}, {args.steps} steps each, fp32")
     print("| batching | batches per epoch | padding (src + tgt) | target tok/s (median) |")
     print("|---|---|---|---|")

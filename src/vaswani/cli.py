@@ -32,7 +32,8 @@ def _train(args: argparse.Namespace) -> None:
     from vaswani.runtime import keep_freed_memory, pick_device
     from vaswani.train.trainer import Trainer
 
-    config = Config.load(args.config, args.set or [])
+    prepared = [f"data.prepared={args.prepared}"] if args.prepared else []
+    config = Config.load(args.config, [*(args.set or []), *prepared])
     keep_freed_memory()
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # started by torchrun
         backend = "nccl" if pick_device(config.train.device).type == "cuda" else "gloo"
@@ -44,6 +45,29 @@ def _train(args: argparse.Namespace) -> None:
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _prepare(args: argparse.Namespace) -> None:
+    import time
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from vaswani.config import Config
+    from vaswani.train.data import default_workers, open_or_prepare, recipe_of
+
+    config = Config.load(args.config, args.set or [])
+    config.data.require_training_data()
+    console = Console(stderr=True, soft_wrap=True)
+    recipe = recipe_of(config.data, config.model.share_embeddings, config.train.seed)
+    started = time.perf_counter()
+    data = open_or_prepare(recipe, Path(args.data_dir), None, args.workers or default_workers(),
+                           lambda message: console.print(message, highlight=False), console)
+    report = data.manifest["report"]
+    print(f"{args.data_dir}: {report['kept']:,} of {report['total']:,} training pairs kept, "
+          f"{sum(e['bytes'] for e in data.manifest['files'].values()) / 1e6:,.1f} MB, "
+          f"{time.perf_counter() - started:.1f} s; train with: vaswani train {args.config} MODEL_DIR "
+          f"--prepared {args.data_dir}")
 
 
 def _average(args: argparse.Namespace) -> None:
@@ -236,7 +260,16 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("model_dir", help="directory for the model, checkpoints and logs")
     train.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE",
                        help="override one config field, e.g. --set train.max_steps=2000 (repeatable)")
+    train.add_argument("--prepared", metavar="DATA_DIR",
+                       help="prepared data to train from (made by vaswani prepare; made here when missing)")
     train.set_defaults(run=_train)
+
+    prepare = commands.add_parser("prepare", help="tokenize a config's corpora once into memory-mapped arrays")
+    prepare.add_argument("config", help="YAML recipe: its data section (and model.share_embeddings) decide the arrays")
+    prepare.add_argument("data_dir", help="directory to write (new), or to check when it exists")
+    prepare.add_argument("--workers", type=int, help="encoding processes (default: every core)")
+    prepare.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="override one config field")
+    prepare.set_defaults(run=_prepare)
 
     average = commands.add_parser("average", help="average checkpoints into the model to translate with")
     average.add_argument("model_dir")

@@ -44,6 +44,8 @@ def _coerce(section: str, cls: type, values: dict[str, Any]) -> dict[str, Any]:
             raise ConfigError(f"{section}.{key} must be true or false, got {value!r}")
         elif cls.__dataclass_fields__[key].metadata.get("duration"):
             parse_duration(value, f"{section}.{key}")
+        elif base is list:
+            pass  # checked by the section itself (data.corpora)
         elif base is str and not isinstance(value, str):
             raise ConfigError(f"{section}.{key} must be a string, got {value!r}")
         out[key] = value
@@ -186,6 +188,33 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+def _corpora(values: Any) -> list[dict]:
+    """data.corpora checked: a list of {src, tgt, weight > 0, name}, names unique."""
+    if not isinstance(values, list | tuple) or not values:
+        raise ConfigError("data.corpora must be a list of {src: FILE, tgt: FILE, weight: NUMBER, name: NAME}")
+    out = []
+    for i, entry in enumerate(values):
+        where = f"data.corpora[{i}]"
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{where} must be a mapping with src, tgt and optionally weight and name")
+        for key in entry:
+            if key not in ("name", "src", "tgt", "weight"):
+                raise ConfigError(f"unknown key '{where}.{key}'{_closest(key, ['name', 'src', 'tgt', 'weight'])}")
+        for key in ("src", "tgt"):
+            if not isinstance(entry.get(key), str) or not entry[key]:
+                raise ConfigError(f"{where}.{key} must name a file")
+        weight = entry.get("weight", 1.0)
+        if isinstance(weight, bool) or not isinstance(weight, int | float) or not weight > 0:
+            raise ConfigError(f"{where}.weight must be a number above 0 (how often its pairs are sampled per "
+                              f"epoch), got {weight!r}; to leave a corpus out, remove it from the list")
+        name = str(entry.get("name") or Path(entry["src"]).name)
+        out.append({"name": name, "src": entry["src"], "tgt": entry["tgt"], "weight": float(weight)})
+    names = [c["name"] for c in out]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"data.corpora names must differ, got {names}; give each a name")
+    return out
+
+
 @dataclass(frozen=True)
 class DataConfig:
     """Where the parallel text is and how it becomes batches. Paths are relative to the working directory."""
@@ -211,10 +240,30 @@ class DataConfig:
     src_sampling_alpha: float = 0.0
     tgt_sampling_alpha: float = 0.0
     valid_max_sentences: int = 1000  # dev sentences decoded for BLEU at each validation
+    # Several training corpora instead of train_src/train_tgt, each sampled `weight` times per epoch
+    # (2: every pair twice; 0.5: a fresh random half each epoch), as WMT systems mix their sources:
+    #   corpora: [{name: europarl, src: ep.de, tgt: ep.en, weight: 1}, {src: cc.de.gz, tgt: cc.en.gz, weight: 0.5}]
+    corpora: list | None = None
+    # The prepared-data directory (token ids in memory-mapped arrays, see `vaswani prepare`); made when
+    # missing, reused when it matches this section and the files. Empty: MODEL_DIR/prepared.
+    prepared: str = ""
+
+    def __post_init__(self) -> None:
+        if self.corpora is not None:
+            object.__setattr__(self, "corpora", _corpora(self.corpora))
+
+    def training_corpora(self) -> list[dict]:
+        """[{name, src, tgt, weight}] of the training corpora, the train_src/train_tgt pair included."""
+        if self.corpora:
+            return self.corpora
+        return [{"name": "train", "src": self.train_src, "tgt": self.train_tgt, "weight": 1.0}]
 
     def require_training_data(self) -> None:
-        if self.toy_task is None and not (self.train_src and self.train_tgt):
-            raise ConfigError("data.train_src and data.train_tgt are required (or set data.toy_task: reverse)")
+        if self.toy_task is None and not (self.train_src and self.train_tgt) and not self.corpora:
+            raise ConfigError("data.train_src and data.train_tgt are required (or data.corpora, or set "
+                              "data.toy_task: reverse)")
+        if self.corpora and (self.train_src or self.train_tgt):
+            raise ConfigError("give the training text either as data.train_src/train_tgt or as data.corpora, not both")
 
     def validate(self) -> None:
         if self.toy_task not in (None, "copy", "reverse"):
@@ -251,6 +300,9 @@ class TrainConfig:
     label_smoothing: float = 0.1  # §5.4
     clip_norm: float = 0.0  # 0: no clipping (the paper clips nothing)
     accumulate: int = 1  # batches per optimizer step
+    # processes that collate batches ahead of the step (torch DataLoader workers; 0: in the training
+    # process). Results do not depend on it.
+    loader_workers: int = 1
     # bf16: autocast, fp32 master weights. auto: bf16 only where it measures faster than fp32 for this
     # model on this device (vaswani/precision.py: CPU flags do not tell); the resolved value is saved.
     precision: Literal["auto", "fp32", "bf16"] = "auto"
@@ -288,6 +340,8 @@ class TrainConfig:
                 raise ConfigError(f"train.{name} must be positive, got {getattr(self, name)!r}")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ConfigError(f"train.label_smoothing must be in [0, 1), got {self.label_smoothing!r}")
+        if self.loader_workers < 0:
+            raise ConfigError(f"train.loader_workers must be 0 or more, got {self.loader_workers!r}")
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,8 @@
 import random
 
-from vaswani.data.batching import collate, epoch_order, padding_fraction, token_batches
+import numpy as np
+
+from vaswani.data.batching import _costs, collate, epoch_order, padding_fraction, token_batches
 
 
 def _lengths(n=500, seed=0):
@@ -20,7 +22,7 @@ def test_every_sentence_once_and_budget_kept():
 
 def test_a_sentence_longer_than_the_budget_gets_its_own_batch():
     batches = token_batches([(3, 3), (500, 2), (4, 4)], max_tokens=50, seed=0)
-    assert [1] in batches and sorted(i for b in batches for i in b) == [0, 1, 2]
+    assert [1] in [b.tolist() for b in batches] and sorted(i for b in batches for i in b) == [0, 1, 2]
 
 
 def test_bucketing_pads_less_than_naive_batching():
@@ -33,7 +35,28 @@ def test_bucketing_pads_less_than_naive_batching():
 def test_shuffling_is_reproducible_and_changes_with_seed_and_epoch():
     assert epoch_order(50, seed=1, epoch=0) == epoch_order(50, seed=1, epoch=0)
     assert epoch_order(50, seed=1, epoch=0) != epoch_order(50, seed=1, epoch=1)
-    assert token_batches(_lengths(), 300, seed=1) == token_batches(_lengths(), 300, seed=1)
+    same = zip(token_batches(_lengths(), 300, seed=1), token_batches(_lengths(), 300, seed=1), strict=True)
+    assert all(np.array_equal(a, b) for a, b in same)
+    assert not np.array_equal(np.concatenate(token_batches(_lengths(), 300, seed=1)),
+                              np.concatenate(token_batches(_lengths(), 300, seed=2)))
+
+
+def test_vectorised_packing_equals_a_pair_by_pair_greedy_packing():
+    """The reference: walk the pairs in the same sorted order, one at a time, as a loop would."""
+    lengths = np.array([*_lengths(3000, seed=3), (900, 1)])  # one pair over the budget too
+    for max_tokens in (50, 300, 4000):
+        costs = _costs(lengths)
+        order = np.random.default_rng(7).permutation(len(lengths))
+        order = order[np.argsort(costs[order], kind="stable")]
+        expected, current, longest = [], [], 0
+        for i in order.tolist():
+            if current and max(longest, costs[i]) * (len(current) + 1) > max_tokens:
+                expected.append(current)
+                current, longest = [], 0
+            current.append(i)
+            longest = max(longest, costs[i])
+        expected.append(current)
+        assert [b.tolist() for b in token_batches(lengths, max_tokens, seed=7)] == expected
 
 
 def test_collate_shifts_the_target_right_and_appends_eos():

@@ -46,7 +46,7 @@ def test_interrupted_and_resumed_run_equals_uninterrupted(tmp_path):
 
 
 def test_resumed_run_with_subword_sampling_equals_uninterrupted(tmp_path):
-    from tests.train.test_data import write_corpus
+    from tests.train.test_prepared import write_corpus
 
     data = {**write_corpus(tmp_path), "tokenizer": "bpe", "vocab_size": 120, "max_tokens": 400,
             "src_sampling_alpha": 0.1, "tgt_sampling_alpha": 0.1}

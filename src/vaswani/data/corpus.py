@@ -45,20 +45,23 @@ def read_lines(path: str | Path, invalid_utf8: str = "error") -> list[str]:
     lines = raw.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
-    out = []
-    for number, line in enumerate(lines, start=1):
-        try:
-            text = line.decode("utf-8")
-        except UnicodeDecodeError as error:
-            if invalid_utf8 != "error":
-                text = line.decode("utf-8", errors="replace")
-            else:
-                raise DataError(
-                    f"{path}, line {number}: invalid UTF-8 at byte {error.start}; fix the file or set "
-                    "data.invalid_utf8: replace"
-                ) from None
-        out.append(clean_line(text))
-    return out
+    return [decode_line(line, path, number, invalid_utf8) for number, line in enumerate(lines, start=1)]
+
+
+def decode_line(raw: bytes, path: str | Path, number: int, invalid_utf8: str = "error") -> str:
+    """One line's bytes (no line end) as normalised text; invalid UTF-8 is a DataError naming the file
+    and line, or, with invalid_utf8="replace", becomes U+FFFD."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        if invalid_utf8 != "error":
+            text = raw.decode("utf-8", errors="replace")
+        else:
+            raise DataError(
+                f"{path}, line {number}: invalid UTF-8 at byte {error.start}; fix the file or set "
+                "data.invalid_utf8: replace"
+            ) from None
+    return clean_line(text)
 
 
 def read_parallel(src_path: str | Path, tgt_path: str | Path, invalid_utf8: str = "error") -> list[tuple[str, str]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -10,8 +11,8 @@ import sentencepiece as spm
 
 from vaswani.data.corpus import DataError
 
-# Fixed ids shared with ModelConfig: pad 0, bos 1, eos 2, unk 3.
-_SPECIAL = {"pad_id": 0, "bos_id": 1, "eos_id": 2, "unk_id": 3}
+PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3  # the fixed ids of every vocabulary, the same as ModelConfig's
+_SPECIAL = {"pad_id": PAD_ID, "bos_id": BOS_ID, "eos_id": EOS_ID, "unk_id": UNK_ID}
 
 
 class Tokenizer:
@@ -57,10 +58,11 @@ class Tokenizer:
         cls, src_lines: Iterable[str], tgt_lines: Iterable[str], vocab_size: int, model_type: str, joint: bool,
         directory: str | Path, seed: int = 1,
     ) -> Tokenizer:
-        """Train on the training text and write the model(s) into `directory`."""
+        """Train on the training text and write the model(s) into `directory`. The lines may be
+        streamed (generators): SentencePiece samples data.SAMPLE_SENTENCES of them as they pass."""
         directory = Path(directory)
-        src_lines, tgt_lines = [x for x in src_lines if x], [x for x in tgt_lines if x]
-        corpora = [src_lines + tgt_lines] if joint else [src_lines, tgt_lines]
+        src_lines, tgt_lines = (x for x in src_lines if x), (x for x in tgt_lines if x)
+        corpora = [itertools.chain(src_lines, tgt_lines)] if joint else [src_lines, tgt_lines]
         processors = []
         for name, lines in zip(cls.files(joint), corpora, strict=True):
             processors.append(_train_one(lines, vocab_size, model_type, directory / name, seed))
@@ -85,15 +87,21 @@ def _encode(processor: spm.SentencePieceProcessor, lines: Sequence[str], alpha: 
     return processor.encode(list(lines), enable_sampling=True, alpha=alpha, nbest_size=-1, num_threads=1)
 
 
-def _train_one(lines: list[str], vocab_size: int, model_type: str, path: Path, seed: int):
-    if not lines:
-        raise DataError("no text left to train the tokenizer on; check the training files and filters")
+SAMPLE_SENTENCES = 2_000_000  # the tokenizer learns from a uniform sample of this many lines (reservoir)
+
+
+def _train_one(lines: Iterable[str], vocab_size: int, model_type: str, path: Path, seed: int):
+    lines = iter(lines)
+    first = next(lines, None)
+    if first is None:
+        raise DataError("no training pairs left after filtering: every pair has an empty source or target, so "
+                        "there is no text to train the tokenizer on; check the training files")
     model = io.BytesIO()
     spm.set_random_generator_seed(seed)
     options = dict(
-        sentence_iterator=iter(lines), model_writer=model, vocab_size=vocab_size, model_type=model_type,
-        character_coverage=1.0, input_sentence_size=2_000_000, shuffle_input_sentence=True,
-        num_threads=2, minloglevel=2, **_SPECIAL,
+        sentence_iterator=itertools.chain([first], lines), model_writer=model, vocab_size=vocab_size,
+        model_type=model_type, character_coverage=1.0, input_sentence_size=SAMPLE_SENTENCES,
+        shuffle_input_sentence=True, num_threads=2, minloglevel=2, **_SPECIAL,
     )
     if model_type != "char":
         options["hard_vocab_limit"] = True

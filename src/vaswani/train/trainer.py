@@ -20,7 +20,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from vaswani.config import Config, ConfigError
 from vaswani.console import format_duration
-from vaswani.data.batching import collate, epoch_order, padding_fraction, token_batches
+from vaswani.data import store
+from vaswani.data.batching import collate, padding_fraction, token_batches
+from vaswani.data.tokenizer import Tokenizer
 from vaswani.decode.search import search_ids
 from vaswani.evaluate import bleu
 from vaswani.model_dir import WEIGHTS, load_into, load_weights, save_weights, weights_of, write_model_directory
@@ -28,7 +30,18 @@ from vaswani.nn import Transformer
 from vaswani.precision import choose
 from vaswani.runtime import autocast, pick_device
 from vaswani.train import checkpoint as ckpt
-from vaswani.train.data import RunData, epoch_data, prepare
+from vaswani.train.data import (
+    EpochPlan,
+    RunData,
+    batch_stream,
+    check_manifest,
+    default_workers,
+    install_tokenizer,
+    load_run_data,
+    open_or_prepare,
+    recipe_of,
+    write_report,
+)
 from vaswani.train.loss import label_smoothed_cross_entropy
 from vaswani.train.plot import plot_metrics
 from vaswani.train.schedule import learning_rate, progress
@@ -64,7 +77,6 @@ class Trainer:
         self.model_dir = Path(model_dir)
         self.rank = dist.get_rank() if dist.is_initialized() else 0
         self.world = dist.get_world_size() if dist.is_initialized() else 1
-        self._epoch_cache: tuple[int, list, list[list[int]]] | None = None
         self.console = console or Console(stderr=True, soft_wrap=True)  # a log keeps one line per message
         self.device = pick_device(config.train.device)
         if self.device.type == "cuda" and self.world > 1:
@@ -88,7 +100,7 @@ class Trainer:
         return Config.load(saved) if saved.is_file() and ckpt.checkpoint_dirs(self.model_dir) else None
 
     def _check_resumable(self, saved: Config) -> None:
-        if saved.data != self.config.data:
+        if dataclasses.replace(saved.data, prepared="") != dataclasses.replace(self.config.data, prepared=""):
             raise ConfigError(
                 f"{self.model_dir} holds a run with a different 'data' section; use a new model "
                 "directory, or the same config to resume"
@@ -159,41 +171,28 @@ class Trainer:
         return state
 
     # -- the loop ------------------------------------------------------------------------------
-    def _next_batches(self, data: RunData, state: TrainState) -> list:
-        """This rank's `accumulate` batches of the next optimizer step; the global order is fixed by
-        (seed, epoch), rank r takes every world-th batch from position + r."""
+    def _next_batches(self, stream, state: TrainState) -> list:
+        """This rank's `accumulate` batches of the next optimizer step, from the loader's stream;
+        the state records where the stream stands, so a resumed run goes on from the same batch."""
         out = []
         for _ in range(self.config.train.accumulate):
-            pairs, batches = self._epoch_data(data, state.epoch)
-            if state.position + self.world > len(batches):
-                state.epoch, state.position = state.epoch + 1, 0
-                pairs, batches = self._epoch_data(data, state.epoch)
-            order = epoch_order(len(batches), self.config.train.seed, state.epoch)
-            indices = batches[order[state.position + self.rank]]
-            state.position += self.world
-            c = self.config.model
-            out.append(collate([pairs[i] for i in indices], c.pad_id, c.bos_id, c.eos_id).to(self.device))
+            state.epoch, state.position, batch = next(stream)
+            out.append(batch)
         return out
-
-    def _epoch_data(self, data: RunData, epoch: int) -> tuple[list, list[list[int]]]:
-        """The epoch's pairs and batches (freshly segmented each epoch with subword sampling), kept
-        while the epoch lasts."""
-        if self._epoch_cache is None or self._epoch_cache[0] != epoch:
-            self._epoch_cache = (epoch, *epoch_data(data, self.config.data, self.config.train.seed, epoch))
-        return self._epoch_cache[1], self._epoch_cache[2]
 
     def _autocast(self):
         return autocast(self.device, self.config.train.precision)
 
-    def _train_step(self, batches: list) -> tuple[float, int]:
+    def _train_step(self, batches: list) -> tuple[torch.Tensor, int]:
         """One optimizer step over the accumulated batches; the loss is normalised by the target
         tokens of the whole global batch, so any split over ranks and micro-batches gives the same update."""
-        local_tokens = sum(b.tgt_tokens for b in batches)
+        local_tokens = sum(b.tgt_tokens for b in batches)  # counted by the loader: no device sync here
         tokens = torch.tensor(float(local_tokens), device=self.device)
         if self.world > 1:
             dist.all_reduce(tokens)
-        total = 0.0
+        total = torch.zeros((), device=self.device)
         for i, batch in enumerate(batches):
+            batch = batch.to(self.device, non_blocking=True)
             sync = i == len(batches) - 1 or self.world == 1
             with (contextlib.nullcontext() if sync else self.wrapped.no_sync()), self._autocast():
                 loss, _ = label_smoothed_cross_entropy(
@@ -201,7 +200,7 @@ class Trainer:
                     self.config.train.label_smoothing, self.config.model.pad_id)
             # DDP averages gradients over ranks: scale by world so the result is sum / global tokens.
             (loss * self.world / tokens).backward()
-            total += loss.item()
+            total += loss.detach()  # read (.item()) only when the loss is logged
         if self.config.train.clip_norm > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.train.clip_norm)
         self.optimizer.step()
@@ -219,6 +218,7 @@ class Trainer:
         if self.rank != 0:
             saved = Config.load(self.model_dir / "config.yaml") if ckpt.checkpoint_dirs(self.model_dir) else None
             data = self._prepare_data()
+        self._check_same_data(data)
         if saved is not None:
             self._check_resumable(saved)
         self._build(data)
@@ -226,16 +226,27 @@ class Trainer:
         if self.rank == 0:
             write_model_directory(self.model_dir, self.config)
         self.log_config()
-        lengths = [(len(s), len(t)) for s, t in data.train]
-        self.log(f"{len(data.train_batches)} batches of up to {self.config.data.max_tokens} tokens, padding "
-                 f"{padding_fraction(lengths, data.train_batches):.1%}; {self.model.num_parameters():,} parameters; "
-                 f"device {self.device}, {self.world} process(es)")
+        plan = EpochPlan(data, self.config.data.max_tokens, self.config.train.seed)
+        batches = plan.batches(0)
+        self.log(f"{len(batches):,} batches of up to {self.config.data.max_tokens} tokens, padding "
+                 f"{padding_fraction(data.prepared.train.lengths, batches):.1%}; "
+                 f"{self.model.num_parameters():,} parameters; device {self.device}, {self.world} process(es)")
         d = self.config.data
+        if plan.weighted:
+            self.log("corpus weights " + ", ".join(f"{c['name']} {w:g}" for c, w in zip(data.prepared.corpora,
+                                                                                        data.weights, strict=True))
+                     + ": each epoch samples its pairs and batches them afresh")
         if d.src_sampling_alpha or d.tgt_sampling_alpha:
             self.log(f"subword sampling (source alpha {d.src_sampling_alpha}, target alpha {d.tgt_sampling_alpha}): "
-                     "the training text is segmented and batched afresh each epoch")
+                     "each batch's text is segmented afresh when the batch is made")
         state = self._resume()
-        self._loop(data, state)
+        t = self.config.train
+        stream = batch_stream(data, plan, d, t.seed, state.epoch, state.position, self.rank, self.world,
+                              t.loader_workers, self.device)
+        try:
+            self._loop(data, state, stream)
+        finally:
+            stream.close()
         return state
 
     def _resolve_precision(self, saved: Config | None) -> None:
@@ -263,8 +274,41 @@ class Trainer:
         self.config = dataclasses.replace(self.config, train=dataclasses.replace(t, precision=precision))
 
     def _prepare_data(self) -> RunData:
-        joint = self.config.model.share_embeddings
-        return prepare(self.config.data, joint, self.model_dir, self.config.train.seed, self.log, self.rank == 0)
+        """Rank 0 makes or reuses the prepared data and installs its tokenizer in the model directory;
+        the other ranks (after a barrier) map the same files."""
+        d = self.config.data
+        recipe = recipe_of(d, self.config.model.share_embeddings, self.config.train.seed)
+        directory = Path(d.prepared) if d.prepared else self.model_dir / "prepared"
+        if self.rank == 0:
+            # a model directory that already has a tokenizer (a run begun before prepared data) keeps it
+            has_own = all((self.model_dir / f).is_file() for f in Tokenizer.files(recipe.joint))
+            existing = Tokenizer.load(self.model_dir) if has_own else None
+            prepared = open_or_prepare(recipe, directory, existing, default_workers(), self.log, self.console)
+            tokenizer = install_tokenizer(prepared, self.model_dir)
+            write_report(prepared, self.model_dir)
+        else:
+            check_manifest(recipe, directory, store.read_manifest(directory))
+            prepared = store.PreparedData.open(directory)
+            tokenizer = Tokenizer.load(directory)
+        report = prepared.manifest["report"]
+        for name, part in report["corpora"].items():
+            removed = ", ".join(f"{n} {reason}" for reason, n in sorted(part["removed"].items())) or "none"
+            self.log(f"training data{'' if name in ('train', 'toy') else ' ' + name}: {part['kept']} of "
+                     f"{part['total']} pairs kept; removed: {removed}")
+        return load_run_data(prepared, tokenizer, d)
+
+    def _check_same_data(self, data: RunData) -> None:
+        """Every rank must read the same bytes (a node that prepared its own copy from other files would not)."""
+        if self.world == 1:
+            return
+        mine = {name: entry["sha256"] for name, entry in data.prepared.manifest["files"].items()}
+        everyone = [None] * self.world
+        dist.all_gather_object(everyone, mine)
+        for rank, theirs in enumerate(everyone):
+            if theirs != mine:
+                raise store.DataError(f"rank {rank} reads other prepared data than rank {self.rank} "
+                                      f"({data.prepared.directory}); prepare once on a shared filesystem, or on "
+                                      "every node with the same files and the same command")
 
     def log_config(self) -> None:
         if self.rank == 0:
@@ -272,7 +316,7 @@ class Trainer:
             self.console.print((self.model_dir / "config.yaml").read_text().rstrip(), highlight=False)
             self.console.rule()
 
-    def _loop(self, data: RunData, state: TrainState) -> None:
+    def _loop(self, data: RunData, state: TrainState, stream) -> None:
         """Train until max_steps, max_epochs, max_time or early stopping; the log says which ended it.
 
         Progress: a live bar on a terminal; otherwise (a log file, nohup, a scheduler, CI) a plain line
@@ -295,13 +339,14 @@ class Trainer:
                 for group in self.optimizer.param_groups:
                     group["lr"] = lr
                 self.model.train()
-                loss, tokens = self._train_step(self._next_batches(data, state))
+                loss, tokens = self._train_step(self._next_batches(stream, state))
                 window_loss += loss
                 window_tokens += tokens
                 now = time.perf_counter()
                 state.elapsed = self._agreed(elapsed_before + now - started)
                 ended = self._limit_reached(state, budget)
                 if state.step % log_every == 0 or state.step % t.valid_every == 0 or ended:
+                    window_loss = float(window_loss)  # the one host sync of the loss, per logged window
                     record = {"step": state.step, "epoch": state.epoch + 1, "train_loss": window_loss / window_tokens,
                               "lr": lr, "tokens_per_s": window_tokens * self.world / (now - window_start),
                               "elapsed_s": round(state.elapsed, 1)}
