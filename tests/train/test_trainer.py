@@ -4,6 +4,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 import yaml
 
@@ -113,24 +114,49 @@ def test_average_command_writes_the_mean_of_the_last_checkpoints(tmp_path):
         torch.testing.assert_close(value, (parts[0][name] + parts[1][name]) / 2)
 
 
-def test_two_ddp_processes_equal_one_process_on_the_same_global_batch(tmp_path):
-    """torchrun with 2 gloo processes (1 batch each) vs 1 process accumulating the same 2 batches.
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_ddp_processes_equal_one_process_on_the_same_global_batch(tmp_path, nodes):
+    """torchrun with 2 gloo processes (1 batch each) vs 1 process accumulating the same 2 batches. nodes=2:
+    two torchrun launches on 127.0.0.1 (--nnodes 2), one process each, reading data prepared once ahead
+    (`vaswani prepare`), as on a cluster with a shared filesystem.
 
     Adam's epsilon is raised for this comparison only: with 1e-9 its first steps are about
     lr * sign(gradient), which turns float rounding in near-zero gradients into whole steps.
     """
+    import os
+
     config = tmp_path / "ddp.yaml"
     values = {k: dict(v) for k, v in TOY.items()}
     values["model"]["dropout"] = 0.0  # dropout masks differ between ranks by design
     values["train"].update(max_steps=4, valid_every=4, adam_eps=1e-3)
     config.write_text(yaml.safe_dump(values))
-    env = {**__import__("os").environ, "OMP_NUM_THREADS": "1"}
-    ddp = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "-m", "vaswani.cli",
-                          "train", str(config), str(tmp_path / "ddp")], capture_output=True, text=True, env=env,
-                         timeout=300)
-    # On failure, show the lines that name the cause (a C++ abort is far above torchrun's own traceback).
-    causes = [line for line in ddp.stderr.splitlines() if any(w in line for w in ("rror", "terminate", "what()"))]
-    assert ddp.returncode == 0, "\n".join(causes[:20]) + "\n...\n" + ddp.stderr[-2000:]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    run = [sys.executable, "-m", "torch.distributed.run"]
+    train = ["-m", "vaswani.cli", "train", str(config), str(tmp_path / "ddp")]
+    if nodes == 1:
+        launches = [[*run, "--nproc_per_node=2", *train]]
+    else:
+        assert _cli("prepare", str(config), str(tmp_path / "shared")).returncode == 0
+        port = _free_port()
+        launches = [[*run, "--nnodes=2", f"--node_rank={rank}", "--nproc_per_node=1", "--master_addr=127.0.0.1",
+                     f"--master_port={port}", *train, "--prepared", str(tmp_path / "shared")] for rank in (0, 1)]
+    processes = [subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+                 for cmd in launches]
+    outputs = [p.communicate(timeout=300)[1] for p in processes]
+    for process, stderr in zip(processes, outputs, strict=True):
+        # On failure, show the lines that name the cause (a C++ abort is far above torchrun's own traceback).
+        causes = [line for line in stderr.splitlines() if any(w in line for w in ("rror", "terminate", "what()"))]
+        assert process.returncode == 0, "\n".join(causes[:20]) + "\n...\n" + stderr[-2000:]
+    if nodes == 2:
+        assert "(reused;" in outputs[0] and not (tmp_path / "ddp/prepared").exists()
     single = _cli("train", str(config), str(tmp_path / "single"), "--set", "train.accumulate=2")
     assert single.returncode == 0, single.stderr[-2000:]
     a = ckpt.load_weights(tmp_path / "ddp/checkpoints/step_00000004" / ckpt.WEIGHTS)

@@ -290,6 +290,7 @@ def prepare_data(recipe: Recipe, directory: str | Path, workers: int | None = No
         if not tokenizer.joint:
             protos.append(tokenizer.tgt.serialized_model_proto())
         dtype = store.id_dtype(max(tokenizer.src_vocab_size, tokenizer.tgt_vocab_size))
+        log(f"encoding with {workers} worker process{'es' if workers > 1 else ''}")
         total_bytes = sum(path.stat().st_size for c in recipe.corpora for path in (Path(c.src), Path(c.tgt)))
         advance = progress(total_bytes) if progress is not None and total_bytes else None
         train = _SplitWriter(partial, "train", dtype, recipe.keep_text)
