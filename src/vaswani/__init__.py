@@ -2,8 +2,17 @@
 
 __version__ = "0.1.0"  # first: modules imported below read it (model_dir.py writes it into vaswani.json)
 
-from vaswani.config import ConfigError, ModelConfig
-from vaswani.decode.translator import Translator
-from vaswani.nn import KVCache, Transformer
-
 __all__ = ["ConfigError", "KVCache", "ModelConfig", "Transformer", "Translator"]
+
+_HOMES = {"ConfigError": "vaswani.config", "ModelConfig": "vaswani.config", "Translator": "vaswani.decode.translator",
+          "KVCache": "vaswani.nn", "Transformer": "vaswani.nn"}
+
+
+def __getattr__(name: str):
+    """The public names, imported when first used: a process that only prepares data (an encoding
+    worker) never loads torch."""
+    if name in _HOMES:
+        import importlib
+
+        return getattr(importlib.import_module(_HOMES[name]), name)
+    raise AttributeError(f"module 'vaswani' has no attribute {name!r}")

@@ -22,7 +22,7 @@ import numpy as np
 import sentencepiece as spm
 
 from vaswani.data import store
-from vaswani.data.corpus import DataError, FilterReport, decode_line, filter_pairs
+from vaswani.data.corpus import DataError, FilterReport, decode_lines, filter_pairs
 from vaswani.data.tokenizer import SAMPLE_SENTENCES, Tokenizer
 
 CHUNK_PAIRS = 4096  # pairs per job sent to a worker
@@ -150,11 +150,8 @@ def _encode_chunk(job: tuple) -> dict:
     """Decode, normalise, encode and filter one chunk; returns arrays of the kept pairs, in order."""
     split, paths, first, raw_src, raw_tgt = job
     tokenizer, r = _WORKER["tokenizer"], _WORKER["recipe"]
-    texts = []
-    for path, raw in zip(paths, (raw_src, raw_tgt), strict=True):
-        lines = [decode_line(line, path, first + i, r.invalid_utf8) for i, line in enumerate(raw)]
-        texts.append([line.lower() for line in lines] if r.lowercase else lines)
-    src_text, tgt_text = texts
+    src_text, tgt_text = (decode_lines(raw, path, first, r.invalid_utf8, r.lowercase)
+                          for path, raw in zip(paths, (raw_src, raw_tgt), strict=True))
     if split == "valid":  # the dev set: pairs with an empty side removed, the rest cut to max_len, as before
         kept = [i for i, (s, t) in enumerate(zip(src_text, tgt_text, strict=True)) if s and t]
         src = [ids[: r.max_len] for ids in tokenizer.encode_src([src_text[i] for i in kept])]
@@ -200,14 +197,9 @@ def _training_text(recipe: Recipe, side: int) -> Iterator[str]:
         return
     for corpus in recipe.corpora:
         for first, src, tgt in _raw_chunks(Path(corpus.src), Path(corpus.tgt), CHUNK_PAIRS):
-            for i, pair in enumerate(zip(src, tgt, strict=True)):
-                if not (pair[0].strip() and pair[1].strip()):
-                    continue
-                path = corpus.tgt if side else corpus.src
-                text = decode_line(pair[side], path, first + i, recipe.invalid_utf8)
-                other = decode_line(pair[1 - side], corpus.src if side else corpus.tgt, first + i, recipe.invalid_utf8)
-                if text and other:
-                    yield text.lower() if recipe.lowercase else text
+            src_text, tgt_text = (decode_lines(raw, path, first, recipe.invalid_utf8, recipe.lowercase)
+                                  for path, raw in ((corpus.src, src), (corpus.tgt, tgt)))
+            yield from ((s, t)[side] for s, t in zip(src_text, tgt_text, strict=True) if s and t)
 
 
 class _SplitWriter:
