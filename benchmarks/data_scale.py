@@ -116,7 +116,7 @@ def run(command: list[str], marks: dict[str, str], env: dict | None = None, time
     result: dict = {}
     tail: list[str] = []
     for line in process.stderr:
-        tail = (tail + [line.rstrip()])[-20:]
+        tail = [*tail, line.rstrip()][-20:]
         for name, mark in marks.items():
             if name not in result and mark in line:
                 result[name] = time.perf_counter() - started
@@ -126,7 +126,7 @@ def run(command: list[str], marks: dict[str, str], env: dict | None = None, time
     sampler.join()
     result.update(seconds=time.perf_counter() - started, peak_pss=peak[0], returncode=process.returncode)
     if process.returncode != 0:
-        result["tail"] = tail
+        raise SystemExit(f"{' '.join(command[:4])} failed ({process.returncode}):\n" + "\n".join(tail))
     return result
 
 
@@ -235,5 +235,39 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def plot(rows: list[dict], path: Path) -> None:
+    """Size against time (left) and memory (right), log-log."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pairs = [r["pairs"] for r in rows]
+    before = [r for r in rows if r.get("before")]
+    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    left.plot(pairs, [r["floor"]["done"] for r in rows], "k--", marker="o", label="floor: SentencePiece alone")
+    left.plot(pairs, [r["prepare"]["seconds"] for r in rows], marker="o", label="vaswani prepare")
+    left.plot(pairs, [r["train"]["first_update"] for r in rows], marker="s", label="first update, prepared data")
+    left.plot([r["pairs"] for r in before], [r["before"]["first_update"] for r in before], marker="x",
+              label="first update, in-memory path (before)")
+    left.set(xscale="log", yscale="log", xlabel="sentence pairs", ylabel="seconds", title="time")
+    gb = 1e9
+    right.plot(pairs, [r["prepare"]["peak_pss"] / gb for r in rows], marker="o", label="vaswani prepare, peak")
+    right.plot(pairs, [r["train"]["update_10_peak_pss"] / gb for r in rows], marker="s",
+               label="training to update 10, prepared data")
+    right.plot([r["pairs"] for r in before], [r["before"]["update_10_peak_pss"] / gb for r in before], marker="x",
+               label="training to update 10, in-memory path (before)")
+    right.set(xscale="log", xlabel="sentence pairs", ylabel="GB (PSS of the process tree)", title="memory")
+    for ax in (left, right):
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--plot"]:  # python benchmarks/data_scale.py --plot docs/data_scale.json docs/data_scale.png
+        plot(json.loads(Path(sys.argv[2]).read_text())["rows"], Path(sys.argv[3]))
+        print(table(json.loads(Path(sys.argv[2]).read_text())["rows"]))
+    else:
+        main()

@@ -30,6 +30,14 @@ def keep_freed_memory() -> bool:
     return bool(mallopt(_M_MMAP_THRESHOLD, 1 << 30)) and bool(mallopt(_M_TRIM_THRESHOLD, (1 << 31) - 1))
 
 
+def release_freed_memory() -> None:
+    """Give the heap's free pages back to the system (glibc's malloc_trim): after a large one-off
+    allocation, such as building an epoch's batches, which keep_freed_memory would otherwise hold."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+
+
 def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
     """bf16 autocast (fp32 weights) when `precision` is "bf16", else nothing."""
     if precision == "bf16":

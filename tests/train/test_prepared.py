@@ -3,6 +3,7 @@ in-memory path; it is reused only when it matches; it is never trusted when dama
 
 import gzip
 import json
+import os
 import random
 import shutil
 import subprocess
@@ -159,14 +160,23 @@ def test_the_manifest_decides_reuse_and_names_what_changed(tmp_path):
     assert len(data.prepared.train) == 120
 
 
-def test_damaged_or_unfinished_prepared_data_is_never_trusted(tmp_path):
+def _no_hashing(path):
+    raise AssertionError(f"{path} was hashed")
+
+
+def test_damaged_or_unfinished_prepared_data_is_never_trusted(tmp_path, monkeypatch):
     config = DataConfig(**write_corpus(tmp_path), vocab_size=120)
     _open(config, tmp_path / "p")
     shutil.copytree(tmp_path / "p", tmp_path / "q")
     ids = tmp_path / "p/train.src.bin"
     raw = bytearray(ids.read_bytes())
     raw[10] ^= 0xFF
+    stamp = ids.stat().st_mtime_ns
+    monkeypatch.setattr(store, "file_sha256", _no_hashing)
+    _open(config, tmp_path / "p")  # unchanged files are trusted without reading them
+    monkeypatch.undo()
     ids.write_bytes(bytes(raw))
+    os.utime(ids, ns=(stamp + 10**9, stamp + 10**9))  # written a second later, as any later edit is
     with pytest.raises(DataError, match=r"train\.src\.bin does not match the sha256 .* delete .* prepare again"):
         _open(config, tmp_path / "p")
     ids.write_bytes(bytes(raw[:-6]))

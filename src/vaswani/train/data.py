@@ -15,11 +15,12 @@ import torch
 
 from vaswani.config import DataConfig
 from vaswani.data import store
-from vaswani.data.batching import Batch, collate, token_batches
+from vaswani.data.batching import Batch, Batches, collate, token_batches
 from vaswani.data.corpus import DataError
 from vaswani.data.streaming import Corpus, Recipe, prepare_data
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.data.toy import toy_pairs
+from vaswani.runtime import release_freed_memory
 
 IdPair = tuple[list[int], list[int]]
 
@@ -155,12 +156,13 @@ class EpochPlan:
     def __init__(self, data: RunData, max_tokens: int, seed: int) -> None:
         self.data, self.max_tokens, self.seed = data, max_tokens, seed
         self.weighted = any(w != 1.0 for w in data.weights)
-        self._cache: tuple[int | None, list[np.ndarray]] | None = None
+        self._cache: tuple[int | None, Batches] | None = None
 
-    def batches(self, epoch: int) -> list[np.ndarray]:
+    def batches(self, epoch: int) -> Batches:
         key = epoch if self.weighted else None
         if self._cache is None or self._cache[0] != key:
             self._cache = (key, self._make(epoch))
+            release_freed_memory()  # the sort's transient arrays
         return self._cache[1]
 
     def _make(self, epoch: int) -> list[np.ndarray]:
@@ -168,7 +170,7 @@ class EpochPlan:
         if not self.weighted:
             return token_batches(lengths, self.max_tokens, self.seed)
         members = self.members(epoch)
-        return [members[b] for b in token_batches(lengths[members], self.max_tokens, self.seed * 1_000_003 + epoch)]
+        return token_batches(lengths[members], self.max_tokens, self.seed * 1_000_003 + epoch).take(members)
 
     def members(self, epoch: int) -> np.ndarray:
         """Pair indices of one epoch's sample, each corpus contributing weight x its size."""
@@ -189,7 +191,7 @@ class EpochBatches(torch.utils.data.Dataset):
     them ahead of the step. With subword sampling the batch's text is segmented here, seeded by
     (seed, epoch, batch), so that any number of workers, a resumed run and every rank agree."""
 
-    def __init__(self, data: RunData, batches: list[np.ndarray], numbers: list[int], epoch: int, seed: int,
+    def __init__(self, data: RunData, batches: Batches, numbers: list[int], epoch: int, seed: int,
                  config: DataConfig) -> None:
         self.split, self.tokenizer = data.prepared.train, data.tokenizer
         self.directory = data.prepared.directory
@@ -197,10 +199,10 @@ class EpochBatches(torch.utils.data.Dataset):
         self.alphas, self.max_len = (config.src_sampling_alpha, config.tgt_sampling_alpha), config.max_len
 
     def __len__(self) -> int:
-        return len(self.batches)
+        return len(self.numbers)
 
     def __getitem__(self, k: int) -> Batch:
-        indices = self.batches[k]
+        indices = self.batches[self.numbers[k]]
         pairs = [self.split.pair(i) for i in indices.tolist()]
         if any(self.alphas):
             pairs = self._sampled(indices, pairs, (self.seed * 1_000_003 + self.epoch) * 7_919 + self.numbers[k])
@@ -248,7 +250,7 @@ def batch_stream(data: RunData, plan: EpochPlan, config: DataConfig, seed: int, 
         order = epoch_order(len(batches), seed, epoch)
         positions = list(range(position, len(batches) - world + 1, world))
         numbers = [order[p + rank] for p in positions]
-        dataset = EpochBatches(data, [batches[n] for n in numbers], numbers, epoch, seed, config)
+        dataset = EpochBatches(data, batches, numbers, epoch, seed, config)
         if positions:
             loader = torch.utils.data.DataLoader(
                 dataset, batch_size=None, shuffle=False, num_workers=workers, pin_memory=device.type == "cuda",

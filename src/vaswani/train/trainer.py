@@ -28,7 +28,7 @@ from vaswani.evaluate import bleu
 from vaswani.model_dir import WEIGHTS, load_into, load_weights, save_weights, weights_of, write_model_directory
 from vaswani.nn import Transformer
 from vaswani.precision import choose
-from vaswani.runtime import autocast, pick_device
+from vaswani.runtime import autocast, pick_device, release_freed_memory
 from vaswani.train import checkpoint as ckpt
 from vaswani.train.data import (
     EpochPlan,
@@ -231,6 +231,7 @@ class Trainer:
         self.log(f"{len(batches):,} batches of up to {self.config.data.max_tokens} tokens, padding "
                  f"{padding_fraction(data.prepared.train.lengths, batches):.1%}; "
                  f"{self.model.num_parameters():,} parameters; device {self.device}, {self.world} process(es)")
+        release_freed_memory()  # the sort's transient arrays: ~10 bytes a pair, not kept for the run
         d = self.config.data
         if plan.weighted:
             self.log("corpus weights " + ", ".join(f"{c['name']} {w:g}" for c, w in zip(data.prepared.corpora,
