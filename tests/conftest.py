@@ -1,7 +1,11 @@
+from pathlib import Path
+
 import pytest
 import torch
 
 from vaswani import ModelConfig
+
+MULTI30K = Path(__file__).resolve().parents[1] / "../shared/data/multi30k"
 
 
 @pytest.fixture(autouse=True)
@@ -22,3 +26,27 @@ def random_ids(lengths: list[int], vocab: int = 50, pad: int = 0, low: int = 3) 
     for i, n in enumerate(lengths):
         ids[i, :n] = torch.randint(low, vocab, (n,))
     return ids
+
+
+def write_tiny_model_directory(directory: Path, **decode) -> Path:
+    """A model directory with a real BPE tokenizer (Multi30k) and an untrained tiny model: its
+    translations are nonsense, but everything around the search is real."""
+    from vaswani.config import Config
+    from vaswani.data.corpus import read_lines
+    from vaswani.data.tokenizer import Tokenizer
+    from vaswani.nn import Transformer
+    from vaswani.train import checkpoint as ckpt
+
+    src = read_lines(MULTI30K / "raw/val.de.gz")
+    tgt = read_lines(MULTI30K / "raw/val.en.gz")
+    tokenizer = Tokenizer.train(src, tgt, 600, "bpe", joint=True, directory=directory)
+    config = Config.from_dict({
+        "model": {"d_model": 32, "n_heads": 2, "d_ff": 64, "n_layers": 2, "max_positions": 40,
+                  "src_vocab_size": tokenizer.src_vocab_size, "tgt_vocab_size": tokenizer.tgt_vocab_size},
+        "data": {"train_src": str(MULTI30K / "raw/train.de.gz"), "train_tgt": str(MULTI30K / "raw/train.en.gz")},
+        "decode": {"max_len_b": 6, "batch_size": 3, **decode},
+    })
+    torch.manual_seed(0)
+    ckpt.write_model_directory(directory, config)
+    ckpt.save_weights(ckpt.weights_of(Transformer(config.model)), directory / ckpt.WEIGHTS)
+    return directory

@@ -233,6 +233,43 @@ def _add_decode_options(parser: argparse.ArgumentParser) -> None:
                        help="with --engine ctranslate2: float32 (default, our outputs), int8 (faster), ...")
 
 
+def _attention(args: argparse.Namespace) -> None:
+    from vaswani.decode.translator import Translator
+    from vaswani.viz import plot_attention
+
+    if not args.source.strip():
+        raise ValueError("the source sentence is empty: give a sentence to look at")
+    translator = Translator.load(args.model_dir, args.device, precision="fp32")
+    options = {"beam_size": args.beam} if args.beam else {}
+    translation = translator.attention(args.source, args.target, **options)
+    path = plot_attention(translation, args.output, args.kind, args.layer, args.head)
+    print(f"{translation.source}  →  {translation.text}\nwrote {path}")
+
+
+def _serve(args: argparse.Namespace) -> None:
+    import os
+
+    try:
+        import uvicorn
+
+        from vaswani.serve.app import Settings, create_app
+    except ImportError as error:
+        raise ImportError(f"vaswani serve needs FastAPI and uvicorn ({error}): pip install 'vaswani[serve]'") from None
+    from vaswani.decode.translator import Translator
+
+    translator = Translator.load(args.model_dir, args.device, args.precision)
+    api_key = args.api_key or os.environ.get("VASWANI_API_KEY") or None
+    batching = dict(max_wait=0.0, max_batch_sentences=1) if args.no_batching else dict(
+        max_wait=args.max_wait_ms / 1000, max_batch_tokens=args.max_batch_tokens)
+    settings = Settings(max_texts=args.max_texts, max_chars=args.max_chars, api_key=api_key,
+                        cors_origins=tuple(args.cors_origin or ()), **batching)
+    app = create_app(translator, args.model_dir, settings)
+    where = f"http://{args.host}:{args.port}"
+    print(f"vaswani: serving {args.model_dir} at {where}/ (API docs: {where}/docs"
+          f"{'; API key required' if api_key else ''}); Ctrl+C stops", file=sys.stderr, flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=30)
+
+
 def _export(args: argparse.Namespace) -> None:
     from vaswani.config import Config
     from vaswani.export import export
@@ -302,6 +339,39 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--lang", help="target language for --tok-lc (default: from the --ref file name)")
     _add_decode_options(evaluate)
     evaluate.set_defaults(run=_evaluate)
+
+    attention = commands.add_parser("attention", help="draw a sentence's attention weights as heatmaps (PNG)")
+    attention.add_argument("model_dir")
+    attention.add_argument("source", help="the source sentence")
+    attention.add_argument("--target", help="the target to look at (default: the model's own translation)")
+    attention.add_argument("--kind", choices=["cross", "encoder", "decoder"], default="cross",
+                           help="cross (encoder-decoder, default), encoder or decoder self-attention")
+    attention.add_argument("--layer", type=int, help="only this layer (1-based; default: every layer)")
+    attention.add_argument("--head", type=int, help="only this head (1-based; default: every head)")
+    attention.add_argument("--beam", type=int, help="beam size of the translation (default: the model's)")
+    attention.add_argument("--device", default="auto", help="cpu, cuda, ... (default: the GPU if any)")
+    attention.add_argument("-o", "--output", default="attention.png", help="PNG to write (default attention.png)")
+    attention.set_defaults(run=_attention)
+
+    serve = commands.add_parser("serve", help="serve a model over HTTP: a JSON API and a web page")
+    serve.add_argument("model_dir")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine "
+                       "only; 0.0.0.0 opens it to the network)")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on /v1/ (or set VASWANI_API_KEY)")
+    serve.add_argument("--cors-origin", action="append", metavar="ORIGIN",
+                       help="allow browser requests from this origin, e.g. https://example.org (repeatable; "
+                            "default: none)")
+    serve.add_argument("--max-texts", type=int, default=64, help="sentences per request (default 64)")
+    serve.add_argument("--max-chars", type=int, default=2000, help="characters per sentence (default 2000)")
+    serve.add_argument("--max-wait-ms", type=float, default=5.0,
+                       help="how long a request waits for others to be translated with (default 5 ms)")
+    serve.add_argument("--max-batch-tokens", type=int, default=4096, help="source tokens per batch (default 4096)")
+    serve.add_argument("--no-batching", action="store_true", help="translate one request at a time")
+    serve.add_argument("--device", default="auto", help="cpu, cuda, ... (default: the GPU if any)")
+    serve.add_argument("--precision", choices=PRECISIONS, default="auto", help="as for vaswani translate")
+    serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    serve.set_defaults(run=_serve)
 
     export = commands.add_parser("export", help="write the model for CTranslate2 or Hugging Face transformers")
     export.add_argument("model_dir")

@@ -7,12 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from vaswani.config import Config
+from tests.conftest import write_tiny_model_directory
 from vaswani.data.corpus import read_lines
-from vaswani.data.tokenizer import Tokenizer
 from vaswani.decode.translator import Translator
 from vaswani.evaluate import multi30k_tok_reference, tok_lc
-from vaswani.nn import Transformer
 from vaswani.precision import Measurement
 from vaswani.train import checkpoint as ckpt
 
@@ -21,21 +19,7 @@ MULTI30K = Path(__file__).resolve().parents[2] / "../shared/data/multi30k"
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory) -> Path:
-    """A model directory with a real BPE tokenizer (Multi30k) and an untrained tiny model: its
-    translations are nonsense, but everything around the search is real."""
-    directory = tmp_path_factory.mktemp("model")
-    src = read_lines(MULTI30K / "raw/val.de.gz")
-    tgt = read_lines(MULTI30K / "raw/val.en.gz")
-    tokenizer = Tokenizer.train(src, tgt, 600, "bpe", joint=True, directory=directory)
-    config = Config.from_dict({
-        "model": {"d_model": 32, "n_heads": 2, "d_ff": 64, "n_layers": 2, "max_positions": 40,
-                  "src_vocab_size": tokenizer.src_vocab_size, "tgt_vocab_size": tokenizer.tgt_vocab_size},
-        "decode": {"max_len_b": 6, "batch_size": 3},
-    })
-    torch.manual_seed(0)
-    ckpt.write_model_directory(directory, config)
-    ckpt.save_weights(ckpt.weights_of(Transformer(config.model)), directory / ckpt.WEIGHTS)
-    return directory
+    return write_tiny_model_directory(tmp_path_factory.mktemp("model"))
 
 
 SENTENCES = ["Ein Mann fährt Fahrrad.", "", "Zwei Hunde spielen im Schnee.", "   ", "Eine Frau.",

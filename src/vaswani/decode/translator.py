@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +57,33 @@ class Translation:
     @property
     def text(self) -> str:
         return self.candidates[0].text if self.candidates else ""
+
+    def to_dict(self, kinds: Sequence[str] = ("cross",), decimals: int = 4) -> dict[str, Any]:
+        """Plain lists and numbers for JSON: the best text and its scores, the n-best, and (when computed)
+        the attention weights of `kinds` ("cross", "encoder", "decoder") indexed [layer][head][row][column]."""
+        best = self.candidates[0] if self.candidates else None
+        out: dict[str, Any] = {
+            "text": self.text, "score": _round(best.score if best else 0.0, decimals),
+            "log_prob": _round(best.log_prob if best else 0.0, decimals), "truncated": self.truncated,
+            "n_best": [{"text": c.text, "score": _round(c.score, decimals), "log_prob": _round(c.log_prob, decimals)}
+                       for c in self.candidates],
+        }
+        if self.attention is not None:
+            groups = {"encoder": self.attention.encoder, "decoder": self.attention.decoder_self,
+                      "cross": self.attention.cross}
+            unknown = sorted(set(kinds) - set(groups))
+            if unknown:
+                raise ValueError(f"attention kinds are {', '.join(groups)}, not {', '.join(unknown)}")
+            out["attention"] = {"source_pieces": self.src_pieces, "target_pieces": self.tgt_pieces,
+                                "decoder_pieces": self.decoder_pieces,
+                                **{kind: [w.round(decimals=decimals).tolist() for w in groups[kind]] for kind in kinds}}
+        return out
+
+    @property
+    def decoder_pieces(self) -> list[str] | None:
+        """What each decoder position reads (<s>, then the target but its last piece): the columns of
+        the decoder's self-attention, whose rows are `tgt_pieces`."""
+        return None if self.tgt_pieces is None else ["<s>", *self.tgt_pieces[:-1]]
 
 
 class Translator:
@@ -163,18 +191,55 @@ class Translator:
             translations.append(translation)
         return translations
 
+    def attention(self, source: str, target: str | None = None, **options: Any) -> Translation:
+        """The attention weights of every layer and head for `source` and `target`, or (without a target)
+        the model's own best translation, found with `options` (DecodeConfig fields). A given target is
+        scored by the model: its candidate's log_prob is the sum of its tokens' log-probabilities."""
+        if target is None:
+            return self.translate_with_details([source], attention=True, **options)[0]
+        lower = self.config.data.lowercase
+        src_ids = self.tokenizer.encode_src([source.strip().lower() if lower else source.strip()])[0]
+        tgt_ids = self.tokenizer.encode_tgt([target.strip().lower() if lower else target.strip()])[0]
+        limit = self.max_source_tokens
+        truncated = len(src_ids) > limit or len(tgt_ids) > limit
+        src_ids, tgt_ids = src_ids[:limit], tgt_ids[:limit]
+        log_prob = self._log_prob(src_ids, tgt_ids)
+        candidate = Candidate(target, tgt_ids, log_prob, log_prob)
+        return self._with_attention(Translation(source, [candidate], truncated=truncated), src_ids, tgt_ids)
+
+    def _pair(self, src_ids: list[int], tgt_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        c, device = self.model.config, next(self.model.parameters()).device
+        return (torch.tensor([[*src_ids, c.eos_id]], device=device),
+                torch.tensor([[c.bos_id, *tgt_ids]], device=device))
+
+    @torch.inference_mode()
+    def _log_prob(self, src_ids: list[int], tgt_ids: list[int], eos: bool = True) -> float:
+        """log P(target [+ EOS] | source) as the search scores it: PAD and BOS are never generated, so
+        their probability is spread over the other tokens."""
+        c = self.model.config
+        src, tgt_in = self._pair(src_ids, tgt_ids)
+        tgt_out = torch.tensor([[*tgt_ids, c.eos_id]], device=src.device)
+        logits = self.model(src, tgt_in).float()  # (1, T + 1, V)
+        logits[..., [c.pad_id, c.bos_id]] = float("-inf")
+        picked = logits.log_softmax(-1).gather(-1, tgt_out[..., None])  # (1, T + 1, 1)
+        return float(picked.sum() if eos else picked[:, :-1].sum())
+
     @torch.inference_mode()
     def _with_attention(self, translation: Translation, src_ids: list[int], tgt_ids: list[int]) -> Translation:
-        c, device = self.model.config, next(self.model.parameters()).device
-        src = torch.tensor([[*src_ids, c.eos_id]], device=device)
-        tgt_in = torch.tensor([[c.bos_id, *tgt_ids]], device=device)
-        weights = self.model.attention_weights(src, tgt_in)
+        # A hypothesis cut at the length limit may fill every position: BOS + it must fit max_positions.
+        tgt_ids = tgt_ids[: self.model.config.max_positions - 1]
+        weights = self.model.attention_weights(*self._pair(src_ids, tgt_ids))
         groups = (weights.encoder, weights.decoder_self, weights.cross)
         weights = AttentionWeights(*([w[0].float().cpu() for w in group] for group in groups))
         pieces = self.tokenizer
         src_pieces = [pieces.src.id_to_piece(i) for i in src_ids] + ["</s>"]
         tgt_pieces = [pieces.tgt.id_to_piece(i) for i in tgt_ids] + ["</s>"]
         return dataclasses.replace(translation, attention=weights, src_pieces=src_pieces, tgt_pieces=tgt_pieces)
+
+
+def _round(value: float, decimals: int) -> float | None:
+    """`value` rounded for JSON; None where it is not finite (JSON has no infinity)."""
+    return round(value, decimals) if math.isfinite(value) else None
 
 
 def _one_line(text: str) -> str:

@@ -1,0 +1,230 @@
+"""The HTTP service: `POST /v1/translate`, `GET /v1/model`, `GET /health`, and the web page at `/`.
+
+    app = create_app(Translator.load("runs/multi30k_de_en"), "runs/multi30k_de_en")
+    uvicorn.run(app, host="127.0.0.1", port=8000)          # what `vaswani serve` does
+
+Every user error is a 4xx with a one-line JSON `{"error": ...}`; requests are decoded together by the
+micro-batcher (serve/batching.py); `api_key` requires `Authorization: Bearer KEY` on /v1/ (serve/guards.py).
+
+No `from __future__ import annotations` here: FastAPI reads the request model's annotation at run time.
+"""
+
+import contextlib
+import dataclasses
+import json
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Self
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from vaswani import __version__
+from vaswani.decode.translator import Translator
+from vaswani.serve.batching import BusyError, MicroBatcher
+from vaswani.serve.guards import ApiKey, BodyLimit
+
+STATIC = Path(__file__).parent / "static"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What a request may ask for, and how requests are batched."""
+
+    max_texts: int = 64  # sentences per request
+    max_chars: int = 2000  # characters per sentence
+    max_body: int = 1 << 20  # bytes per request body
+    max_beam: int = 16
+    max_attention_texts: int = 8  # attention weights are layers x heads x T x S numbers per sentence
+    max_queued: int = 4096  # sentences waiting for the worker; more get 503 and Retry-After
+    max_wait: float = 0.005  # seconds the oldest request waits for others to batch with
+    max_batch_tokens: int = 4096  # source tokens per decoding batch
+    max_batch_sentences: int = 256
+    api_key: str | None = None
+    cors_origins: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("max_texts", "max_chars", "max_body", "max_beam", "max_attention_texts", "max_batch_tokens",
+                     "max_batch_sentences", "max_queued"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if self.max_wait < 0:
+            raise ValueError(f"the batching wait must be >= 0 seconds, got {self.max_wait}")
+
+
+def create_app(translator: Translator, model_dir: str | Path, settings: Settings = Settings()) -> FastAPI:
+    """The service for one model; the micro-batcher's worker starts and stops with the app."""
+    s = settings
+
+    class TranslateRequest(BaseModel):
+        model_config = ConfigDict(extra="forbid", strict=True)
+        text: list[str] = Field(min_length=1, max_length=s.max_texts, description="sentences to translate, in order")
+        beam: int | None = Field(None, ge=1, le=s.max_beam, description="beam size (default: the model's)")
+        n_best: int = Field(1, ge=1, description="alternatives per sentence, best first (at most beam)")
+        attention: bool = Field(False, description="add the cross-attention of each best translation")
+
+        @field_validator("text")
+        @classmethod
+        def _texts(cls, texts: list[str]) -> list[str]:
+            for i, text in enumerate(texts):
+                if len(text) > s.max_chars:
+                    raise ValueError(f"text[{i}] has {len(text)} characters, more than the {s.max_chars} allowed")
+                if "\x00" in text:
+                    raise ValueError(f"text[{i}] contains a NUL character")
+                try:
+                    text.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise ValueError(f"text[{i}] is not valid Unicode (a lone surrogate)") from None
+            return texts
+
+        @model_validator(mode="after")
+        def _n_best(self) -> Self:
+            beam = self.beam or translator.config.decode.beam_size
+            if self.n_best > beam:
+                raise ValueError(f"n_best ({self.n_best}) must be at most the beam size ({beam})")
+            if self.attention and len(self.text) > s.max_attention_texts:
+                raise ValueError(f"attention is returned for at most {s.max_attention_texts} texts per request, "
+                                 f"got {len(self.text)}")
+            return self
+
+    batcher: MicroBatcher | None = None
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        nonlocal batcher
+        translator.choose_precision(translator.options())  # measured now, not in the first request
+        batcher = MicroBatcher(translator, s.max_wait, s.max_batch_tokens, s.max_batch_sentences, s.max_queued)
+        app.state.batcher = batcher
+        yield
+        batcher.close()  # uvicorn has let the requests in flight finish
+
+    app = FastAPI(title="vaswani", version=__version__, lifespan=lifespan,
+                  description="Translation with a Transformer trained by vaswani.")
+    app.add_middleware(BodyLimit, limit=s.max_body)
+    if s.api_key:  # checked before the body is read
+        app.add_middleware(ApiKey, key=s.api_key)
+    if s.cors_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=list(s.cors_origins), allow_methods=["GET", "POST"],
+                           allow_headers=["Authorization", "Content-Type"])
+    _add_error_handlers(app)
+    info = model_info(translator, model_dir, s)
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        """"ok" while the translation worker runs (else 503), with what it has done."""
+        stats = dataclasses.asdict(batcher.stats) if batcher else {}
+        ok = batcher is not None and batcher.alive
+        return JSONResponse({"status": "ok" if ok else "unavailable", "queued_sentences": batcher.queued if ok else 0,
+                             **stats}, 200 if ok else 503)
+
+    @app.get("/v1/model")
+    async def model() -> dict[str, Any]:
+        return info
+
+    @app.post("/v1/translate")
+    async def translate(request: TranslateRequest) -> JSONResponse:
+        started = time.perf_counter()
+        tokens = batcher.count_tokens(request.text)
+        if tokens > s.max_batch_tokens:
+            return JSONResponse({"error": f"text has {tokens} source tokens in all, more than the {s.max_batch_tokens} "
+                                          "a request may have: send fewer or shorter texts per request"}, 422)
+        options = {"beam_size": request.beam} if request.beam is not None else {}
+        try:
+            results = await batcher.translate(request.text, n_best=request.n_best, attention=request.attention,
+                                              tokens=tokens, **options)
+        except BusyError as error:
+            return JSONResponse({"error": str(error)}, 503, headers={"Retry-After": "1"})
+        return JSONResponse({"translations": [r.to_dict() for r in results],
+                             "elapsed_ms": round((time.perf_counter() - started) * 1000, 1)})
+
+    @app.get("/", include_in_schema=False)
+    async def page() -> FileResponse:
+        return FileResponse(STATIC / "index.html")
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    return app
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, error: RequestValidationError) -> JSONResponse:
+        details = [{"loc": [str(part) for part in e.get("loc", ())], "msg": str(e.get("msg", "")),
+                    "type": str(e.get("type", ""))} for e in error.errors()]
+        first = details[0] if details else {"loc": [], "msg": "invalid request"}
+        where = ".".join(part for part in first["loc"] if part != "body")
+        message = first["msg"].removeprefix("Value error, ")
+        if not where and first.get("type") == "missing":
+            message = 'no request body: send JSON such as {"text": ["Ein Mann fährt Fahrrad."]}'
+        return JSONResponse({"error": f"{where}: {message}" if where else message, "detail": details}, 422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, error: StarletteHTTPException) -> JSONResponse:
+        message = str(error.detail)
+        if error.status_code == 400 and message == "There was an error parsing the body":  # FastAPI's words
+            message = "the request body could not be read as JSON: it must be UTF-8 encoded JSON"
+        return JSONResponse({"error": message}, error.status_code, headers=error.headers)
+
+    @app.exception_handler(Exception)
+    async def internal(request: Request, error: Exception) -> JSONResponse:
+        # Our own failure, never the client's input (which is validated first): said in JSON, logged by uvicorn.
+        return JSONResponse({"error": f"internal error ({type(error).__name__}); the server log has the details"},
+                            500)
+
+
+def languages(config) -> tuple[str | None, str | None]:
+    """Source and target languages from the training files' names (train.de.gz -> "de"), if they say."""
+    def language(path: str | None) -> str | None:
+        match = re.search(r"\.([a-z]{2,3})(\.gz)?$", path or "")
+        return match.group(1) if match else None
+
+    return language(config.data.train_src), language(config.data.train_tgt)
+
+
+def training_summary(model_dir: Path) -> dict[str, Any] | None:
+    """Updates, epochs and the best validation figures from the run's metrics.jsonl, when there is one."""
+    path = model_dir / "metrics.jsonl"
+    if not path.is_file():
+        return None
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        with contextlib.suppress(json.JSONDecodeError):
+            rows.append(json.loads(line))
+    if not rows:
+        return None
+    valid = [r for r in rows if "valid_loss" in r]
+    summary: dict[str, Any] = {"steps": max(r.get("step", 0) for r in rows),
+                               "epochs": max(r.get("epoch", 0) for r in rows),
+                               "elapsed_s": max((r.get("elapsed_s", 0) for r in rows), default=None)}
+    if valid:
+        summary["valid_loss"] = round(min(r["valid_loss"] for r in valid), 4)
+        bleus = [r["valid_bleu"] for r in valid if r.get("valid_bleu") is not None]
+        summary["valid_bleu"] = round(max(bleus), 2) if bleus else None
+    return summary
+
+
+def model_info(translator: Translator, model_dir: str | Path, settings: Settings) -> dict[str, Any]:
+    model_dir = Path(model_dir)
+    c, config = translator.model.config, translator.config
+    source, target = languages(config)
+    decode = config.decode
+    return {
+        "name": model_dir.resolve().name, "source_language": source, "target_language": target,
+        "parameters": translator.model.num_parameters(), "layers": c.n_layers, "decoder_layers": c.decoder_layers,
+        "heads": c.n_heads, "d_model": c.d_model, "d_ff": c.d_ff,
+        "vocabulary": {"source": c.src_vocab_size, "target": c.tgt_vocab_size, "shared": c.share_embeddings,
+                       "type": config.data.tokenizer},
+        "lowercase": config.data.lowercase,
+        "decode": {"beam_size": decode.beam_size, "length_penalty": decode.length_penalty,
+                   "max_len_a": decode.max_len_a, "max_len_b": decode.max_len_b},
+        "limits": {"max_texts": settings.max_texts, "max_chars": settings.max_chars,
+                   "max_body_bytes": settings.max_body, "max_beam": settings.max_beam,
+                   "max_source_tokens": translator.max_source_tokens},
+        "training": training_summary(model_dir), "auth": settings.api_key is not None, "vaswani": __version__,
+    }

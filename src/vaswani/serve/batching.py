@@ -1,0 +1,181 @@
+"""Micro-batching: the sentences of concurrent requests are translated together.
+
+Requests put their sentences on a queue and wait. One worker thread (torch already uses every core
+for one batch) takes the oldest waiting request, waits up to `max_wait` seconds for more with the same
+decoding options, until `max_tokens` source tokens or `max_sentences` sentences are gathered, and
+translates them in one call. The search is batch-invariant (tests/decode: batch-of-N == N-of-1), so a
+request's result never depends on what it was batched with.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections import deque
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from typing import Any
+
+from vaswani.decode.translator import Translation, Translator
+
+
+@dataclass
+class _Job:
+    texts: list[str]
+    options: tuple[tuple[str, Any], ...]  # n_best, attention and DecodeConfig overrides: one batch shares them
+    tokens: int
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future
+    queued: float = field(default_factory=time.perf_counter)
+
+    @property
+    def key(self) -> Hashable:
+        return self.options
+
+
+@dataclass
+class BatchStats:
+    """What the worker has done: batches, requests and sentences translated."""
+
+    batches: int = 0
+    requests: int = 0
+    sentences: int = 0
+    largest: int = 0
+
+
+class BusyError(RuntimeError):
+    """The queue is full (or the worker has stopped): the client should retry later (HTTP 503)."""
+
+
+class MicroBatcher:
+    """`await batcher.translate(texts, n_best=..., attention=..., beam_size=...)` from any number of
+    concurrent requests; `max_sentences=1` with `max_wait=0` serves one request at a time. At most
+    `max_queued` sentences wait; more are refused with `BusyError` rather than queued without bound."""
+
+    def __init__(self, translator: Translator, max_wait: float = 0.005, max_tokens: int = 4096,
+                 max_sentences: int = 256, max_queued: int = 4096) -> None:
+        self.translator, self.max_wait, self.max_tokens, self.max_sentences = (
+            translator, max_wait, max_tokens, max_sentences)
+        self.max_queued = max_queued
+        self.stats = BatchStats()
+        self._pending: deque[_Job] = deque()
+        self._ready = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="vaswani-batcher", daemon=True)
+        self._thread.start()
+
+    def count_tokens(self, texts: list[str]) -> int:
+        """Source tokens of `texts` as the batch budget counts them."""
+        return sum(len(ids) for ids in self.translator.tokenizer.encode_src(texts))
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive() and not self._closed
+
+    @property
+    def queued(self) -> int:
+        """Sentences waiting for the worker."""
+        with self._ready:
+            return sum(len(job.texts) for job in self._pending)
+
+    async def translate(self, texts: list[str], n_best: int = 1, attention: bool = False, tokens: int | None = None,
+                        **options: Any) -> list[Translation]:
+        """The translations of `texts`, in order, decoded together with other requests' sentences.
+        `tokens`: their source tokens, when the caller has counted them already."""
+        loop = asyncio.get_running_loop()
+        tokens = self.count_tokens(texts) if tokens is None else tokens
+        key = tuple(sorted({"n_best": n_best, "attention": attention, **options}.items()))
+        job = _Job(texts, key, tokens, loop, loop.create_future())
+        with self._ready:
+            if not self.alive:
+                raise BusyError("the translation worker has stopped")
+            if self._pending and sum(len(j.texts) for j in self._pending) + len(texts) > self.max_queued:
+                raise BusyError(f"more than {self.max_queued} sentences are waiting to be translated; retry shortly")
+            self._pending.append(job)
+            self._ready.notify()
+        return await job.future
+
+    def close(self, timeout: float | None = 30.0) -> None:
+        """Translate what is queued, then stop the worker."""
+        with self._ready:
+            self._closed = True
+            self._ready.notify()
+        self._thread.join(timeout)
+
+    def _take(self) -> list[_Job] | None:
+        """The next batch: the oldest job and the waiting jobs with its options, within the budgets."""
+        with self._ready:
+            while not self._pending:
+                if self._closed:
+                    return None
+                self._ready.wait()
+            first = self._pending[0]
+            deadline = first.queued + self.max_wait
+            while not self._closed and not self._full(first.key) and time.perf_counter() < deadline:
+                self._ready.wait(max(0.0, deadline - time.perf_counter()))
+            batch, sentences, tokens, kept = [], 0, 0, deque()
+            while self._pending:
+                job = self._pending.popleft()
+                fits = not batch or (sentences + len(job.texts) <= self.max_sentences
+                                     and tokens + job.tokens <= self.max_tokens)
+                if job.key == first.key and fits:
+                    batch.append(job)
+                    sentences, tokens = sentences + len(job.texts), tokens + job.tokens
+                else:
+                    kept.append(job)
+            self._pending = kept
+            return batch
+
+    def _full(self, key: Hashable) -> bool:
+        jobs = [job for job in self._pending if job.key == key]
+        return (sum(len(job.texts) for job in jobs) >= self.max_sentences
+                or sum(job.tokens for job in jobs) >= self.max_tokens)
+
+    def _run(self) -> None:
+        try:
+            while (batch := self._take()) is not None:
+                self._translate(batch)
+        finally:  # whatever stopped the worker, nobody waits for ever
+            with self._ready:
+                self._closed = True
+                left, self._pending = list(self._pending), deque()
+            for job in left:
+                _reply(job, None, BusyError("the translation worker has stopped"))
+
+    def _translate(self, batch: list[_Job]) -> None:
+        options = dict(batch[0].options)
+        n_best, attention = options.pop("n_best"), options.pop("attention")
+        texts = [text for job in batch for text in job.texts]
+        try:
+            results = self.translator.translate_with_details(texts, n_best=n_best, attention=attention, **options)
+        except Exception as error:
+            if len(batch) > 1:  # one request's failure must not fail the others: each alone
+                for job in batch:
+                    self._translate([job])
+                return
+            _reply(batch[0], None, error)
+            return
+        self.stats.batches += 1
+        self.stats.requests += len(batch)
+        self.stats.sentences += len(texts)
+        self.stats.largest = max(self.stats.largest, len(texts))
+        start = 0
+        for job in batch:
+            _reply(job, results[start : start + len(job.texts)], None)
+            start += len(job.texts)
+
+
+def _reply(job: _Job, result: Any, error: BaseException | None) -> None:
+    with contextlib.suppress(RuntimeError):  # the event loop has closed: nobody is waiting
+        job.loop.call_soon_threadsafe(_set, job.future, result, error)
+
+
+def _set(future: asyncio.Future, result: Any, error: BaseException | None) -> None:
+    if future.cancelled():  # the client went away
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)

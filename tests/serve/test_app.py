@@ -1,0 +1,321 @@
+import asyncio
+import json
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.conftest import write_tiny_model_directory
+from vaswani.decode.translator import Translator
+from vaswani.serve.app import Settings, create_app
+from vaswani.serve.batching import BusyError, MicroBatcher
+
+SENTENCES = ["Ein Mann fährt Fahrrad.", "", "Zwei Hunde spielen im Schnee.", "Eine Frau.",
+             "Ein kleines Mädchen in einem rosa Kleid klettert auf eine Treppe.", "Kinder lachen.",
+             "Ein Hund rennt über die Wiese.", "Zwei Männer arbeiten."]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    directory = write_tiny_model_directory(tmp_path_factory.mktemp("model"))
+    rows = [{"step": 100, "epoch": 1, "train_loss": 5.0, "elapsed_s": 12.0},
+            {"step": 100, "epoch": 1, "valid_loss": 4.5, "valid_bleu": 1.25}]
+    (directory / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return directory
+
+
+@pytest.fixture(scope="module")
+def translator(model_dir) -> Translator:
+    return Translator.load(model_dir, "cpu", "fp32")
+
+
+@pytest.fixture(scope="module")
+def client(translator, model_dir):
+    settings = Settings(max_texts=8, max_chars=200, max_body=4096, max_beam=8, max_attention_texts=2,
+                        max_batch_tokens=400)
+    with TestClient(create_app(translator, model_dir, settings)) as test_client:
+        yield test_client
+
+
+def test_health_model_and_page(client, translator):
+    assert client.get("/health").json()["status"] == "ok"
+    info = client.get("/v1/model").json()
+    assert (info["source_language"], info["target_language"]) == ("de", "en")
+    assert info["parameters"] == translator.model.num_parameters() and info["layers"] == 2 and info["heads"] == 2
+    assert info["vocabulary"]["source"] == translator.tokenizer.src_vocab_size
+    assert info["training"] == {"steps": 100, "epochs": 1, "elapsed_s": 12.0, "valid_loss": 4.5, "valid_bleu": 1.25}
+    assert info["limits"]["max_texts"] == 8 and info["auth"] is False
+    page = client.get("/")
+    assert page.status_code == 200 and 'id="translate"' in page.text and "/static/app.js" in page.text
+    assert "http://" not in page.text and "https://" not in page.text  # no CDN: everything is served here
+    for name in ("app.js", "style.css"):
+        asset = client.get(f"/static/{name}")
+        assert asset.status_code == 200 and asset.text
+        assert "https://" not in asset.text
+    assert "/v1/translate" in client.get("/openapi.json").json()["paths"]
+
+
+def test_translations_in_order_equal_the_library(client, translator):
+    response = client.post("/v1/translate", json={"text": SENTENCES, "beam": 3, "n_best": 2})
+    assert response.status_code == 200, response.text
+    got = response.json()["translations"]
+    expected = translator.translate_with_details(SENTENCES, n_best=2, beam_size=3)
+    assert [t["text"] for t in got] == [t.text for t in expected]
+    assert got[1] == {"text": "", "score": 0.0, "log_prob": 0.0, "truncated": False, "n_best": []}
+    for t, e in zip(got, expected, strict=True):
+        assert [c["text"] for c in t["n_best"]] == [c.text for c in e.candidates]
+        assert [c["score"] for c in t["n_best"]] == pytest.approx([c.score for c in e.candidates], abs=1e-3)
+
+
+def test_cross_attention_on_request(client, translator):
+    response = client.post("/v1/translate", json={"text": [SENTENCES[0]], "attention": True})
+    [result] = response.json()["translations"]
+    attention = result["attention"]
+    rows, columns = len(attention["target_pieces"]), len(attention["source_pieces"])
+    assert attention["source_pieces"][-1] == "</s>" and attention["target_pieces"][-1] == "</s>"
+    cross = attention["cross"]  # [layer][head][target][source]
+    assert (len(cross), len(cross[0]), len(cross[0][0]), len(cross[0][0][0])) == (2, 2, rows, columns)
+    assert all(abs(sum(row) - 1) < 1e-2 for layer in cross for head in layer for row in head)
+    assert "attention" not in client.post("/v1/translate", json={"text": ["Hallo"]}).json()["translations"][0]
+    direct = translator.attention(SENTENCES[0])
+    assert attention["target_pieces"] == direct.tgt_pieces
+    assert cross[1][0][0] == pytest.approx(direct.attention.cross[1][0][0].tolist(), abs=1e-4)
+
+
+def test_a_request_gets_the_same_result_alone_or_batched_with_others(translator):
+    async def run(batcher, groups, options):
+        return await asyncio.gather(*(batcher.translate(texts, **options) for texts in groups))
+
+    groups = [SENTENCES[i : i + 1 + i % 3] for i in range(len(SENTENCES))]  # overlapping, of 1 to 3 sentences
+    for options in ({"n_best": 2}, {"beam_size": 1}, {"attention": True}):
+        together = MicroBatcher(translator, max_wait=0.5, max_tokens=10_000)
+        batched = asyncio.run(run(together, groups, options))
+        together.close()
+        assert together.stats.batches == 1 and together.stats.largest == sum(map(len, groups))
+        alone = MicroBatcher(translator, max_wait=0.0, max_sentences=1)
+        single = [asyncio.run(run(alone, [texts], options))[0] for texts in groups]
+        alone.close()
+        assert alone.stats.batches == len(groups)
+        for b, s in zip(batched, single, strict=True):
+            # The same outputs; the scores agree to float rounding (matrix products of other shapes).
+            assert [[(c.text, c.tokens) for c in t.candidates] for t in b] == \
+                [[(c.text, c.tokens) for c in t.candidates] for t in s]
+            for tb, ts in zip(b, s, strict=True):
+                assert [c.log_prob for c in tb.candidates] == pytest.approx([c.log_prob for c in ts.candidates],
+                                                                            abs=1e-4)
+                if tb.attention is not None:
+                    assert all(x.equal(y) for x, y in zip(tb.attention.cross, ts.attention.cross, strict=True))
+
+
+def test_the_batcher_never_mixes_options_and_respects_its_budget(translator):
+    async def run(batcher):
+        calls = [batcher.translate([s], beam_size=1 + i % 2) for i, s in enumerate(SENTENCES)]
+        return await asyncio.gather(*calls)
+
+    batcher = MicroBatcher(translator, max_wait=0.3, max_tokens=10_000, max_sentences=3)
+    results = asyncio.run(run(batcher))
+    batcher.close()
+    assert batcher.stats.largest <= 3 and batcher.stats.batches >= 4  # 4 beam-1, 4 beam-2 sentences
+    for i, (sentence, [result]) in enumerate(zip(SENTENCES, results, strict=True)):
+        assert result.text == translator.translate([sentence], beam_size=1 + i % 2)[0]
+
+
+BAD_REQUESTS = [  # (what, request keyword arguments, status, words the error must contain)
+    ("invalid JSON", {"content": b'{"text": ["a"', "headers": {"content-type": "application/json"}}, 422, "JSON"),
+    ("invalid UTF-8", {"content": b'{"text": ["\xff\xfe"]}', "headers": {"content-type": "application/json"}}, 400,
+     "UTF-8"),
+    ("a lone surrogate", {"content": b'{"text": ["\\ud800"]}', "headers": {"content-type": "application/json"}},
+     422, "surrogate"),
+    ("no body", {}, 422, "no request body"),
+    ("a string, not a list", {"json": {"text": "Hallo"}}, 422, "text"),
+    ("an empty list", {"json": {"text": []}}, 422, "text"),
+    ("a number in the list", {"json": {"text": ["a", 3]}}, 422, "text.1"),
+    ("too many texts", {"json": {"text": ["a"] * 9}}, 422, "text"),
+    ("a text too long", {"json": {"text": ["a" * 201]}}, 422, "201 characters"),
+    ("a NUL byte", {"json": {"text": ["a\x00b"]}}, 422, "NUL"),
+    ("beam 0", {"json": {"text": ["a"], "beam": 0}}, 422, "beam"),
+    ("beam too large", {"json": {"text": ["a"], "beam": 9}}, 422, "beam"),
+    ("beam as a string", {"json": {"text": ["a"], "beam": "4"}}, 422, "beam"),
+    ("n_best above the beam", {"json": {"text": ["a"], "beam": 2, "n_best": 3}}, 422, "n_best"),
+    ("attention not a boolean", {"json": {"text": ["a"], "attention": "yes"}}, 422, "attention"),
+    ("attention for too many texts", {"json": {"text": ["a", "b", "c"], "attention": True}}, 422, "at most 2 texts"),
+    ("too many tokens in all", {"json": {"text": ["qxz jvw " * 24] * 8}}, 422, "source tokens"),
+    ("a boolean beam", {"json": {"text": ["a"], "beam": True}}, 422, "beam"),
+    ("a huge beam", {"json": {"text": ["a"], "beam": 10**30}}, 422, "beam"),
+    ("an infinite n_best", {"content": b'{"text": ["a"], "n_best": 1e400}', "headers": {"content-type":
+                                                                                      "application/json"}}, 422,
+     "n_best"),
+    ("an unknown field", {"json": {"text": ["a"], "bean": 4}}, 422, "bean"),
+    ("a body over the limit", {"json": {"text": ["a" * 150] * 30}}, 413, "bytes"),
+    ("a Content-Length that is not a number", {"content": b"{}", "headers": {"content-length": "x"}}, 400, "Length"),
+]
+
+
+@pytest.mark.parametrize(("what", "request_args", "status", "words"), BAD_REQUESTS, ids=[b[0] for b in BAD_REQUESTS])
+def test_bad_requests_get_a_4xx_with_a_one_line_json_error(client, what, request_args, status, words):
+    response = client.post("/v1/translate", **request_args)
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert words in error and "\n" not in error
+    assert client.get("/health").status_code == 200
+
+
+def test_a_chunked_body_over_the_limit_is_refused_as_it_streams(client):
+    def chunks():
+        yield b'{"text": ["'
+        for _ in range(10):
+            yield b"a" * 1000
+        yield b'"]}'
+
+    response = client.post("/v1/translate", content=chunks(), headers={"content-type": "application/json"})
+    assert response.status_code == 413 and "bytes" in response.json()["error"]
+
+
+def test_a_failing_request_fails_alone_and_the_server_goes_on(translator, model_dir, monkeypatch):
+    real = translator.translate_with_details
+
+    def failing(texts, **options):
+        if any("BOOM" in text for text in texts):
+            raise RuntimeError("a failure of ours")
+        return real(texts, **options)
+
+    monkeypatch.setattr(translator, "translate_with_details", failing)
+
+    async def run(batcher):
+        texts = [["Ein Hund."], ["BOOM"], ["Zwei Katzen."]]
+        return await asyncio.gather(*(batcher.translate(t) for t in texts), return_exceptions=True)
+
+    batcher = MicroBatcher(translator, max_wait=0.3)
+    good, bad, other = asyncio.run(run(batcher))
+    batcher.close()
+    assert isinstance(bad, RuntimeError) and good[0].text == real(["Ein Hund."])[0].text and other[0].text
+    with TestClient(create_app(translator, model_dir), raise_server_exceptions=False) as client:
+        response = client.post("/v1/translate", json={"text": ["BOOM"]})
+        assert response.status_code == 500 and response.json()["error"].startswith("internal error (RuntimeError)")
+        assert client.get("/health").json()["status"] == "ok"
+        assert client.post("/v1/translate", json={"text": ["Ein Hund."]}).status_code == 200
+
+
+def test_a_full_queue_answers_503_with_retry_after(translator):
+    async def run(batcher):
+        first = asyncio.ensure_future(batcher.translate(["Ein Hund.", "Eine Katze."]))
+        await asyncio.sleep(0.05)
+        with pytest.raises(BusyError, match="more than 3 sentences are waiting"):
+            await batcher.translate(["Zwei Hunde.", "Drei Hunde."])
+        return await first
+
+    batcher = MicroBatcher(translator, max_wait=0.5, max_queued=3)
+    assert len(asyncio.run(run(batcher))) == 2
+    batcher.close()
+    assert not batcher.alive
+    with pytest.raises(BusyError, match="stopped"):
+        asyncio.run(batcher.translate(["Ein Hund."]))
+
+
+def test_wrong_paths_and_methods_are_json_4xx(client):
+    assert client.get("/v1/translate").status_code == 405
+    missing = client.get("/v2/nothing")
+    assert missing.status_code == 404 and missing.json() == {"error": "Not Found"}
+
+
+def test_an_api_key_guards_the_api_and_cors_is_off_unless_configured(translator, model_dir):
+    with TestClient(create_app(translator, model_dir, Settings(api_key="s3cret"))) as guarded:
+        assert guarded.get("/health").status_code == 200
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret"},
+                        {"Authorization": "Bearer s3cret\u00e9".encode()}):  # non-ASCII bytes: still a 401
+            response = guarded.post("/v1/translate", json={"text": ["Hallo"]}, headers=headers)
+            assert response.status_code == 401 and "API key" in response.json()["error"]
+            assert response.headers["www-authenticate"] == "Bearer"
+        assert guarded.get("/v1/model").status_code == 401
+        assert guarded.post("/v1/translate", content=b"{not json").status_code == 401  # before reading the body
+        ok = guarded.post("/v1/translate", json={"text": ["Hallo"]}, headers={"Authorization": "Bearer s3cret"})
+        assert ok.status_code == 200
+        assert guarded.get("/v1/model", headers={"Authorization": "bearer s3cret"}).status_code == 200
+        assert guarded.get("/v1/model", headers={"Authorization": "Bearer s3cret"}).json()["auth"] is True
+        preflight = {"Origin": "https://elsewhere.example", "Access-Control-Request-Method": "POST"}
+        assert "access-control-allow-origin" not in guarded.options("/v1/translate", headers=preflight).headers
+    settings = Settings(cors_origins=("https://elsewhere.example",))
+    with TestClient(create_app(translator, model_dir, settings)) as open_client:
+        response = open_client.options("/v1/translate", headers=preflight)
+        assert response.headers["access-control-allow-origin"] == "https://elsewhere.example"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start_server(model_dir: Path, *args: str) -> tuple[subprocess.Popen, str]:
+    port = _free_port()
+    process = subprocess.Popen([sys.executable, "-m", "vaswani.cli", "serve", str(model_dir), "--port", str(port),
+                                "--device", "cpu", "--precision", "fp32", *args],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return process, url
+        except httpx.TransportError:
+            time.sleep(0.2)
+        if process.poll() is not None:
+            break
+    process.kill()
+    raise AssertionError(f"the server did not start: {process.stdout.read()}")
+
+
+def test_the_server_batches_concurrent_clients_and_finishes_requests_in_flight_when_stopped(model_dir):
+    # A long batching wait keeps requests in flight long enough to stop the server under them.
+    process, url = _start_server(model_dir, "--max-wait-ms", "1500")
+    try:
+        results: dict[int, httpx.Response] = {}
+
+        def client(i: int) -> None:
+            results[i] = httpx.post(f"{url}/v1/translate", json={"text": [SENTENCES[i]]}, timeout=30)
+
+        def clients(stop: bool) -> None:
+            results.clear()
+            threads = [threading.Thread(target=client, args=(i,)) for i in range(len(SENTENCES))]
+            for thread in threads:
+                thread.start()
+            if stop:
+                time.sleep(0.5)
+                process.send_signal(signal.SIGTERM)
+            for thread in threads:
+                thread.join(30)
+
+        clients(stop=False)
+        health = httpx.get(f"{url}/health").json()
+        assert health["requests"] == len(SENTENCES) and health["batches"] == 1  # decoded together
+        clients(stop=True)
+        assert sorted(results) == list(range(len(SENTENCES)))
+        assert all(r.status_code == 200 for r in results.values())
+        translator = Translator.load(model_dir, "cpu", "fp32")
+        assert [results[i].json()["translations"][0]["text"] for i in range(len(SENTENCES))] == \
+            translator.translate(SENTENCES)
+        assert process.wait(30) in (0, -signal.SIGTERM)  # uvicorn re-raises the signal once it has shut down
+        output = process.stdout.read()
+        assert "serving" in output and "Application shutdown complete" in output and "Traceback" not in output
+    finally:
+        process.kill()
+
+
+def test_serve_binds_to_this_machine_only_by_default(model_dir):
+    process, url = _start_server(model_dir)
+    try:
+        assert url.startswith("http://127.0.0.1:")
+        port = int(url.rsplit(":", 1)[1])
+        addresses = {line.split()[1] for line in Path("/proc/net/tcp").read_text().splitlines()[1:]
+                     if line.split()[3] == "0A"}  # listening sockets: local address in hex
+        assert f"0100007F:{port:04X}" in addresses and f"00000000:{port:04X}" not in addresses
+    finally:
+        process.terminate()
+        process.wait(30)

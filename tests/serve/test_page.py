@@ -1,0 +1,98 @@
+"""The web page in a real headless Chromium (Debian's `chromium`, driven by Playwright).
+
+Skipped, saying why, where no Chromium or Playwright is installed (`apt-get install chromium`,
+`pip install playwright`). The screenshot goes to $VASWANI_SCREENSHOTS (a directory) if set, else tmp_path.
+"""
+
+import os
+import shutil
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import write_tiny_model_directory
+from tests.serve.test_app import _start_server
+
+CHROMIUM = next((path for name in ("chromium", "chromium-browser", "google-chrome")
+                 if (path := shutil.which(name))), None)
+playwright_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright to test the page")
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no Chromium: apt-get install chromium to test the page")
+
+SENTENCE = "Ein Mann fährt Fahrrad."
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    model_dir = write_tiny_model_directory(tmp_path_factory.mktemp("model"), max_len_b=8)
+    process, url = _start_server(model_dir)
+    yield url
+    process.terminate()
+    process.wait(30)
+
+
+def test_type_a_sentence_get_the_translation_and_its_heatmap(server, tmp_path):
+    messages, errors = [], []
+    with playwright_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1200, "height": 900}, device_scale_factor=2)
+        page.on("console", lambda m: messages.append(f"{m.type}: {m.text}"))
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(server + "/")
+        page.wait_for_function("document.getElementById('model-info').textContent.includes('de')")
+        page.fill("#source", SENTENCE)
+        page.fill("#nbest", "3")
+        page.click("#translate")
+        page.wait_for_selector('#heatmap[data-drawn="true"]', timeout=30_000)
+
+        expected = httpx.post(f"{server}/v1/translate",
+                              json={"text": [SENTENCE], "n_best": 3, "attention": True}).json()["translations"][0]
+        assert page.inner_text("#translation").strip() == expected["text"].strip()
+        assert page.locator("#alternatives li").count() == len(expected["n_best"]) == 3
+        canvas = page.locator("#heatmap")
+        rows, cols = int(canvas.get_attribute("data-rows")), int(canvas.get_attribute("data-cols"))
+        attention = expected["attention"]
+        assert (rows, cols) == (len(attention["target_pieces"]), len(attention["source_pieces"]))
+
+        # Hover the cell (second target piece, first source piece): the tooltip names both and the weight.
+        left, top, cell = (float(canvas.get_attribute(f"data-{k}")) for k in ("left", "top", "cell"))
+        canvas.scroll_into_view_if_needed()
+        box = canvas.bounding_box()
+        page.mouse.move(box["x"] + left + cell * 0.5, box["y"] + top + cell * 1.5)
+        tooltip = page.locator("#tooltip")
+        tooltip.wait_for(state="visible")
+        heads = attention["cross"][-1]  # the page shows the last layer, heads averaged, by default
+        weight = sum(head[1][0] for head in heads) / len(heads)
+        text = tooltip.inner_text()
+        assert attention["target_pieces"][1] in text and attention["source_pieces"][0] in text
+        assert f"{weight:.3f}" in text
+
+        # Another layer and head redraw without a request.
+        page.select_option("#layer", "1")
+        page.select_option("#head", "2")
+        assert "layer 1, head 2" in canvas.get_attribute("aria-label")
+
+        shots = Path(os.environ.get("VASWANI_SCREENSHOTS", tmp_path))
+        shots.mkdir(parents=True, exist_ok=True)
+        page.mouse.move(box["x"] + left + cell * 2.5, box["y"] + top + cell * 1.5)
+        page.screenshot(path=str(shots / "serve_page.png"), full_page=True)
+        browser.close()
+    assert not errors, errors
+    assert not [m for m in messages if m.startswith(("error", "warning"))], messages
+
+
+def test_an_empty_source_is_not_sent_and_an_error_is_shown_in_the_page(server):
+    with playwright_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page()
+        requests = []
+        page.on("request", lambda r: requests.append(r.url) if "/v1/translate" in r.url else None)
+        page.goto(server + "/")
+        page.wait_for_function("document.getElementById('model-info').textContent.length > 0")
+        page.click("#translate")
+        assert page.locator("#hint").is_visible() and not requests
+        page.fill("#source", "a\u0000b")  # refused by the server (NUL): the page shows its message
+        page.click("#translate")
+        page.locator("#error").wait_for(state="visible")
+        assert "NUL" in page.inner_text("#error")
+        browser.close()
