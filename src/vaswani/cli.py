@@ -258,7 +258,12 @@ def _serve(args: argparse.Namespace) -> None:
     from vaswani.decode.translator import Translator
 
     translator = Translator.load(args.model_dir, args.device, args.precision)
+    console = _stderr()
+    _report_precision(translator, translator.options(), console)  # measured once, before the first request
     api_key = args.api_key or os.environ.get("VASWANI_API_KEY") or None
+    if api_key is None and args.host not in ("127.0.0.1", "localhost", "::1"):
+        console.print(f"vaswani: warning: serving on {args.host} without an API key: anyone who can reach this "
+                      "machine can use it (--api-key, or VASWANI_API_KEY)")
     batching = dict(max_wait=0.0, max_batch_sentences=1) if args.no_batching else dict(
         max_wait=args.max_wait_ms / 1000, max_batch_tokens=args.max_batch_tokens)
     settings = Settings(max_texts=args.max_texts, max_chars=args.max_chars, api_key=api_key,
@@ -358,7 +363,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine "
                        "only; 0.0.0.0 opens it to the network)")
     serve.add_argument("--port", type=int, default=8000)
-    serve.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on /v1/ (or set VASWANI_API_KEY)")
+    serve.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on /v1/ (better: set VASWANI_API_KEY, "
+                       "which other users of this machine cannot read in the process list)")
     serve.add_argument("--cors-origin", action="append", metavar="ORIGIN",
                        help="allow browser requests from this origin, e.g. https://example.org (repeatable; "
                             "default: none)")

@@ -1,9 +1,6 @@
 import asyncio
 import json
 import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -16,6 +13,7 @@ from tests.conftest import write_tiny_model_directory
 from vaswani.decode.translator import Translator
 from vaswani.serve.app import Settings, create_app
 from vaswani.serve.batching import BusyError, MicroBatcher
+from vaswani.serve.launch import Server, launch
 
 SENTENCES = ["Ein Mann fährt Fahrrad.", "", "Zwei Hunde spielen im Schnee.", "Eine Frau.",
              "Ein kleines Mädchen in einem rosa Kleid klettert auf eine Treppe.", "Kinder lachen.",
@@ -247,34 +245,14 @@ def test_an_api_key_guards_the_api_and_cors_is_off_unless_configured(translator,
         assert response.headers["access-control-allow-origin"] == "https://elsewhere.example"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _start_server(model_dir: Path, *args: str) -> tuple[subprocess.Popen, str]:
-    port = _free_port()
-    process = subprocess.Popen([sys.executable, "-m", "vaswani.cli", "serve", str(model_dir), "--port", str(port),
-                                "--device", "cpu", "--precision", "fp32", *args],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                return process, url
-        except httpx.TransportError:
-            time.sleep(0.2)
-        if process.poll() is not None:
-            break
-    process.kill()
-    raise AssertionError(f"the server did not start: {process.stdout.read()}")
+def _start_server(model_dir: Path, *args: str) -> Server:
+    return launch(model_dir, "--device", "cpu", "--precision", "fp32", *args)
 
 
 def test_the_server_batches_concurrent_clients_and_finishes_requests_in_flight_when_stopped(model_dir):
     # A long batching wait keeps requests in flight long enough to stop the server under them.
-    process, url = _start_server(model_dir, "--max-wait-ms", "1500")
+    server = _start_server(model_dir, "--max-wait-ms", "1500")
+    process, url = server.process, server.url
     try:
         results: dict[int, httpx.Response] = {}
 
@@ -302,20 +280,16 @@ def test_the_server_batches_concurrent_clients_and_finishes_requests_in_flight_w
         assert [results[i].json()["translations"][0]["text"] for i in range(len(SENTENCES))] == \
             translator.translate(SENTENCES)
         assert process.wait(30) in (0, -signal.SIGTERM)  # uvicorn re-raises the signal once it has shut down
-        output = process.stdout.read()
+        output = server.output()
         assert "serving" in output and "Application shutdown complete" in output and "Traceback" not in output
     finally:
-        process.kill()
+        server.stop()
 
 
 def test_serve_binds_to_this_machine_only_by_default(model_dir):
-    process, url = _start_server(model_dir)
-    try:
-        assert url.startswith("http://127.0.0.1:")
-        port = int(url.rsplit(":", 1)[1])
+    with _start_server(model_dir) as server:
+        assert server.url.startswith("http://127.0.0.1:")
+        port = int(server.url.rsplit(":", 1)[1])
         addresses = {line.split()[1] for line in Path("/proc/net/tcp").read_text().splitlines()[1:]
                      if line.split()[3] == "0A"}  # listening sockets: local address in hex
         assert f"0100007F:{port:04X}" in addresses and f"00000000:{port:04X}" not in addresses
-    finally:
-        process.terminate()
-        process.wait(30)

@@ -25,10 +25,8 @@ SENTENCE = "Ein Mann fährt Fahrrad."
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     model_dir = write_tiny_model_directory(tmp_path_factory.mktemp("model"), max_len_b=8)
-    process, url = _start_server(model_dir)
-    yield url
-    process.terminate()
-    process.wait(30)
+    with _start_server(model_dir) as server:
+        yield server.url
 
 
 def test_type_a_sentence_get_the_translation_and_its_heatmap(server, tmp_path):
