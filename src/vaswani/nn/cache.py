@@ -12,14 +12,14 @@ KeyValue = tuple[Tensor, Tensor]
 
 @dataclass(frozen=True)
 class KVCache:
-    """Per decoder layer: self-attention keys/values of the positions decoded so far, and the
-    encoder-decoder keys/values, computed once per source sentence.
+    """Per decoder layer: self-attention keys/values of the positions decoded so far, and (for a decoder
+    that attends to an encoder) the encoder-decoder keys/values, computed once per source sentence.
 
-    Shape: self_kv[i] 2 x (B, H, t, Dh), cross_kv[i] 2 x (B, H, S, Dh)
+    Shape: self_kv[i] 2 x (B, H, t, Dh), cross_kv[i] 2 x (B, H, S, Dh) or cross_kv None (decoder-only)
     """
 
     self_kv: tuple[KeyValue, ...]
-    cross_kv: tuple[KeyValue, ...]
+    cross_kv: tuple[KeyValue, ...] | None = None
 
     @property
     def length(self) -> int:
@@ -28,12 +28,13 @@ class KVCache:
 
     @property
     def batch_size(self) -> int:
-        return self.cross_kv[0][0].size(0)
+        return (self.cross_kv or self.self_kv)[0][0].size(0)
 
     def _map(self, fn, cross: bool = True) -> KVCache:
         self_kv = tuple((fn(k), fn(v)) for k, v in self.self_kv)
-        cross_kv = tuple((fn(k), fn(v)) for k, v in self.cross_kv) if cross else self.cross_kv
-        return KVCache(self_kv, cross_kv)
+        if cross and self.cross_kv is not None:
+            return KVCache(self_kv, tuple((fn(k), fn(v)) for k, v in self.cross_kv))
+        return KVCache(self_kv, self.cross_kv)
 
     def expand(self, beam: int) -> KVCache:
         """Each sentence repeated `beam` times, consecutively: rows b*beam ... b*beam+beam-1 are sentence b."""

@@ -1,4 +1,4 @@
-"""Position-wise feed-forward network (§3.3) and the encoder and decoder layers (§3.1).
+"""Position-wise feed-forward network (§3.3) and the Transformer layer (§3.1), encoder and decoder alike.
 
 Every sub-layer is wrapped as `LayerNorm(x + Dropout(Sublayer(x)))` (post-norm, the paper) or
 `x + Dropout(Sublayer(LayerNorm(x)))` (pre-norm, an option); `_pre` and `_post` hold the difference.
@@ -12,9 +12,8 @@ from torch import Tensor, nn
 
 from vaswani.config import ModelConfig
 from vaswani.nn.attention import MultiHeadAttention
+from vaswani.nn.cache import KeyValue
 from vaswani.nn.dropout import Dropout
-
-KeyValue = tuple[Tensor, Tensor]
 
 
 class FeedForward(nn.Module):
@@ -33,12 +32,25 @@ class FeedForward(nn.Module):
         return self.linear2(self.activation(self.linear1(x)))
 
 
-class _ResidualLayer(nn.Module):
-    def __init__(self, config: ModelConfig, n_sublayers: int) -> None:
+class TransformerLayer(nn.Module):
+    """One layer of §3.1: self-attention, encoder-decoder attention when `cross`, then feed-forward.
+
+    The encoder layer (cross=False, bidirectional), the decoder layer (cross=True, causal) and a
+    decoder-only layer (cross=False, causal) are this one module, in blocks as torch's own layer
+    (`_sa_block`, `_mha_block`, `_ff_block`). Teacher-forced training and incremental decoding are the
+    same code: new self-attention keys and values are appended to `past` (None in training) and returned.
+    """
+
+    def __init__(self, config: ModelConfig, cross: bool = False) -> None:
         super().__init__()
         self.norm_first = config.norm_first
+        n_sublayers = 3 if cross else 2
         self.norms = nn.ModuleList(nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) for _ in range(n_sublayers))
         self.dropout = Dropout(config.dropout)  # §5.4: residual dropout on each sub-layer's output
+        self.self_attn = MultiHeadAttention(config.d_model, config.n_heads, config.attention_dropout)
+        # The decoder's encoder-decoder attention (§3.2.3); None in encoder and decoder-only layers.
+        self.cross_attn = (MultiHeadAttention(config.d_model, config.n_heads, config.attention_dropout) if cross
+                           else None)
         self.feed_forward = FeedForward(config.d_model, config.d_ff, config.activation)
 
     def _pre(self, x: Tensor, i: int) -> Tensor:
@@ -47,53 +59,42 @@ class _ResidualLayer(nn.Module):
     def _post(self, x: Tensor, i: int) -> Tensor:
         return x if self.norm_first else self.norms[i](x)
 
-    def _feed_forward_block(self, x: Tensor) -> Tensor:
-        i = len(self.norms) - 1
-        return self._post(x + self.dropout(self.feed_forward(self._pre(x, i))), i)
-
-
-class EncoderLayer(_ResidualLayer):
-    """Self-attention, then feed-forward."""
-
-    def __init__(self, config: ModelConfig) -> None:
-        super().__init__(config, n_sublayers=2)
-        self.self_attn = MultiHeadAttention(config.d_model, config.n_heads, config.attention_dropout)
-
-    def forward(self, x: Tensor, mask: Tensor | None, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
-        """Shape: x (B, S, D), mask (B, 1, 1, S) -> (B, S, D), weights (B, H, S, S) or None"""
-        h, weights = self.self_attn(self._pre(x, 0), mask=mask, need_weights=need_weights)
-        x = self._post(x + self.dropout(h), 0)
-        return self._feed_forward_block(x), weights
-
-
-class DecoderLayer(_ResidualLayer):
-    """Masked self-attention, encoder-decoder attention, then feed-forward.
-
-    Teacher-forced training and incremental decoding are the same code: new keys and values of the
-    self-attention are appended to `past` (empty in training) and returned for the next step.
-    """
-
-    def __init__(self, config: ModelConfig) -> None:
-        super().__init__(config, n_sublayers=3)
-        self.self_attn = MultiHeadAttention(config.d_model, config.n_heads, config.attention_dropout)
-        self.cross_attn = MultiHeadAttention(config.d_model, config.n_heads, config.attention_dropout)
-
-    def forward(
-        self, x: Tensor, cross_kv: KeyValue, memory_mask: Tensor | None, past: KeyValue | None = None,
-        self_mask: Tensor | None = None, need_weights: bool = False,
-    ) -> tuple[Tensor, KeyValue, tuple[Tensor | None, Tensor | None]]:
-        """`self_mask` None means causal only, exact for right-padded targets.
-
-        Shape: x (B, T, D), cross_kv 2 x (B, H, S, Dh), memory_mask (B, 1, 1, S), past 2 x (B, H, t, Dh)
-               -> (B, T, D), self keys/values 2 x (B, H, t + T, Dh), weights (B, H, T, t + T), (B, H, T, S)
-        """
-        q, k, v = self.self_attn.project_self(self._pre(x, 0))
+    def _sa_block(self, x: Tensor, mask: Tensor | None, causal: bool, past: KeyValue | None,
+                  need_weights: bool) -> tuple[Tensor, Tensor | None, KeyValue]:
+        q, k, v = self.self_attn.project_self(x)
         if past is not None:
             k = torch.cat([past[0], k], dim=2)  # (B, H, t + T, Dh)
             v = torch.cat([past[1], v], dim=2)
-        h, self_weights = self.self_attn.attend(q, k, v, self_mask, self_mask is None, need_weights)
+        h, weights = self.self_attn.attend(q, k, v, mask, causal, need_weights)
+        return h, weights, (k, v)
+
+    def _mha_block(self, x: Tensor, memory_kv: KeyValue, memory_mask: Tensor | None,
+                   need_weights: bool) -> tuple[Tensor, Tensor | None]:
+        q = self.cross_attn.project_query(x)
+        return self.cross_attn.attend(q, *memory_kv, mask=memory_mask, need_weights=need_weights)
+
+    def _ff_block(self, x: Tensor) -> Tensor:
+        return self.feed_forward(x)
+
+    def forward(
+        self, x: Tensor, mask: Tensor | None = None, causal: bool = False, past: KeyValue | None = None,
+        memory_kv: KeyValue | None = None, memory_mask: Tensor | None = None, need_weights: bool = False,
+    ) -> tuple[Tensor, KeyValue, tuple[Tensor | None, Tensor | None]]:
+        """`mask` (bool, True = may attend) and/or `causal` for the self-attention; `memory_kv` the
+        encoder-decoder keys/values of a layer built with `cross`.
+
+        Shape: x (B, T, D), mask broadcastable to (B, H, T, t + T), past 2 x (B, H, t, Dh),
+               memory_kv 2 x (B, H, S, Dh), memory_mask (B, 1, 1, S)
+               -> (B, T, D), self keys/values 2 x (B, H, t + T, Dh), weights (B, H, T, t + T), (B, H, T, S)
+        """
+        h, self_weights, kv = self._sa_block(self._pre(x, 0), mask, causal, past, need_weights)
         x = self._post(x + self.dropout(h), 0)
-        q = self.cross_attn.project_query(self._pre(x, 1))
-        h, cross_weights = self.cross_attn.attend(q, *cross_kv, mask=memory_mask, need_weights=need_weights)
-        x = self._post(x + self.dropout(h), 1)
-        return self._feed_forward_block(x), (k, v), (self_weights, cross_weights)
+        cross_weights = None
+        if self.cross_attn is not None:
+            if memory_kv is None:
+                raise ValueError("this layer attends to an encoder's output: pass memory_kv")
+            h, cross_weights = self._mha_block(self._pre(x, 1), memory_kv, memory_mask, need_weights)
+            x = self._post(x + self.dropout(h), 1)
+        i = len(self.norms) - 1
+        x = self._post(x + self.dropout(self._ff_block(self._pre(x, i))), i)
+        return x, kv, (self_weights, cross_weights)

@@ -12,7 +12,7 @@ from vaswani.config import ModelConfig
 from vaswani.nn.attention import MultiHeadAttention
 from vaswani.nn.cache import KVCache
 from vaswani.nn.embedding import Embeddings, LearnedPositions, SinusoidalPositions, TokenEmbedding
-from vaswani.nn.layers import DecoderLayer, EncoderLayer
+from vaswani.nn.layers import TransformerLayer
 from vaswani.nn.masks import padding_mask
 
 
@@ -45,7 +45,7 @@ class Encoder(nn.Module):
     def __init__(self, config: ModelConfig, tokens: TokenEmbedding) -> None:
         super().__init__()
         self.embed = Embeddings(tokens, _positions(config), config.dropout)
-        self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.n_layers))
+        self.layers = nn.ModuleList(TransformerLayer(config) for _ in range(config.n_layers))
         self.norm = _final_norm(config)
 
     def forward(self, src: Tensor, mask: Tensor, need_weights: bool = False) -> tuple[Tensor, list[Tensor]]:
@@ -53,7 +53,7 @@ class Encoder(nn.Module):
         x = self.embed(src)
         weights = []
         for layer in self.layers:
-            x, w = layer(x, mask, need_weights)
+            x, _, (w, _) = layer(x, mask=mask, need_weights=need_weights)
             weights.append(w)
         return self.norm(x), weights if need_weights else []
 
@@ -64,7 +64,7 @@ class Decoder(nn.Module):
     def __init__(self, config: ModelConfig, tokens: TokenEmbedding) -> None:
         super().__init__()
         self.embed = Embeddings(tokens, _positions(config), config.dropout)
-        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.decoder_layers))
+        self.layers = nn.ModuleList(TransformerLayer(config, cross=True) for _ in range(config.decoder_layers))
         self.norm = _final_norm(config)
 
     def start_cache(self, memory: Tensor) -> KVCache:
@@ -83,7 +83,8 @@ class Decoder(nn.Module):
         x = self.embed(tgt, start=cache.length)
         self_kv, weights = [], []
         for layer, past, cross_kv in zip(self.layers, cache.self_kv, cache.cross_kv, strict=True):
-            x, kv, w = layer(x, cross_kv, memory_mask, past if cache.length else None, self_mask, need_weights)
+            x, kv, w = layer(x, mask=self_mask, causal=self_mask is None, past=past if cache.length else None,
+                             memory_kv=cross_kv, memory_mask=memory_mask, need_weights=need_weights)
             self_kv.append(kv)
             weights.append(w)
         return self.norm(x), KVCache(tuple(self_kv), cache.cross_kv), weights if need_weights else []
