@@ -81,12 +81,8 @@ def _plot(translation, path, kind, layer, head, title) -> Path:
 
 
 def _label(ax, rows: Sequence[str], columns: Sequence[str]) -> None:
-    ax.set_xticks(range(len(columns)), [_piece(p) for p in columns], rotation=90, fontsize=8)
-    ax.set_yticks(range(len(rows)), [_piece(p) for p in rows], fontsize=8)
+    ax.set_xticks(range(len(columns)), list(columns), rotation=90, fontsize=8)
+    ax.set_yticks(range(len(rows)), list(rows), fontsize=8)
     ax.tick_params(length=0)
     ax.xaxis.tick_top()
 
-
-def _piece(piece: str) -> str:
-    """A piece as SentencePiece writes it (▁ marks a word's start; matplotlib's DejaVu Sans has the glyph)."""
-    return piece

@@ -145,6 +145,14 @@ class Translator:
         decode.validate()
         return decode
 
+    def _normalise(self, text: str) -> str:
+        text = text.strip()
+        return text.lower() if self.config.data.lowercase else text  # trained on lowercased text
+
+    def encode_sources(self, sentences: Sequence[str]) -> list[list[int]]:
+        """Source token ids as the model reads them (stripped, lowercased where it was trained so), before EOS."""
+        return self.tokenizer.encode_src([self._normalise(s) for s in sentences])
+
     def translate(self, sentences: Sequence[str], progress: Callable[[int], None] | None = None,
                   **options: Any) -> list[str]:
         """One translation per sentence, in order; an empty sentence gives an empty translation.
@@ -161,8 +169,7 @@ class Translator:
         decode = self.options(**options)
         if not decode.sampling and n_best > decode.beam_size:
             raise ValueError(f"n_best={n_best} needs beam_size >= {n_best} (it is {decode.beam_size})")
-        lower = self.config.data.lowercase  # the model was trained on lowercased text
-        ids = self.tokenizer.encode_src([s.strip().lower() if lower else s.strip() for s in sentences])
+        ids = self.encode_sources(sentences)
         limit, truncated = self.max_source_tokens, set()
         for i, x in enumerate(ids):
             if len(x) > limit:
@@ -197,9 +204,8 @@ class Translator:
         scored by the model: its candidate's log_prob is the sum of its tokens' log-probabilities."""
         if target is None:
             return self.translate_with_details([source], attention=True, **options)[0]
-        lower = self.config.data.lowercase
-        src_ids = self.tokenizer.encode_src([source.strip().lower() if lower else source.strip()])[0]
-        tgt_ids = self.tokenizer.encode_tgt([target.strip().lower() if lower else target.strip()])[0]
+        src_ids = self.encode_sources([source])[0]
+        tgt_ids = self.tokenizer.encode_tgt([self._normalise(target)])[0]
         limit = self.max_source_tokens
         truncated = len(src_ids) > limit or len(tgt_ids) > limit
         src_ids, tgt_ids = src_ids[:limit], tgt_ids[:limit]

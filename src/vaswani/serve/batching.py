@@ -68,7 +68,7 @@ class MicroBatcher:
 
     def count_tokens(self, texts: list[str]) -> int:
         """Source tokens of `texts` as the batch budget counts them."""
-        return sum(len(ids) for ids in self.translator.tokenizer.encode_src(texts))
+        return sum(len(ids) for ids in self.translator.encode_sources(texts))
 
     @property
     def alive(self) -> bool:
