@@ -31,8 +31,8 @@ def _coerce(section: str, cls: type, values: dict[str, Any]) -> dict[str, Any]:
         hint = hints[key]
         optional = isinstance(hint, types.UnionType) and type(None) in hint.__args__
         base = next((a for a in hint.__args__ if a is not type(None)), hint) if optional else hint
-        if value is None and optional:
-            pass
+        if value is None and optional or optional and len(hint.__args__) > 2:
+            pass  # None where allowed; a union of types is checked by its section (data.text)
         elif base is float and not isinstance(value, bool) and isinstance(value, int | float | str):
             try:
                 value = float(value)
@@ -78,8 +78,12 @@ def _closest(name: str, choices: list[str]) -> str:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """Architecture of the encoder-decoder Transformer (§3). Defaults are the paper's base model."""
+    """Architecture of the Transformer (§3) and its two descendants. Defaults are the paper's base model."""
 
+    # encoder_decoder: the paper's translation model. decoder_only: a causal language model (GPT, Radford
+    # et al. 2018): the decoder's layers without encoder-decoder attention. encoder_only: a bidirectional
+    # masked language model (BERT, Devlin et al. 2019): the encoder's layers and a pre-softmax projection.
+    type: Literal["encoder_decoder", "decoder_only", "encoder_only"] = "encoder_decoder"
     src_vocab_size: int = 37000  # §5.1: shared source-target BPE vocabulary of about 37,000 tokens
     tgt_vocab_size: int = 37000
     d_model: int = 512
@@ -101,9 +105,21 @@ class ModelConfig:
     pad_id: int = 0
     bos_id: int = 1
     eos_id: int = 2
+    # Fine-tuning (decoder_only / encoder_only): a linear classifier over one pooled position, with this many
+    # classes; 0: none. pool: the last real token (GPT; auto for decoder_only) or the first (BERT's [CLS]
+    # position; auto for encoder_only).
+    n_classes: int = 0
+    pool: Literal["auto", "first", "last"] = "auto"
 
     def __post_init__(self) -> None:
         self._validate()
+
+    @property
+    def pooling(self) -> str:
+        """first or last: where the classification head reads the sequence."""
+        if self.pool != "auto":
+            return self.pool
+        return "last" if self.type == "decoder_only" else "first"
 
     @property
     def decoder_layers(self) -> int:
@@ -114,6 +130,24 @@ class ModelConfig:
         return self.d_model // self.n_heads
 
     def _validate(self) -> None:
+        if self.type not in MODEL_TYPES:
+            raise ConfigError(f"model.type must be one of {', '.join(MODEL_TYPES)}, got {self.type!r}"
+                              f"{_closest(str(self.type), list(MODEL_TYPES))}")
+        if self.type != "encoder_decoder":
+            for name in ("n_decoder_layers",):
+                if getattr(self, name) is not None:
+                    raise ConfigError(f"model.{name} applies to model.type encoder_decoder only (this is "
+                                      f"{self.type}); remove it and set model.n_layers")
+            if not self.share_embeddings or self.src_vocab_size != self.tgt_vocab_size:
+                raise ConfigError(f"model.type {self.type} has one vocabulary: model.share_embeddings must be true "
+                                  "and src_vocab_size equal tgt_vocab_size")
+        if self.n_classes < 0 or isinstance(self.n_classes, bool):
+            raise ConfigError(f"model.n_classes must be 0 (no classifier) or more, got {self.n_classes!r}")
+        if self.n_classes and self.type == "encoder_decoder":
+            raise ConfigError("model.n_classes needs model.type decoder_only or encoder_only (a classifier reads "
+                              "one stack's states); set model.n_classes: 0 for translation")
+        if self.pool not in ("auto", "first", "last"):
+            raise ConfigError(f"model.pool must be auto, first or last, got {self.pool!r}")
         positive = ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff", "n_layers", "max_positions")
         for name in positive:
             value = getattr(self, name)
@@ -170,6 +204,9 @@ class ModelConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+MODEL_TYPES = ("encoder_decoder", "decoder_only", "encoder_only")
 
 
 def _divisor_near(d_model: int, n_heads: int) -> int:
@@ -247,8 +284,26 @@ class DataConfig:
     # The prepared-data directory (token ids in memory-mapped arrays, see `vaswani prepare`); made when
     # missing, reused when it matches this section and the files. Empty: MODEL_DIR/prepared.
     prepared: str = ""
+    # Plain text, for a language model (train.task lm or mlm): one file or a list of files, read line by
+    # line; each line's tokens end with EOS (a newline for a char model), all lines one stream of tokens.
+    text: str | list | None = None
+    # The held-out text: a file, or (empty) the last valid_fraction of the text's characters (nanoGPT's split).
+    valid_text: str = ""
+    valid_fraction: float = 0.1
+    block_size: int = 256  # tokens per training sequence (lm, mlm: contiguous blocks of the stream)
+    batch_size: int = 0  # sequences per batch for lm, mlm and classify; 0: max_tokens // block_size
+    mask_prob: float = 0.15  # mlm: tokens chosen per sequence (BERT: 15%, of which 80% [MASK], 10% random, 10% kept)
+    # Labelled text for classify (fine-tuning): TSV files of label and text; a header line names the columns
+    # (the one called label holds the labels), without one the label comes first.
+    labelled_train: str = ""
+    labelled_valid: str = ""
 
     def __post_init__(self) -> None:
+        if isinstance(self.text, str):
+            object.__setattr__(self, "text", [self.text] if self.text else None)
+        if self.text is not None and (not isinstance(self.text, list | tuple)
+                                      or not all(isinstance(t, str) and t for t in self.text)):
+            raise ConfigError(f"data.text must name a file or a list of files, got {self.text!r}")
         if self.corpora is not None:
             object.__setattr__(self, "corpora", _corpora(self.corpora))
 
@@ -272,7 +327,13 @@ class DataConfig:
             raise ConfigError(f"data.tokenizer must be bpe, unigram or char, got {self.tokenizer!r}")
         if self.invalid_utf8 not in ("error", "replace"):
             raise ConfigError(f"data.invalid_utf8 must be error or replace, got {self.invalid_utf8!r}")
-        for name in ("vocab_size", "max_len", "max_tokens"):
+        if not 0.0 < self.valid_fraction < 1.0:
+            raise ConfigError(f"data.valid_fraction must be in (0, 1), got {self.valid_fraction!r}")
+        if not 0.0 < self.mask_prob < 1.0:
+            raise ConfigError(f"data.mask_prob must be in (0, 1), got {self.mask_prob!r}")
+        if self.batch_size < 0:
+            raise ConfigError(f"data.batch_size must be 0 (max_tokens // block_size) or more, got {self.batch_size!r}")
+        for name in ("vocab_size", "max_len", "max_tokens", "block_size"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"data.{name} must be positive, got {getattr(self, name)!r}")
         for name in ("src_sampling_alpha", "tgt_sampling_alpha"):
@@ -316,10 +377,16 @@ class TrainConfig:
     device: str = "auto"
     seed: int = 1
     valid_every: int = 1000  # steps between validations (and checkpoints)
-    early_stopping_metric: Literal["bleu", "loss"] = "bleu"
+    # bleu (translation), loss, or accuracy (classify); auto: bleu for translation, accuracy for classify,
+    # loss for the language models
+    early_stopping_metric: Literal["auto", "bleu", "loss", "accuracy"] = "auto"
     patience: int = 0  # validations without improvement before stopping; 0: never stop early
     keep_last: int = 5  # §5.2 averages the last 5 checkpoints
     keep_best: int = 1
+
+    # What is learned: translation (encoder_decoder), lm (next token, decoder_only), mlm (masked tokens,
+    # encoder_only), classify (labelled text, the models with model.n_classes). auto: from model.type.
+    task: Literal["auto", "translation", "lm", "mlm", "classify"] = "auto"
 
     @functools.cached_property  # parsed once: the schedule asks at every step
     def max_seconds(self) -> float | None:
@@ -333,8 +400,11 @@ class TrainConfig:
             raise ConfigError(f"train.precision must be auto, fp32 or bf16, got {self.precision!r}")
         if self.lr_decay not in ("none", "linear"):
             raise ConfigError(f"train.lr_decay must be none or linear, got {self.lr_decay!r}")
-        if self.early_stopping_metric not in ("bleu", "loss"):
-            raise ConfigError(f"train.early_stopping_metric must be bleu or loss, got {self.early_stopping_metric!r}")
+        if self.early_stopping_metric not in ("auto", "bleu", "loss", "accuracy"):
+            raise ConfigError("train.early_stopping_metric must be auto, bleu, loss or accuracy, got "
+                              f"{self.early_stopping_metric!r}")
+        if self.task not in ("auto", *TASKS.values(), "classify"):
+            raise ConfigError(f"train.task must be auto, translation, lm, mlm or classify, got {self.task!r}")
         for name in ("max_steps", "warmup_steps", "accumulate", "valid_every", "keep_last"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"train.{name} must be positive, got {getattr(self, name)!r}")
@@ -371,7 +441,31 @@ class DecodeConfig:
             raise ConfigError("decode.temperature must be > 0, decode.top_k >= 0 and decode.top_p in (0, 1]")
 
 
-_SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig, "decode": DecodeConfig}
+@dataclass(frozen=True)
+class FinetuneConfig:
+    """Fine-tuning a pretrained language model on labelled text (`vaswani finetune`)."""
+
+    # λ of GPT's L = L_task + λ L_pretrain (Radford et al. 2018, eq. 3): the model's own pretraining loss
+    # (next-token for decoder_only, masked-token for encoder_only) on the task's text; 0: the task loss alone
+    aux_weight: float = 0.5
+    init: Literal["pretrained", "scratch"] = "pretrained"  # scratch: the same model, freshly initialised
+    labels: list | None = None  # the label names in class order; None: those of data.labelled_train, sorted
+
+    def validate(self) -> None:
+        if self.aux_weight < 0:
+            raise ConfigError(f"finetune.aux_weight must be 0 or more, got {self.aux_weight!r}")
+        if self.init not in ("pretrained", "scratch"):
+            raise ConfigError(f"finetune.init must be pretrained or scratch, got {self.init!r}")
+        if self.labels is not None and (not isinstance(self.labels, list) or len(self.labels) < 2
+                                        or len(set(map(str, self.labels))) != len(self.labels)):
+            raise ConfigError(f"finetune.labels must list at least two different labels, got {self.labels!r}")
+
+
+# The task each model type learns when train.task is auto.
+TASKS = {"encoder_decoder": "translation", "decoder_only": "lm", "encoder_only": "mlm"}
+
+_SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig, "decode": DecodeConfig,
+             "finetune": FinetuneConfig}
 
 
 @dataclass(frozen=True)
@@ -382,20 +476,52 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
+    finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
+
+    @property
+    def task(self) -> str:
+        """translation, lm, mlm or classify: train.task, or the one of model.type (classify with n_classes)."""
+        if self.train.task != "auto":
+            return self.train.task
+        return "classify" if self.model.n_classes else TASKS[self.model.type]
+
+    @property
+    def metric(self) -> str:
+        """The early-stopping metric: train.early_stopping_metric, or the task's own."""
+        if self.train.early_stopping_metric != "auto":
+            return self.train.early_stopping_metric
+        return {"translation": "bleu", "classify": "accuracy"}.get(self.task, "loss")
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> Config:
         if not isinstance(values, dict):
-            raise ConfigError("a config must be a mapping of sections: model, data, train, decode")
+            raise ConfigError("a config must be a mapping of sections: model, data, train, decode, finetune")
         sections = {}
         for name, section in values.items():
             if name not in _SECTIONS:
                 raise ConfigError(f"unknown section '{name}'{_closest(name, list(_SECTIONS))}")
             sections[name] = _section(name, section or {})
         config = cls(**sections)
-        for section in (config.data, config.train, config.decode):
+        for section in (config.data, config.train, config.decode, config.finetune):
             section.validate()
+        config._check_task()
         return config
+
+    def _check_task(self) -> None:
+        """A task the model can learn; the message names the key to change."""
+        task, kind = self.task, self.model.type
+        fits = {"translation": ("encoder_decoder",), "lm": ("decoder_only",), "mlm": ("encoder_only",),
+                "classify": ("decoder_only", "encoder_only")}[task]
+        if kind not in fits:
+            raise ConfigError(f"train.task {task} needs model.type {' or '.join(fits)}, but model.type is {kind}; "
+                              f"change one of them (train.task: auto picks {TASKS[kind]} for {kind})")
+        if task == "classify" and not self.model.n_classes:
+            raise ConfigError("train.task classify needs model.n_classes (vaswani finetune sets it from the labels)")
+        if self.metric == "bleu" and task != "translation":
+            raise ConfigError(f"train.early_stopping_metric bleu needs translation, this run's task is {task}; "
+                              "use loss or accuracy (or auto)")
+        if self.metric == "accuracy" and task != "classify":
+            raise ConfigError(f"train.early_stopping_metric accuracy needs train.task classify, this run's is {task}")
 
     @classmethod
     def load(cls, path: str | Path, overrides: list[str] = ()) -> Config:

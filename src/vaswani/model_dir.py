@@ -21,7 +21,7 @@ from safetensors.torch import load_file, save_file
 
 from vaswani import __version__
 from vaswani.config import Config, ConfigError
-from vaswani.nn import Transformer
+from vaswani.nn import build_model
 
 FORMAT_VERSION = 1
 WEIGHTS = "model.safetensors"
@@ -61,7 +61,7 @@ def load_weights(path: Path) -> dict[str, torch.Tensor]:
         raise CheckpointError(f"{path} is corrupt or incomplete ({error}); delete it or restore a copy") from None
 
 
-def load_into(model: Transformer, weights: dict[str, torch.Tensor], source: Path) -> None:
+def load_into(model: torch.nn.Module, weights: dict[str, torch.Tensor], source: Path) -> None:
     missing, unexpected = model.load_state_dict(weights, strict=False)
     # A tied matrix is stored once under its first name; the other names point at the same tensor.
     missing = [name for name in missing if not name.endswith("embed.tokens.weight")]
@@ -76,8 +76,9 @@ def write_model_directory(directory: Path, config: Config) -> None:
     (directory / "vaswani.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
 
 
-def load_model(directory: str | Path, device: str | torch.device = "cpu") -> tuple[Transformer, Config]:
-    """The Transformer of a model directory, in eval mode, with its config."""
+def load_model(directory: str | Path, device: str | torch.device = "cpu") -> tuple[torch.nn.Module, Config]:
+    """The model of a model directory (Transformer, CausalLM or MaskedLM: model.type), in eval mode, with its
+    config."""
     directory = Path(directory)
     if not (directory / "config.yaml").is_file():
         raise CheckpointError(f"{directory} is not a model directory (no config.yaml)")
@@ -89,6 +90,6 @@ def load_model(directory: str | Path, device: str | torch.device = "cpu") -> tup
         config = Config.load(directory / "config.yaml")
     except ConfigError as error:
         raise CheckpointError(f"{directory}/config.yaml: {error}") from None
-    model = Transformer(config.model)
+    model = build_model(config.model)
     load_into(model, load_weights(directory / WEIGHTS), directory / WEIGHTS)
     return model.to(device).eval(), config

@@ -1,9 +1,10 @@
 """Search on the decoder's KV cache: greedy, batched beam search, and sampling.
 
-Every search encodes each source sentence once, feeds the decoder one token per step through
-`Transformer.decode_step`, and drops sentences that have finished from the batch, so they stop
-costing compute. `cache=False` re-runs the decoder over the whole prefix at every step instead:
-the reference the cached search is tested and benchmarked against.
+Every search drives the step protocol (`Steps`: start, step, reorder), so it works alike for the
+encoder-decoder Transformer (each source encoded once) and a decoder-only CausalLM (prompts put in
+the cache once). Each step feeds one token per row on the KV cache; inputs that have finished drop
+out of the batch, so they stop costing compute. `cache=False` re-runs the whole prefix at every step
+instead: the reference the cached search is tested and benchmarked against.
 """
 
 from __future__ import annotations
@@ -48,13 +49,52 @@ def length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
     return ((5.0 + length) / 6.0) ** alpha
 
 
-class _Decoder:
-    """Feeds one token per row and returns next-token logits, with the KV cache or (cache=False) by
-    re-running the whole prefix. Rows are `beam` consecutive copies of each source sentence; the
-    encoder-decoder keys/values are computed once per sentence and then copied to its rows."""
+class Steps:
+    """The step protocol every search drives: `start_steps` builds it for a batch of `beam` consecutive
+    rows per input; `step` feeds one token per row and returns next-token logits; `reorder` keeps rows.
+
+    With the KV cache each step feeds one token; with cache=False the whole prefix is run again at every
+    step (the reference the cached search is tested and benchmarked against). `first` holds the tokens
+    the first step feeds; `limits` each input's maximum number of generated tokens.
+    """
+
+    first: Tensor  # (B * beam,)
+
+    def __init__(self, model, use_cache: bool) -> None:
+        self.model, self.use_cache = model, use_cache
+        c = model.config
+        self.banned = [c.pad_id, c.bos_id]  # never generated
+        self.prefix: Tensor | None = None  # (rows, t): without the cache, every token fed so far
+
+    def _append(self, tokens: Tensor) -> Tensor:
+        step = tokens[:, None]
+        self.prefix = step if self.prefix is None else torch.cat([self.prefix, step], dim=1)
+        return self.prefix
+
+    def _logits(self, tokens: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def step(self, tokens: Tensor, ban_eos: bool = False) -> Tensor:
+        """Shape: tokens (rows,) -> logits (rows, V) in float32, PAD and BOS (and EOS if asked) at -inf"""
+        logits = self._logits(tokens).float()
+        logits[:, self.banned] = float("-inf")
+        if ban_eos:
+            logits[:, self.model.config.eos_id] = float("-inf")
+        return logits
+
+    def reorder(self, index: Tensor, same_sentences: bool) -> None:
+        """Keep rows `index`, in that order. `same_sentences`: only rows of the same input were swapped
+        (a beam step), so per-input state (the encoder's) needs no copy."""
+        if self.prefix is not None:
+            self.prefix = self.prefix.index_select(0, index)
+
+
+class EncoderDecoderSteps(Steps):
+    """The paper's model: each source is encoded once, its encoder-decoder keys/values copied to its rows;
+    the first step feeds BOS."""
 
     def __init__(self, model: Transformer, src: Tensor, beam: int, cache: bool) -> None:
-        self.model, self.use_cache = model, cache
+        super().__init__(model, cache)
         memory, mask = model.encode(src)  # (B, S, D), (B, 1, 1, S)
         self.cache: KVCache | None = model.decoder.start_cache(memory).expand(beam) if cache else None
         if self.cache is not None:
@@ -64,27 +104,21 @@ class _Decoder:
             mask = torch.zeros(mask.shape, dtype=keys.dtype, device=keys.device).masked_fill_(~mask, float("-inf"))
         self.mask = mask.repeat_interleave(beam, dim=0)
         self.memory = None if cache else memory.repeat_interleave(beam, dim=0)
-        self.prefix: Tensor | None = None  # (rows, t), only without the cache
-        c = model.config
-        self.banned = [c.pad_id, c.bos_id]  # never generated
+        self.first = torch.full((src.size(0) * beam,), model.config.bos_id, dtype=torch.long, device=src.device)
+        self.source_lengths = (src != model.config.pad_id).sum(1).cpu()
 
-    def __call__(self, tokens: Tensor, ban_eos: bool = False) -> Tensor:
-        """Shape: tokens (rows,) -> logits (rows, V) in float32, PAD and BOS (and EOS if asked) at -inf"""
+    def limits(self, a: float, b: int) -> Tensor:
+        """a * source length + b (§6.1: input length + 50), at most max_positions. Shape: (B,) on the CPU"""
+        return length_limits(self.source_lengths, self.model.config, a, b)
+
+    def _logits(self, tokens: Tensor) -> Tensor:
         if self.use_cache:
             logits, self.cache = self.model.decode_step(tokens, None, self.mask, self.cache)
-        else:
-            step = tokens[:, None]
-            self.prefix = step if self.prefix is None else torch.cat([self.prefix, step], dim=1)  # (rows, t)
-            logits = self.model.decode_step(self.prefix, self.memory, self.mask)[0][:, -1]
-        logits = logits.float()
-        logits[:, self.banned] = float("-inf")
-        if ban_eos:
-            logits[:, self.model.config.eos_id] = float("-inf")
-        return logits
+            return logits
+        return self.model.decode_step(self._append(tokens), self.memory, self.mask)[0][:, -1]
 
-    def select(self, index: Tensor, same_sentences: bool) -> None:
-        """Keep rows `index`, in that order. `same_sentences`: only rows of the same sentence were
-        swapped (a beam step), so the per-sentence encoder state needs no copy."""
+    def reorder(self, index: Tensor, same_sentences: bool) -> None:
+        super().reorder(index, same_sentences)
         if same_sentences and self.cache is not None:
             self.cache = self.cache.reorder(index, cross=False)
             return
@@ -93,31 +127,82 @@ class _Decoder:
             self.cache = self.cache.reorder(index)
         else:
             self.memory = self.memory.index_select(0, index)
-        if self.prefix is not None:
-            self.prefix = self.prefix.index_select(0, index)
+
+
+class DecoderOnlySteps(Steps):
+    """A causal language model continuing prompts of equal length (B, P): all but the last prompt token
+    go into the cache at once; the first step feeds the last one. Generated tokens exclude the prompt."""
+
+    def __init__(self, model, prompts: Tensor, beam: int, cache: bool) -> None:
+        super().__init__(model, cache)
+        if (prompts == model.config.pad_id).any():
+            raise ValueError("prompts must have equal lengths, without padding (decode.generate batches them so)")
+        self.inputs = prompts.size(0)
+        prompts = prompts.repeat_interleave(beam, dim=0)
+        self.prompt_length = prompts.size(1)
+        self.first = prompts[:, -1]
+        self.cache: KVCache | None = None
+        if cache and prompts.size(1) > 1:
+            _, self.cache = model.decode_step(prompts[:, :-1])
+        if not cache:
+            self.prefix = prompts[:, :-1]
+
+    def limits(self, a: float, b: int) -> Tensor:
+        """a * prompt length + b new tokens, within max_positions for learned positions. Shape: (B,)"""
+        c = self.model.config
+        most = c.max_positions - self.prompt_length if c.positions == "learned" else 2**31 - 1
+        if most < 1:
+            raise ValueError(f"the prompt has {self.prompt_length} tokens, model.max_positions is {c.max_positions}: "
+                             "no room to generate; shorten the prompt")
+        return torch.full((self.inputs,), int(a * self.prompt_length + b)).clamp(min=1, max=most)
+
+    def _logits(self, tokens: Tensor) -> Tensor:
+        if self.use_cache:
+            logits, self.cache = self.model.decode_step(tokens, self.cache)
+            return logits
+        return self.model.decode_step(self._append(tokens))[0][:, -1]
+
+    def reorder(self, index: Tensor, same_sentences: bool) -> None:
+        super().reorder(index, same_sentences)
+        if self.cache is not None:
+            self.cache = self.cache.reorder(index)
+
+
+def start_steps(model, src: Tensor, beam: int = 1, cache: bool = True) -> Steps:
+    """The steps of `model` over `src` (sources of a Transformer, prompts of a CausalLM), `beam` rows each."""
+    if model.config.type == "decoder_only":
+        return DecoderOnlySteps(model, src, beam, cache)
+    if model.config.type == "encoder_only":
+        raise ValueError("an encoder-only model (a masked LM) does not generate text; use a decoder_only or "
+                         "encoder_decoder model")
+    return EncoderDecoderSteps(model, src, beam, cache)
 
 
 def _one_best(
-    model: Transformer, src: Tensor, choose: Callable[[Tensor], Tensor], max_len_a: float, max_len_b: int,
-    cache: bool, min_len: int = 0,
+    model, src: Tensor, choose: Callable[[Tensor], Tensor], max_len_a: float, max_len_b: int,
+    cache: bool, min_len: int = 0, stop_at_eos: bool = True, on_step: Callable[[Tensor], None] | None = None,
 ) -> list[Hypothesis]:
-    """One token per step picked by `choose(logits) -> (rows,)`, rows dropped as their sentence ends."""
+    """One token per step picked by `choose(logits) -> (rows,)`, rows dropped as their input ends.
+    `stop_at_eos=False` keeps EOS as a token (a language model's line break) and runs to the limit;
+    `on_step(tokens)` sees each step's picks (rows still running, in input order)."""
     c = model.config
-    decoder = _Decoder(model, src, beam=1, cache=cache)
+    steps = start_steps(model, src, beam=1, cache=cache)
     B = src.size(0)
-    limits = max_lengths(src, c, max_len_a, max_len_b)  # (B,)
+    limits = steps.limits(max_len_a, max_len_b)  # (B,)
     out = torch.full((B, int(limits.max())), c.pad_id, dtype=torch.long)
     lengths = torch.zeros(B, dtype=torch.long)
     log_probs = torch.zeros(B, dtype=torch.float64)
-    active = torch.arange(B)  # sentence of each row
-    tokens = torch.full((B,), c.bos_id, dtype=torch.long, device=src.device)
+    active = torch.arange(B)  # input of each row
+    tokens = steps.first
     for step in range(out.size(1)):
-        logits = decoder(tokens, ban_eos=step < min_len)  # (rows, V)
+        logits = steps.step(tokens, ban_eos=step < min_len)  # (rows, V)
         tokens = choose(logits)  # (rows,)
+        if on_step is not None:
+            on_step(tokens)
         picked = F.log_softmax(logits, dim=-1).gather(1, tokens[:, None]).squeeze(1).cpu()
         log_probs[active] += picked.double()
         cpu_tokens = tokens.cpu()
-        ended = cpu_tokens == c.eos_id
+        ended = cpu_tokens == c.eos_id if stop_at_eos else torch.zeros(len(active), dtype=torch.bool)
         out[active[~ended], step] = cpu_tokens[~ended]
         lengths[active[~ended]] = step + 1
         ended |= limits[active] <= step + 1
@@ -128,27 +213,36 @@ def _one_best(
             active = active[keep]
             keep = keep.to(src.device)
             tokens = tokens.index_select(0, keep)
-            decoder.select(keep, same_sentences=False)
+            steps.reorder(keep, same_sentences=False)
     return [Hypothesis(out[i, : lengths[i]].tolist(), float(log_probs[i]), float(log_probs[i])) for i in range(B)]
 
 
 @torch.no_grad()
-def greedy(model: Transformer, src: Tensor, max_len_a: float = 1.0, max_len_b: int = 50, cache: bool = True,
+def greedy(model, src: Tensor, max_len_a: float = 1.0, max_len_b: int = 50, cache: bool = True,
            min_len: int = 0) -> list[Hypothesis]:
     """The most probable token at each step; EOS is not allowed before `min_len` tokens.
-    Shape: src (B, S) -> B hypotheses"""
+    `src`: a Transformer's sources, or a CausalLM's prompts (equal lengths). Shape: src (B, S) -> B hypotheses"""
     return _one_best(model, src, lambda logits: logits.argmax(-1), max_len_a, max_len_b, cache, min_len)
 
 
 @torch.no_grad()
 def sample(
-    model: Transformer, src: Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
+    model, src: Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
     generator: torch.Generator | None = None, max_len_a: float = 1.0, max_len_b: int = 50, cache: bool = True,
+    stop_at_eos: bool = True, on_step: Callable[[Tensor], None] | None = None,
 ) -> list[Hypothesis]:
     """Ancestral sampling from softmax(logits / temperature), restricted to the `top_k` most probable
     tokens (0: all) and to the smallest set whose probability reaches `top_p` (nucleus sampling,
-    Holtzman et al. 2020). Pass a seeded `generator` for repeatable samples. Shape: src (B, S) -> B hypotheses
+    Holtzman et al. 2020). Pass a seeded `generator` for repeatable samples. `src`: sources of a
+    Transformer or prompts of a CausalLM. Shape: src (B, S) -> B hypotheses
     """
+    choose = sampler(temperature, top_k, top_p, generator)
+    return _one_best(model, src, choose, max_len_a, max_len_b, cache, stop_at_eos=stop_at_eos, on_step=on_step)
+
+
+def sampler(temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
+            generator: torch.Generator | None = None) -> Callable[[Tensor], Tensor]:
+    """`choose(logits) -> tokens` drawing from the filtered distribution (see `sample`)."""
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0 (got {temperature}); use greedy search for temperature 0")
     if not 0 < top_p <= 1:
@@ -157,24 +251,30 @@ def sample(
         raise ValueError(f"top_k must be >= 0 (got {top_k})")
 
     def choose(logits: Tensor) -> Tensor:
-        scores = logits / temperature
-        if 0 < top_k < scores.size(-1):
-            kth = scores.topk(top_k, dim=-1).values[:, -1:]  # (rows, 1)
-            scores = scores.masked_fill(scores < kth, float("-inf"))
-        if top_p < 1:
-            sorted_scores, order = scores.sort(dim=-1, descending=True)
-            probs = sorted_scores.softmax(-1)
-            outside = probs.cumsum(-1) - probs >= top_p  # the better tokens already reach top_p
-            drop = torch.zeros_like(outside).scatter(1, order, outside)  # back to vocabulary order
-            scores = scores.masked_fill(drop, float("-inf"))
-        return torch.multinomial(scores.softmax(-1), 1, generator=generator).squeeze(1)
+        return torch.multinomial(filtered_probs(logits, temperature, top_k, top_p), 1, generator=generator).squeeze(1)
 
-    return _one_best(model, src, choose, max_len_a, max_len_b, cache)
+    return choose
+
+
+def filtered_probs(logits: Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> Tensor:
+    """softmax(logits / temperature) over the top_k best tokens and the nucleus of mass top_p, renormalised.
+    Shape: (rows, V) -> (rows, V)"""
+    scores = logits / temperature
+    if 0 < top_k < scores.size(-1):
+        kth = scores.topk(top_k, dim=-1).values[:, -1:]  # (rows, 1)
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    if top_p < 1:
+        sorted_scores, order = scores.sort(dim=-1, descending=True)
+        probs = sorted_scores.softmax(-1)
+        outside = probs.cumsum(-1) - probs >= top_p  # the better tokens already reach top_p
+        drop = torch.zeros_like(outside).scatter(1, order, outside)  # back to vocabulary order
+        scores = scores.masked_fill(drop, float("-inf"))
+    return scores.softmax(-1)
 
 
 @torch.no_grad()
 def beam_search(
-    model: Transformer, src: Tensor, beam_size: int = 4, alpha: float = 0.6, max_len_a: float = 1.0,
+    model, src: Tensor, beam_size: int = 4, alpha: float = 0.6, max_len_a: float = 1.0,
     max_len_b: int = 50, n_best: int = 1, cache: bool = True, min_len: int = 0, early_stopping: bool = False,
 ) -> list[list[Hypothesis]]:
     """Beam search for a whole batch in one tensor of B x beam_size rows (§6.1: beam 4, alpha 0.6).
@@ -189,7 +289,8 @@ def beam_search(
       (fairseq's rule, and Hugging Face's early_stopping=True: faster, favours short outputs);
     - or it reaches its maximum length (its live hypotheses then finish as they are).
     With beam_size 1 and `early_stopping` this is exactly greedy search. EOS is not allowed before
-    `min_len` tokens. Shape: src (B, S) -> B lists of n_best hypotheses, best first
+    `min_len` tokens. `src`: sources of a Transformer or prompts of a CausalLM.
+    Shape: src (B, S) -> B lists of n_best hypotheses, best first
     """
     if beam_size < 1 or not 1 <= n_best <= beam_size:
         raise ValueError(f"need beam_size >= 1 and 1 <= n_best <= beam_size (got {beam_size} and {n_best})")
@@ -197,18 +298,18 @@ def beam_search(
     # All k hypotheses of a sentence start identical, so the first step runs one row per sentence (width 1)
     # and its 2k best continuations fill the beam; with fewer than 2k words, k rows of which only one counts.
     width = 1 if c.tgt_vocab_size >= 2 * k else k
-    decoder = _Decoder(model, src, beam=width, cache=cache)
-    limits = max_lengths(src, c, max_len_a, max_len_b)  # (B,)
+    steps = start_steps(model, src, beam=width, cache=cache)
+    limits = steps.limits(max_len_a, max_len_b)  # (B,)
     largest_penalty = length_penalty(limits, alpha)  # (B,) that of a hypothesis ending at its limit
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
     active = torch.arange(B)  # sentence of each group of `width` rows
     history = torch.zeros(B, width, 0, dtype=torch.long)  # tokens so far per live hypothesis, on the CPU
     scores = torch.full((B, width), float("-inf"), device=src.device)  # summed log-probabilities
     scores[:, 0] = 0.0  # only one of identical rows may expand
-    tokens = torch.full((B * width,), c.bos_id, dtype=torch.long, device=src.device)
+    tokens = steps.first
     for step in range(int(limits.max())):
         n = active.numel()
-        log_probs = F.log_softmax(decoder(tokens, ban_eos=step < min_len), dim=-1)  # (n*width, V)
+        log_probs = F.log_softmax(steps.step(tokens, ban_eos=step < min_len), dim=-1)  # (n*width, V)
         V = log_probs.size(-1)
         candidates = (scores.view(n * width, 1) + log_probs).view(n, width * V)
         top_scores, top = candidates.topk(min(2 * k, width * V), dim=1)  # (n, 2k), best first
@@ -245,7 +346,7 @@ def beam_search(
         scores = top_scores.gather(1, live)[keep_d]  # (n', k)
         tokens = word.gather(1, live)[keep_d].view(-1)
         rows = (keep[:, None] * width + new_origin).view(-1).to(src.device)  # (n'*k,)
-        decoder.select(rows, same_sentences=keep.numel() == n and width == k)
+        steps.reorder(rows, same_sentences=keep.numel() == n and width == k)
         active, width = active[keep], k
     return [sorted(hyps, key=lambda h: -h.score)[:n_best] for hyps in finished]
 

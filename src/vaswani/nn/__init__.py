@@ -2,15 +2,19 @@
 
 from vaswani.nn.attention import MultiHeadAttention, fused_attention, reference_attention
 from vaswani.nn.cache import KVCache
+from vaswani.nn.language_model import CausalLM, MaskedLM, build_model
 from vaswani.nn.transformer import AttentionWeights, Decoder, Encoder, Transformer
 
 __all__ = [
     "AttentionWeights",
+    "CausalLM",
     "Decoder",
     "Encoder",
     "KVCache",
+    "MaskedLM",
     "MultiHeadAttention",
     "Transformer",
+    "build_model",
     "fused_attention",
     "reference_attention",
 ]

@@ -59,18 +59,25 @@ class Encoder(nn.Module):
 
 
 class Decoder(nn.Module):
-    """N decoder layers over embedded target tokens, attending to the encoder output."""
+    """N causal layers over embedded target tokens, attending to the encoder output when `cross`
+    (the paper's decoder), or to nothing else (a decoder-only language model, GPT)."""
 
-    def __init__(self, config: ModelConfig, tokens: TokenEmbedding) -> None:
+    def __init__(self, config: ModelConfig, tokens: TokenEmbedding, cross: bool = True) -> None:
         super().__init__()
         self.embed = Embeddings(tokens, _positions(config), config.dropout)
-        self.layers = nn.ModuleList(TransformerLayer(config, cross=True) for _ in range(config.decoder_layers))
+        self.layers = nn.ModuleList(TransformerLayer(config, cross=cross) for _ in range(config.decoder_layers))
         self.norm = _final_norm(config)
+        self.n_heads, self.d_head = config.n_heads, config.d_head
 
     def start_cache(self, memory: Tensor) -> KVCache:
         """Encoder-decoder keys/values of every layer, computed once; no target positions yet."""
         cross_kv = tuple(layer.cross_attn.project_key_value(memory) for layer in self.layers)
         return KVCache(KVCache.empty_self_kv(cross_kv[0][0], len(self.layers)), cross_kv)
+
+    def empty_cache(self, batch_size: int, device: torch.device | None = None) -> KVCache:
+        """A decoder-only cache holding no positions yet."""
+        like = torch.empty(batch_size, self.n_heads, 0, self.d_head, device=device)
+        return KVCache(KVCache.empty_self_kv(like, len(self.layers)))
 
     def forward(
         self, tgt: Tensor, memory_mask: Tensor, cache: KVCache, self_mask: Tensor | None = None,
@@ -82,7 +89,8 @@ class Decoder(nn.Module):
         """
         x = self.embed(tgt, start=cache.length)
         self_kv, weights = [], []
-        for layer, past, cross_kv in zip(self.layers, cache.self_kv, cache.cross_kv, strict=True):
+        cross = cache.cross_kv or (None,) * len(self.layers)
+        for layer, past, cross_kv in zip(self.layers, cache.self_kv, cross, strict=True):
             x, kv, w = layer(x, mask=self_mask, causal=self_mask is None, past=past if cache.length else None,
                              memory_kv=cross_kv, memory_mask=memory_mask, need_weights=need_weights)
             self_kv.append(kv)
@@ -108,17 +116,7 @@ class Transformer(nn.Module):
         tied = config.share_embeddings or config.tie_output
         # §3.4: the pre-softmax linear shares the embedding matrix (no bias).
         self.output_weight = None if tied else nn.Parameter(torch.empty(config.tgt_vocab_size, config.d_model))
-        self._init_weights()
-
-    def _init_weights(self) -> None:
-        """Xavier-uniform for every projection, per W^Q/W^K/W^V block, as the tensor2tensor reference."""
-        for module in self.modules():
-            if isinstance(module, nn.Linear):
-                nn.init.xavier_uniform_(module.weight)
-                nn.init.zeros_(module.bias)
-            if isinstance(module, MultiHeadAttention):
-                for block in module.in_proj.weight.data.chunk(3):  # W^Q, W^K, W^V: each D x D
-                    nn.init.xavier_uniform_(block)
+        init_weights(self)
         if self.output_weight is not None:
             nn.init.normal_(self.output_weight, mean=0.0, std=self.config.d_model**-0.5)
 
@@ -129,7 +127,7 @@ class Transformer(nn.Module):
 
     def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
         """Shape: src (B, S) -> memory (B, S, D), memory_mask (B, 1, 1, S)"""
-        _check_ids(src, "src")
+        check_ids(src, "src")
         mask = padding_mask(src, self.config.pad_id)
         memory, _ = self.encoder(src, mask)
         return memory, mask
@@ -140,7 +138,7 @@ class Transformer(nn.Module):
 
         Shape: tgt_in (B, T), memory (B, S, D), memory_mask (B, 1, 1, S) -> hidden (B, T, D)
         """
-        _check_ids(tgt_in, "tgt_in")
+        check_ids(tgt_in, "tgt_in")
         hidden, _, _ = self.decoder(tgt_in, memory_mask, self.decoder.start_cache(memory))
         return hidden
 
@@ -167,7 +165,7 @@ class Transformer(nn.Module):
         """
         one = tokens.dim() == 1
         tokens = tokens[:, None] if one else tokens  # (B, t)
-        _check_ids(tokens, "tokens")
+        check_ids(tokens, "tokens")
         if cache is None:
             cache = self.decoder.start_cache(memory)
         if cache.batch_size != tokens.size(0):
@@ -178,8 +176,8 @@ class Transformer(nn.Module):
 
     def attention_weights(self, src: Tensor, tgt_in: Tensor) -> AttentionWeights:
         """Per-layer, per-head attention weights of a teacher-forced pass (the normal path keeps none)."""
-        _check_ids(src, "src")
-        _check_ids(tgt_in, "tgt_in")
+        check_ids(src, "src")
+        check_ids(tgt_in, "tgt_in")
         memory_mask = padding_mask(src, self.config.pad_id)
         memory, encoder = self.encoder(src, memory_mask, need_weights=True)
         cache = self.decoder.start_cache(memory)
@@ -191,7 +189,18 @@ class Transformer(nn.Module):
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
 
 
-def _check_ids(ids: Tensor, name: str) -> None:
+def init_weights(model: nn.Module) -> None:
+    """Xavier-uniform for every projection, per W^Q/W^K/W^V block, as the tensor2tensor reference."""
+    for module in model.modules():
+        if isinstance(module, nn.Linear):
+            nn.init.xavier_uniform_(module.weight)
+            nn.init.zeros_(module.bias)
+        if isinstance(module, MultiHeadAttention):
+            for block in module.in_proj.weight.data.chunk(3):  # W^Q, W^K, W^V: each D x D
+                nn.init.xavier_uniform_(block)
+
+
+def check_ids(ids: Tensor, name: str) -> None:
     if not isinstance(ids, Tensor) or ids.dim() != 2 or ids.dtype not in (torch.long, torch.int32):
         got = f"shape {tuple(ids.shape)} and dtype {ids.dtype}" if isinstance(ids, Tensor) else type(ids).__name__
         raise ValueError(f"{name} must be token ids of shape (batch, length) with dtype torch.long, got {got}")

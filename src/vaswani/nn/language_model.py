@@ -1,0 +1,140 @@
+"""The Transformer's two descendants on the same layers: a decoder-only causal language model (GPT,
+Radford et al. 2018) and an encoder-only masked language model (BERT, Devlin et al. 2019), each with an
+optional classifier over one pooled position for fine-tuning.
+
+Both have one vocabulary, token embeddings scaled by sqrt(d_model) and shared with the pre-softmax
+projection (§3.4), and the positions, norms and initialisation of the encoder-decoder model.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from vaswani.config import ModelConfig
+from vaswani.nn.cache import KVCache
+from vaswani.nn.dropout import Dropout
+from vaswani.nn.embedding import TokenEmbedding
+from vaswani.nn.masks import padding_mask
+from vaswani.nn.transformer import Decoder, Encoder, Transformer, check_ids, init_weights
+
+
+class _LanguageModel(nn.Module):
+    """What both descendants share: the tied output projection and the classification head."""
+
+    config: ModelConfig
+
+    def _finish(self, config: ModelConfig) -> None:
+        # GPT's and BERT's classifier: a linear layer on one position's final state, after dropout.
+        self.classifier = nn.Linear(config.d_model, config.n_classes) if config.n_classes else None
+        self.classifier_dropout = Dropout(config.dropout)
+        init_weights(self)
+
+    @property
+    def stack(self) -> Encoder | Decoder:
+        raise NotImplementedError
+
+    @property
+    def generator_weight(self) -> Tensor:
+        """The pre-softmax matrix: the token embedding. Shape: (V, D)"""
+        return self.stack.embed.tokens.weight
+
+    def logits(self, hidden: Tensor) -> Tensor:
+        """Shape: hidden (..., D) -> logits (..., V)"""
+        return F.linear(hidden, self.generator_weight)
+
+    def forward(self, ids: Tensor) -> Tensor:
+        """Shape: ids (B, T) -> logits (B, T, V)"""
+        return self.logits(self.hidden_states(ids))
+
+    def hidden_states(self, ids: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def pooled(self, hidden: Tensor, ids: Tensor) -> Tensor:
+        """The state the classifier reads: the first position, or the last that is not padding.
+        Shape: hidden (B, T, D), ids (B, T) -> (B, D)"""
+        if self.config.pooling == "first":
+            return hidden[:, 0]
+        last = (ids != self.config.pad_id).sum(1).clamp(min=1) - 1  # right-padded rows
+        return hidden[torch.arange(ids.size(0), device=ids.device), last]
+
+    def classify(self, ids: Tensor, hidden: Tensor | None = None) -> Tensor:
+        """Class logits of each sequence (pass `hidden` when it is computed already).
+        Shape: ids (B, T) -> (B, n_classes)"""
+        if self.classifier is None:
+            raise ValueError("this model has no classifier (model.n_classes is 0); fine-tune it with vaswani finetune")
+        hidden = self.hidden_states(ids) if hidden is None else hidden
+        return self.classifier(self.classifier_dropout(self.pooled(hidden, ids)))
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+
+class CausalLM(_LanguageModel):
+    """Decoder-only: N causal self-attention layers (no encoder-decoder attention), the next token predicted
+    at every position. Generation feeds one token at a time on the KV cache (`decode_step`).
+
+    Example:
+        >>> lm = CausalLM(ModelConfig(type="decoder_only", src_vocab_size=68, tgt_vocab_size=68))
+        >>> logits = lm(ids)  # (B, T, V): logits[:, t] predicts ids[:, t + 1]
+    """
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.decoder = Decoder(config, TokenEmbedding(config.tgt_vocab_size, config.d_model), cross=False)
+        self._finish(config)
+
+    @property
+    def stack(self) -> Decoder:
+        return self.decoder
+
+    def hidden_states(self, ids: Tensor) -> Tensor:
+        """Shape: ids (B, T) -> (B, T, D); right padding never reaches a real position (causal)."""
+        check_ids(ids, "ids")
+        hidden, _, _ = self.decoder(ids, None, self.decoder.empty_cache(ids.size(0), ids.device))
+        return hidden
+
+    def decode_step(self, tokens: Tensor, cache: KVCache | None = None) -> tuple[Tensor, KVCache]:
+        """Feed the next token(s) after the `cache.length` positions in the cache.
+        Shape: tokens (B,) -> logits (B, V); tokens (B, t) -> logits (B, t, V)"""
+        one = tokens.dim() == 1
+        tokens = tokens[:, None] if one else tokens
+        check_ids(tokens, "tokens")
+        if cache is None:
+            cache = self.decoder.empty_cache(tokens.size(0), tokens.device)
+        if cache.batch_size != tokens.size(0):
+            raise ValueError(f"tokens has batch size {tokens.size(0)} but the cache holds {cache.batch_size} rows")
+        hidden, cache, _ = self.decoder(tokens, None, cache)
+        return self.logits(hidden[:, -1] if one else hidden), cache
+
+
+class MaskedLM(_LanguageModel):
+    """Encoder-only: N bidirectional layers; trained to predict masked tokens from both sides (BERT).
+
+    Example:
+        >>> mlm = MaskedLM(ModelConfig(type="encoder_only", src_vocab_size=8000, tgt_vocab_size=8000))
+        >>> logits = mlm(ids)  # (B, T, V): at each position, the token that was there
+    """
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.encoder = Encoder(config, TokenEmbedding(config.src_vocab_size, config.d_model))
+        self._finish(config)
+
+    @property
+    def stack(self) -> Encoder:
+        return self.encoder
+
+    def hidden_states(self, ids: Tensor) -> Tensor:
+        """Shape: ids (B, T) -> (B, T, D); padding is masked out of every attention."""
+        check_ids(ids, "ids")
+        hidden, _ = self.encoder(ids, padding_mask(ids, self.config.pad_id))
+        return hidden
+
+
+def build_model(config: ModelConfig) -> nn.Module:
+    """The model of `config.type`: Transformer, CausalLM or MaskedLM."""
+    return {"encoder_decoder": Transformer, "decoder_only": CausalLM, "encoder_only": MaskedLM}[config.type](config)
