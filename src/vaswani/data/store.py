@@ -9,6 +9,7 @@
       train.len                 (N, 2) source and target lengths, for batching without touching the ids
       valid.*                   the dev set, and its text (valid.*.txt.bin/.idx, UTF-8 bytes)
       train.*.txt.bin/.idx      the training text, only when subword sampling needs it
+      train.ids, valid.ids      or, for a language model, token streams (data/text.py)
 
 Ids use the smallest unsigned type the vocabulary fits (uint16 below 65,536 pieces). Pairs of the
 corpora are stored in corpus order; the manifest gives each corpus's range. fairseq's `.bin/.idx`
@@ -146,6 +147,9 @@ class PreparedData:
                 _map(directory, f"{split}.len", files),
                 Ragged(directory, f"{split}.src.txt", files) if text else None,
                 Ragged(directory, f"{split}.tgt.txt", files) if text else None)
+        # A language model's text: token streams (data/text.py) instead of pairs.
+        self.streams: dict[str, np.ndarray] = {name: _map(directory, f"{name}.ids", files)
+                                               for name in manifest.get("streams", {})}
 
     @property
     def train(self) -> PairSplit:

@@ -13,6 +13,7 @@ from vaswani.data.corpus import DataError
 
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3  # the fixed ids of every vocabulary, the same as ModelConfig's
 _SPECIAL = {"pad_id": PAD_ID, "bos_id": BOS_ID, "eos_id": EOS_ID, "unk_id": UNK_ID}
+MASK = "<mask>"  # a text tokenizer's fifth special piece (id 4), for masked language models
 
 
 class Tokenizer:
@@ -43,6 +44,12 @@ class Tokenizer:
     def decode_tgt(self, ids: Sequence[Sequence[int]]) -> list[str]:
         return self.tgt.decode([list(x) for x in ids])
 
+    @property
+    def mask_id(self) -> int | None:
+        """The id of <mask> (a masked LM's [MASK]) in a text tokenizer; None in a translation one."""
+        i = self.src.piece_to_id(MASK)
+        return None if i == self.src.unk_id() else i
+
     def save(self, directory: str | Path) -> None:
         """Write the SentencePiece model(s) into `directory`, as `load` reads them."""
         processors = [self.src] if self.joint else [self.src, self.tgt]
@@ -56,16 +63,19 @@ class Tokenizer:
     @classmethod
     def train(
         cls, src_lines: Iterable[str], tgt_lines: Iterable[str], vocab_size: int, model_type: str, joint: bool,
-        directory: str | Path, seed: int = 1,
+        directory: str | Path, seed: int = 1, text: bool = False,
     ) -> Tokenizer:
         """Train on the training text and write the model(s) into `directory`. The lines may be
-        streamed (generators): SentencePiece samples data.SAMPLE_SENTENCES of them as they pass."""
+        streamed (generators): SentencePiece samples data.SAMPLE_SENTENCES of them as they pass.
+
+        `text`: a language model's tokenizer, which gives back exactly the text it read (no Unicode
+        normalisation, spaces kept as they are, no space added before a line) and has a <mask> piece."""
         directory = Path(directory)
         src_lines, tgt_lines = (x for x in src_lines if x), (x for x in tgt_lines if x)
         corpora = [itertools.chain(src_lines, tgt_lines)] if joint else [src_lines, tgt_lines]
         processors = []
         for name, lines in zip(cls.files(joint), corpora, strict=True):
-            processors.append(_train_one(lines, vocab_size, model_type, directory / name, seed))
+            processors.append(_train_one(lines, vocab_size, model_type, directory / name, seed, text))
         return cls(*processors)
 
     @classmethod
@@ -90,7 +100,7 @@ def _encode(processor: spm.SentencePieceProcessor, lines: Sequence[str], alpha: 
 SAMPLE_SENTENCES = 2_000_000  # the tokenizer learns from a uniform sample of this many lines (reservoir)
 
 
-def _train_one(lines: Iterable[str], vocab_size: int, model_type: str, path: Path, seed: int):
+def _train_one(lines: Iterable[str], vocab_size: int, model_type: str, path: Path, seed: int, text: bool = False):
     lines = iter(lines)
     first = next(lines, None)
     if first is None:
@@ -105,6 +115,9 @@ def _train_one(lines: Iterable[str], vocab_size: int, model_type: str, path: Pat
     )
     if model_type != "char":
         options["hard_vocab_limit"] = True
+    if text:
+        options.update(normalization_rule_name="identity", remove_extra_whitespaces=False, add_dummy_prefix=False,
+                       user_defined_symbols=[MASK], split_digits=False)
     try:
         spm.SentencePieceTrainer.train(**options)
     except RuntimeError as error:

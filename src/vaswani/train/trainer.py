@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import math
 import os
 import random
 import time
@@ -21,41 +20,22 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from vaswani.config import Config, ConfigError
 from vaswani.console import format_duration
 from vaswani.data import store
-from vaswani.data.batching import collate, padding_fraction, token_batches
-from vaswani.data.tokenizer import Tokenizer
-from vaswani.decode.search import search_ids
-from vaswani.evaluate import bleu
-from vaswani.model_dir import WEIGHTS, load_into, load_weights, save_weights, weights_of, write_model_directory
-from vaswani.nn import Transformer
-from vaswani.precision import choose
-from vaswani.runtime import autocast, pick_device, release_freed_memory
-from vaswani.train import checkpoint as ckpt
-from vaswani.train.data import (
-    EpochPlan,
-    RunData,
-    batch_stream,
-    check_manifest,
-    default_workers,
-    install_tokenizer,
-    load_run_data,
-    open_or_prepare,
-    recipe_of,
-    write_report,
+from vaswani.model_dir import (
+    WEIGHTS,
+    CheckpointError,
+    load_into,
+    load_weights,
+    save_weights,
+    weights_of,
+    write_model_directory,
 )
-from vaswani.train.loss import label_smoothed_cross_entropy
+from vaswani.precision import choose
+from vaswani.runtime import autocast, pick_device
+from vaswani.train import checkpoint as ckpt
 from vaswani.train.plot import plot_metrics
 from vaswani.train.schedule import learning_rate, progress
-
-
-class _HiddenStates(torch.nn.Module):
-    """The model's forward as training needs it: decoder states, projected by the loss (for DDP to wrap)."""
-
-    def __init__(self, model: Transformer) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
-        return self.model.hidden_states(src, tgt_in)
+from vaswani.train.tasks import make_task
+from vaswani.train.tasks.base import HiddenStates
 
 
 @dataclass
@@ -72,15 +52,22 @@ class TrainState:
 
 
 class Trainer:
-    def __init__(self, config: Config, model_dir: str | Path, console: Console | None = None) -> None:
+    """Trains `config`'s task (translation, lm, mlm or classify: train/tasks/) into `model_dir`, resuming the
+    run found there. `init_from`: a model directory whose weights a fresh run starts from (fine-tuning; the
+    classifier, which it lacks, starts fresh)."""
+
+    def __init__(self, config: Config, model_dir: str | Path, console: Console | None = None,
+                 init_from: str | Path | None = None) -> None:
         self.config = config
         self.model_dir = Path(model_dir)
+        self.init_from = Path(init_from) if init_from else None
         self.rank = dist.get_rank() if dist.is_initialized() else 0
         self.world = dist.get_world_size() if dist.is_initialized() else 1
         self.console = console or Console(stderr=True, soft_wrap=True)  # a log keeps one line per message
         self.device = pick_device(config.train.device)
         if self.device.type == "cuda" and self.world > 1:
             self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+        self.task = make_task(self)
 
     def log(self, message: str) -> None:
         if self.rank == 0:
@@ -110,18 +97,17 @@ class Trainer:
         if ours != saved.model:
             raise ConfigError(f"{self.model_dir} holds a run with a different model; use a new model directory")
 
-    def _build(self, data: RunData) -> None:
+    def _build(self, data) -> None:
         c = self.config
-        model_config = dataclasses.replace(c.model, src_vocab_size=data.tokenizer.src_vocab_size,
-                                           tgt_vocab_size=data.tokenizer.tgt_vocab_size)
+        model_config = self.task.model_config(data)
         self.config = dataclasses.replace(c, model=model_config)
         torch.manual_seed(c.train.seed)
-        self.model = Transformer(model_config).to(self.device)
+        self.model = self.task.build_model(model_config).to(self.device)
         fused = self.device.type in ("cpu", "cuda")
         betas = (c.train.adam_beta1, c.train.adam_beta2)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=0.0, betas=betas, eps=c.train.adam_eps,
                                           fused=fused)
-        self.wrapped: torch.nn.Module = _HiddenStates(self.model)
+        self.wrapped: torch.nn.Module = HiddenStates(self.model)
         if self.world > 1:
             ids = [self.device.index] if self.device.type == "cuda" else None
             self.wrapped = torch.nn.parallel.DistributedDataParallel(self.wrapped, device_ids=ids)
@@ -156,9 +142,21 @@ class Trainer:
             save_weights(weights, self.model_dir / WEIGHTS)
         ckpt.prune_checkpoints(self.model_dir, self.config.train.keep_last, self.config.train.keep_best)
 
+    def _start_from(self, directory: Path) -> None:
+        """The pretrained weights of `directory`; only the classifier may be missing from them."""
+        weights = load_weights(directory / WEIGHTS)
+        missing, unexpected = self.model.load_state_dict(weights, strict=False)
+        missing = [n for n in missing if not n.startswith("classifier.")]
+        if missing or unexpected:
+            raise CheckpointError(f"{directory / WEIGHTS} does not fit this model (missing {missing[:3]}, "
+                                  f"unexpected {unexpected[:3]})")
+        self.log(f"starting from the weights of {directory}")
+
     def _resume(self) -> TrainState:
         checkpoints = ckpt.checkpoint_dirs(self.model_dir)
         if not checkpoints:
+            if self.init_from is not None:
+                self._start_from(self.init_from)
             return TrainState()
         latest = checkpoints[-1]
         full = ckpt.load_state(latest)
@@ -186,7 +184,7 @@ class Trainer:
     def _train_step(self, batches: list) -> tuple[torch.Tensor, int]:
         """One optimizer step over the accumulated batches; the loss is normalised by the target
         tokens of the whole global batch, so any split over ranks and micro-batches gives the same update."""
-        local_tokens = sum(b.tgt_tokens for b in batches)  # counted by the loader: no device sync here
+        local_tokens = sum(self.task.count(b) for b in batches)  # counted by the loader: no device sync here
         tokens = torch.tensor(float(local_tokens), device=self.device)
         if self.world > 1:
             dist.all_reduce(tokens)
@@ -195,9 +193,7 @@ class Trainer:
             batch = batch.to(self.device, non_blocking=True)
             sync = i == len(batches) - 1 or self.world == 1
             with (contextlib.nullcontext() if sync else self.wrapped.no_sync()), self._autocast():
-                loss, _ = label_smoothed_cross_entropy(
-                    self.wrapped(batch.src, batch.tgt_in), self.model.generator_weight, batch.tgt_out,
-                    self.config.train.label_smoothing, self.config.model.pad_id)
+                loss = self.task.loss(self.wrapped, self.model, batch)
             # DDP averages gradients over ranks: scale by world so the result is sum / global tokens.
             (loss * self.world / tokens).backward()
             total += loss.detach()  # read (.item()) only when the loss is logged
@@ -208,16 +204,15 @@ class Trainer:
         return total, local_tokens
 
     def train(self) -> TrainState:
-        self.config.data.require_training_data()
-        # Rank 0 checks the directory and trains the tokenizer; the others then load what it wrote.
+        # Rank 0 checks the directory and makes the data (the tokenizer); the others then open what it wrote.
         if self.rank == 0:
             saved = self._prepare_directory()
-            data = self._prepare_data()
+            data = self.task.prepare(rank0=True)
         if self.world > 1:
             dist.barrier()
         if self.rank != 0:
             saved = Config.load(self.model_dir / "config.yaml") if ckpt.checkpoint_dirs(self.model_dir) else None
-            data = self._prepare_data()
+            data = self.task.prepare(rank0=False)
         self._check_same_data(data)
         if saved is not None:
             self._check_resumable(saved)
@@ -226,28 +221,17 @@ class Trainer:
         if self.rank == 0:
             write_model_directory(self.model_dir, self.config)
         self.log_config()
-        plan = EpochPlan(data, self.config.data.max_tokens, self.config.train.seed)
-        batches = plan.batches(0)
-        self.log(f"{len(batches):,} batches of up to {self.config.data.max_tokens} tokens, padding "
-                 f"{padding_fraction(data.prepared.train.lengths, batches):.1%}; "
-                 f"{self.model.num_parameters():,} parameters; device {self.device}, {self.world} process(es)")
-        release_freed_memory()  # the sort's transient arrays: ~10 bytes a pair, not kept for the run
-        d = self.config.data
-        if plan.weighted:
-            self.log("corpus weights " + ", ".join(f"{c['name']} {w:g}" for c, w in zip(data.prepared.corpora,
-                                                                                        data.weights, strict=True))
-                     + ": each epoch samples its pairs and batches them afresh")
-        if d.src_sampling_alpha or d.tgt_sampling_alpha:
-            self.log(f"subword sampling (source alpha {d.src_sampling_alpha}, target alpha {d.tgt_sampling_alpha}): "
-                     "each batch's text is segmented afresh when the batch is made")
+        self.task.describe(data)
+        self.log(f"task {self.task.name}; {self.model.num_parameters():,} parameters; device {self.device}, "
+                 f"{self.world} process(es)")
         state = self._resume()
-        t = self.config.train
-        stream = batch_stream(data, plan, d, t.seed, state.epoch, state.position, self.rank, self.world,
-                              t.loader_workers, self.device)
+        stream = self.task.stream(data, state.epoch, state.position)
         try:
             self._loop(data, state, stream)
         finally:
-            stream.close()
+            close = getattr(stream, "close", None)
+            if close is not None:
+                close()
         return state
 
     def _resolve_precision(self, saved: Config | None) -> None:
@@ -274,35 +258,11 @@ class Trainer:
             precision = box[0]
         self.config = dataclasses.replace(self.config, train=dataclasses.replace(t, precision=precision))
 
-    def _prepare_data(self) -> RunData:
-        """Rank 0 makes or reuses the prepared data and installs its tokenizer in the model directory;
-        the other ranks (after a barrier) map the same files."""
-        d = self.config.data
-        recipe = recipe_of(d, self.config.model.share_embeddings, self.config.train.seed)
-        directory = Path(d.prepared) if d.prepared else self.model_dir / "prepared"
-        if self.rank == 0:
-            # a model directory that already has a tokenizer (a run begun before prepared data) keeps it
-            has_own = all((self.model_dir / f).is_file() for f in Tokenizer.files(recipe.joint))
-            existing = Tokenizer.load(self.model_dir) if has_own else None
-            prepared = open_or_prepare(recipe, directory, existing, default_workers(), self.log, self.console)
-            tokenizer = install_tokenizer(prepared, self.model_dir)
-            write_report(prepared, self.model_dir)
-        else:
-            check_manifest(recipe, directory, store.read_manifest(directory))
-            prepared = store.PreparedData.open(directory)
-            tokenizer = Tokenizer.load(directory)
-        report = prepared.manifest["report"]
-        for name, part in report["corpora"].items():
-            removed = ", ".join(f"{n} {reason}" for reason, n in sorted(part["removed"].items())) or "none"
-            self.log(f"training data{'' if name in ('train', 'toy') else ' ' + name}: {part['kept']} of "
-                     f"{part['total']} pairs kept; removed: {removed}")
-        return load_run_data(prepared, tokenizer, d)
-
-    def _check_same_data(self, data: RunData) -> None:
+    def _check_same_data(self, data) -> None:
         """Every rank must read the same bytes (a node that prepared its own copy from other files would not)."""
         if self.world == 1:
             return
-        mine = {name: entry["sha256"] for name, entry in data.prepared.manifest["files"].items()}
+        mine = self.task.fingerprint(data)
         everyone = [None] * self.world
         dist.all_gather_object(everyone, mine)
         for rank, theirs in enumerate(everyone):
@@ -317,7 +277,7 @@ class Trainer:
             self.console.print((self.model_dir / "config.yaml").read_text().rstrip(), highlight=False)
             self.console.rule()
 
-    def _loop(self, data: RunData, state: TrainState, stream) -> None:
+    def _loop(self, data, state: TrainState, stream) -> None:
         """Train until max_steps, max_epochs, max_time or early stopping; the log says which ended it.
 
         Progress: a live bar on a terminal; otherwise (a log file, nohup, a scheduler, CI) a plain line
@@ -397,7 +357,7 @@ class Trainer:
             with path.open("a", encoding="utf-8") as handle:
                 handle.write(json.dumps(record) + "\n")
 
-    def _validate_and_save(self, data: RunData, state: TrainState, metrics_path: Path) -> bool:
+    def _validate_and_save(self, data, state: TrainState, metrics_path: Path) -> bool:
         """Validate, checkpoint, update early stopping; True when training should stop."""
         t = self.config.train
         result = self.validate(data) if self.rank == 0 else {}
@@ -406,7 +366,8 @@ class Trainer:
             dist.broadcast_object_list(box, src=0)
             result = box[0]
         # Higher is better: BLEU as it is, loss negated; no dev set means every checkpoint counts as best.
-        score = -result.get("loss", 0.0) if t.early_stopping_metric == "loss" else result.get("bleu", 0.0)
+        metric = self.config.metric
+        score = -result.get("loss", 0.0) if metric == "loss" else result.get(metric, 0.0)
         improved = state.best_score is None or score > state.best_score
         if improved:
             state.best_score, state.bad_validations = score, 0
@@ -423,30 +384,7 @@ class Trainer:
         return t.patience > 0 and state.bad_validations >= t.patience
 
     @torch.no_grad()
-    def validate(self, data: RunData) -> dict[str, float]:
-        """Loss and perplexity (no label smoothing) on the dev set, and BLEU of greedy translations."""
-        if not data.valid:
-            return {}
-        model, c = self.model.eval(), self.config
-        lengths = [(len(s), len(t)) for s, t in data.valid]
-        total = tokens = 0.0
-        for indices in token_batches(lengths, c.data.max_tokens, seed=0):
-            batch = collate([data.valid[i] for i in indices], c.model.pad_id, c.model.bos_id, c.model.eos_id)
-            batch = batch.to(self.device)
-            with self._autocast():
-                loss, n = label_smoothed_cross_entropy(model.hidden_states(batch.src, batch.tgt_in),
-                                                       model.generator_weight, batch.tgt_out, 0.0, c.model.pad_id)
-            total, tokens = total + loss.item(), tokens + n.item()
-        result = {"loss": total / tokens, "ppl": math.exp(min(total / tokens, 50))}
-        n = min(len(data.valid), c.data.valid_max_sentences)
-        hypotheses = self.translate_ids([s for s, _ in data.valid[:n]])
-        texts, references = data.tokenizer.decode_tgt(hypotheses), [t for _, t in data.valid_text[:n]]
-        result["bleu"] = bleu(texts, references).score
-        result["exact"] = sum(h == r for h, r in zip(texts, references, strict=True)) / n
-        return result
-
-    def translate_ids(self, sources: list[list[int]]) -> list[list[int]]:
-        """Greedy translations of tokenized sources, in input order (the same code as `vaswani translate`)."""
-        decode = dataclasses.replace(self.config.decode, beam_size=1, sampling=False)
-        found = search_ids(self.model, sources, decode, precision=self.config.train.precision)
-        return [hyps[0].tokens for hyps in found]
+    def validate(self, data) -> dict[str, float]:
+        """The task's validation metrics (translation: loss, perplexity, BLEU; lm: loss per token and per
+        character; mlm: masked-token loss and accuracy; classify: accuracy and loss)."""
+        return self.task.validate(self.model.eval(), data)

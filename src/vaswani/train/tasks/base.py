@@ -1,0 +1,100 @@
+"""The task seam: what a task supplies to the shared training loop.
+
+The trainer owns everything tasks share (the model directory, DDP, the optimizer and schedule,
+checkpoints and exact resume, max_time, progress, metrics.jsonl, early stopping). A task owns its
+data (made or reused by rank 0, opened by the others), the model it trains, the batches of each
+step (a function of seed, epoch and position, so resume is exact), its loss and its validation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from vaswani.config import Config, ModelConfig
+from vaswani.nn import build_model
+
+
+class HiddenStates(torch.nn.Module):
+    """The model's final states, as the loss needs them: the module DDP wraps (the loss projects them)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, *inputs: Tensor) -> Tensor:
+        return self.model.hidden_states(*inputs)
+
+
+@dataclass(frozen=True)
+class TextBatch:
+    """One batch of a language-model or classification task, right-padded.
+
+    Shape: ids (B, T), targets (B, T) (PAD where nothing is predicted), labels (B,) or None.
+    `count` is what the loss is normalised by (predicted tokens, or examples), counted on the host."""
+
+    ids: Tensor
+    targets: Tensor
+    count: int
+    labels: Tensor | None = None
+
+    def to(self, device: torch.device, non_blocking: bool = False) -> TextBatch:
+        move = lambda t: None if t is None else t.to(device, non_blocking=non_blocking)  # noqa: E731
+        return TextBatch(move(self.ids), move(self.targets), self.count, move(self.labels))
+
+
+class Task:
+    """Base class: see the module's docstring. `trainer` gives config, model_dir, rank, world, device, log."""
+
+    name = ""
+
+    def __init__(self, trainer) -> None:
+        self.trainer = trainer
+
+    @property
+    def config(self) -> Config:
+        return self.trainer.config
+
+    def log(self, message: str) -> None:
+        self.trainer.log(message)
+
+    # -- data ----------------------------------------------------------------------------------
+    def prepare(self, rank0: bool) -> Any:
+        """The run's data: rank 0 makes or reuses it (and installs the tokenizer in the model directory);
+        the other ranks, after a barrier, open what rank 0 made."""
+        raise NotImplementedError
+
+    def fingerprint(self, data: Any) -> dict:
+        """What every rank must agree on (the prepared files' hashes)."""
+        return {name: entry["sha256"] for name, entry in data.prepared.manifest["files"].items()}
+
+    def describe(self, data: Any) -> None:
+        """Log what the batches look like, once, before training."""
+
+    def stream(self, data: Any, epoch: int, position: int) -> Iterator[tuple[int, int, Any]]:
+        """(epoch, position after this batch, batch) of this rank from (epoch, position) on, for ever."""
+        raise NotImplementedError
+
+    # -- model ---------------------------------------------------------------------------------
+    def model_config(self, data: Any) -> ModelConfig:
+        """The model section completed from the data (vocabulary sizes)."""
+        size = data.tokenizer.src_vocab_size
+        return replace(self.config.model, src_vocab_size=size, tgt_vocab_size=size)
+
+    def build_model(self, config: ModelConfig) -> torch.nn.Module:
+        return build_model(config)
+
+    def count(self, batch: Any) -> int:
+        return batch.count
+
+    def loss(self, wrapped: torch.nn.Module, model: torch.nn.Module, batch: Any) -> Tensor:
+        """The batch's summed loss (the trainer divides by the global `count`)."""
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def validate(self, model: torch.nn.Module, data: Any) -> dict[str, float]:
+        raise NotImplementedError
