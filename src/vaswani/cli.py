@@ -57,8 +57,15 @@ def _prepare(args: argparse.Namespace) -> None:
     from vaswani.train.data import default_workers, open_or_prepare, recipe_of
 
     config = Config.load(args.config, args.set or [])
-    config.data.require_training_data()
     console = Console(stderr=True, soft_wrap=True)
+    if config.task in ("lm", "mlm"):
+        from vaswani.data.text import prepare_text
+
+        prepare_text(config.data, Path(args.data_dir), config.train.seed,
+                            log=lambda message: console.print(message, highlight=False))
+        print(f"{args.data_dir}: train with: vaswani train {args.config} MODEL_DIR --prepared {args.data_dir}")
+        return
+    config.data.require_training_data()
     recipe = recipe_of(config.data, config.model.share_embeddings, config.train.seed)
     started = time.perf_counter()
     data = open_or_prepare(recipe, Path(args.data_dir), None, args.workers or default_workers(),
@@ -68,6 +75,72 @@ def _prepare(args: argparse.Namespace) -> None:
           f"{sum(e['bytes'] for e in data.manifest['files'].values()) / 1e6:,.1f} MB, "
           f"{time.perf_counter() - started:.1f} s; train with: vaswani train {args.config} MODEL_DIR "
           f"--prepared {args.data_dir}")
+
+
+def _finetune(args: argparse.Namespace) -> None:
+    from vaswani.runtime import keep_freed_memory
+    from vaswani.train.finetune import finetune
+
+    keep_freed_memory()
+    finetune(args.pretrained_dir, args.config, args.model_dir, args.set or [])
+
+
+def _generate(args: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    from vaswani.decode.generate import Generator
+
+    if args.prompt is not None and args.prompt_file:
+        raise ValueError("give the prompt as --prompt TEXT or --prompt-file FILE, not both")
+    if args.max_new_tokens < 1 or args.n < 1:
+        raise ValueError("--max-new-tokens and -n must be at least 1")
+    prompt = args.prompt or ""
+    if args.prompt_file:
+        path = Path(args.prompt_file)
+        if not path.is_file():
+            raise ValueError(f"{path}: file not found")
+        prompt = path.read_text(encoding="utf-8").rstrip("\n")
+    generator = Generator.load(args.model_dir, args.device, args.precision)
+    ids = generator.encode(prompt)
+    texts: dict[int, list[int]] = {}
+
+    def on_token(k: int, token: int) -> None:  # stream: print what the new token adds to the text
+        before = generator.decode(texts.setdefault(k, []))
+        texts[k].append(token)
+        sys.stdout.write(generator.decode(texts[k])[len(before):])
+        sys.stdout.flush()
+
+    for k in range(args.n):
+        if k:
+            sys.stdout.write("\n\n---\n\n")
+        sys.stdout.write(prompt)
+        generator.generate_ids(ids, args.max_new_tokens, args.temperature, args.top_k, args.top_p, args.seed + k,
+                               1, args.greedy, not args.no_cache, on_token=lambda _, t, k=k: on_token(k, t))
+    sys.stdout.write("\n")
+
+
+def _classify(args: argparse.Namespace) -> None:
+    from vaswani.data.corpus import LineReader
+    from vaswani.decode.classifier import Classifier
+
+    classifier = Classifier.load(args.model_dir, args.device)
+    console = _stderr()
+    reader = LineReader(args.input)
+    output = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
+    try:
+        for first, lines in reader.chunks(1 if reader.interactive else 4096):
+            for number in reader.replaced:
+                console.print(f"vaswani: warning: line {number}: invalid UTF-8, replaced with U+FFFD")
+            reader.replaced.clear()
+            for i, line in enumerate(lines):
+                if not line.strip():
+                    console.print(f"vaswani: warning: line {first + i + 1} is empty; classified as empty text")
+            for label, probability in classifier.classify(lines, args.batch_size):
+                output.write(f"{label}\t{probability:.4f}\n")
+            output.flush()
+    finally:
+        if output is not sys.stdout:
+            output.close()
 
 
 def _average(args: argparse.Namespace) -> None:
@@ -297,7 +370,8 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--vocab-size", type=int, help="shared vocabulary size (default: 37000, as the paper)")
     model.set_defaults(run=_model)
 
-    train = commands.add_parser("train", help="train a model from parallel text (resumes an existing run)")
+    train = commands.add_parser("train", help="train a model (translation, lm or mlm: the config's model.type); "
+                                "resumes an existing run")
     train.add_argument("config", help="YAML recipe, e.g. configs/multi30k_de_en.yaml")
     train.add_argument("model_dir", help="directory for the model, checkpoints and logs")
     train.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE",
@@ -312,6 +386,38 @@ def build_parser() -> argparse.ArgumentParser:
     prepare.add_argument("--workers", type=int, help="encoding processes (default: every core)")
     prepare.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="override one config field")
     prepare.set_defaults(run=_prepare)
+
+    finetune = commands.add_parser("finetune", help="fine-tune a pretrained language model on labelled text")
+    finetune.add_argument("pretrained_dir", help="a decoder_only or encoder_only model trained by vaswani train")
+    finetune.add_argument("config", help="fine-tuning recipe, e.g. configs/sst2_finetune.yaml")
+    finetune.add_argument("model_dir", help="directory for the fine-tuned model (resumes a run there)")
+    finetune.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE",
+                          help="override one config field, e.g. --set finetune.aux_weight=0 (repeatable)")
+    finetune.set_defaults(run=_finetune)
+
+    generate = commands.add_parser("generate", help="continue a prompt with a decoder-only language model")
+    generate.add_argument("model_dir")
+    generate.add_argument("--prompt", help="text to continue (default: a new line)")
+    generate.add_argument("--prompt-file", help="read the prompt from this file")
+    generate.add_argument("--max-new-tokens", type=int, default=300)
+    generate.add_argument("--temperature", type=float, default=1.0)
+    generate.add_argument("--top-k", type=int, default=0, help="sample among the k most probable tokens (0: all)")
+    generate.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling: the smallest set with this mass")
+    generate.add_argument("--greedy", action="store_true", help="the most probable token every time")
+    generate.add_argument("--seed", type=int, default=1, help="the same seed gives the same text (default 1)")
+    generate.add_argument("-n", type=int, default=1, help="how many continuations (seeds SEED, SEED+1, ...)")
+    generate.add_argument("--no-cache", action="store_true", help="re-run the whole text every step (slow; a check)")
+    generate.add_argument("--device", default="auto", help="cpu, cuda, ... (default: the GPU if any)")
+    generate.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    generate.set_defaults(run=_generate)
+
+    classify = commands.add_parser("classify", help="label lines of text with a fine-tuned model")
+    classify.add_argument("model_dir")
+    classify.add_argument("-i", "--input", help="input file, plain or .gz (default: standard input)")
+    classify.add_argument("-o", "--output", help="output file: label<TAB>probability per line (default: stdout)")
+    classify.add_argument("--batch-size", type=int, default=64)
+    classify.add_argument("--device", default="auto", help="cpu, cuda, ... (default: the GPU if any)")
+    classify.set_defaults(run=_classify)
 
     average = commands.add_parser("average", help="average checkpoints into the model to translate with")
     average.add_argument("model_dir")

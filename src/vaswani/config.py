@@ -31,7 +31,7 @@ def _coerce(section: str, cls: type, values: dict[str, Any]) -> dict[str, Any]:
         hint = hints[key]
         optional = isinstance(hint, types.UnionType) and type(None) in hint.__args__
         base = next((a for a in hint.__args__ if a is not type(None)), hint) if optional else hint
-        if value is None and optional or optional and len(hint.__args__) > 2:
+        if (value is None and optional) or (optional and len(hint.__args__) > 2):
             pass  # None where allowed; a union of types is checked by its section (data.text)
         elif base is float and not isinstance(value, bool) and isinstance(value, int | float | str):
             try:
@@ -351,9 +351,10 @@ class TrainConfig:
 
     max_steps: int = 100000  # §5.2: base model, 100k steps
     max_epochs: int | None = None
-    lr_schedule: Literal["noam", "inverse_sqrt"] = "noam"  # noam: §5.3 warmup then step^-0.5
+    # noam: §5.3 warmup then step^-0.5; inverse_sqrt: the same, peaking at peak_lr; constant: warmup to peak_lr
+    lr_schedule: Literal["noam", "inverse_sqrt", "constant"] = "noam"
     lr_factor: float = 1.0  # noam: lr = lr_factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
-    peak_lr: float = 5e-4  # inverse_sqrt: linear warmup to peak_lr, then peak_lr * sqrt(warmup / step)
+    peak_lr: float = 5e-4  # inverse_sqrt: linear warmup to peak_lr, then peak_lr * sqrt(warmup / step); constant
     warmup_steps: int = 4000
     adam_beta1: float = 0.9
     adam_beta2: float = 0.98
@@ -373,7 +374,8 @@ class TrainConfig:
     # none: the schedule above as it is (the paper). linear: it is multiplied by (1 - progress), progress
     # being the larger of step / max_steps and time / max_time, so it reaches zero where the run ends:
     # a fixed budget is best spent annealing to its end (Li et al., 2020, "Budgeted Training").
-    lr_decay: Literal["none", "linear"] = "none"
+    # cosine: multiplied by (1 + cos(pi * progress)) / 2 instead (GPT's schedule)
+    lr_decay: Literal["none", "linear", "cosine"] = "none"
     device: str = "auto"
     seed: int = 1
     valid_every: int = 1000  # steps between validations (and checkpoints)
@@ -394,12 +396,12 @@ class TrainConfig:
         return None if self.max_time is None else parse_duration(self.max_time, "train.max_time")
 
     def validate(self) -> None:
-        if self.lr_schedule not in ("noam", "inverse_sqrt"):
-            raise ConfigError(f"train.lr_schedule must be noam or inverse_sqrt, got {self.lr_schedule!r}")
+        if self.lr_schedule not in ("noam", "inverse_sqrt", "constant"):
+            raise ConfigError(f"train.lr_schedule must be noam, inverse_sqrt or constant, got {self.lr_schedule!r}")
         if self.precision not in PRECISIONS:
             raise ConfigError(f"train.precision must be auto, fp32 or bf16, got {self.precision!r}")
-        if self.lr_decay not in ("none", "linear"):
-            raise ConfigError(f"train.lr_decay must be none or linear, got {self.lr_decay!r}")
+        if self.lr_decay not in ("none", "linear", "cosine"):
+            raise ConfigError(f"train.lr_decay must be none, linear or cosine, got {self.lr_decay!r}")
         if self.early_stopping_metric not in ("auto", "bleu", "loss", "accuracy"):
             raise ConfigError("train.early_stopping_metric must be auto, bleu, loss or accuracy, got "
                               f"{self.early_stopping_metric!r}")

@@ -16,6 +16,7 @@ model's loss per token is its loss per character of the text.
 
 from __future__ import annotations
 
+import gzip
 import os
 import shutil
 from collections.abc import Callable
@@ -32,10 +33,13 @@ ENCODE_LINES = 50_000  # lines encoded at a time
 
 
 def _read_text(path: Path, invalid_utf8: str) -> str:
-    """A whole text file, UTF-8 checked (an error names the line), CR and NUL as spaces, lines kept as they are."""
+    """A whole text file (plain or .gz), UTF-8 checked (an error names the line), CR and NUL as spaces, lines kept as they are."""
     if not path.is_file():
         raise DataError(f"{path}: file not found")
-    raw = path.read_bytes()
+    try:
+        raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    except (OSError, EOFError) as error:
+        raise DataError(f"{path}: cannot read ({error})") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -151,7 +155,8 @@ def _check(manifest: dict, recipe: dict, inputs: list[Path], directory: Path) ->
     made = manifest.get("recipe", {})
     for key, value in recipe.items():
         if made.get(key) != value:
-            raise DataError(f"{directory} was prepared with {key}={made.get(key)!r}, this run asks for {value!r}; {fix}")
+            raise DataError(f"{directory} was prepared with {key}={made.get(key)!r}, this run asks for "
+                            f"{value!r}; {fix}")
     if [str(p) for p in inputs] != [entry["path"] for entry in manifest["inputs"]]:
         raise DataError(f"{directory} was prepared from other files; {fix}")
     for path, entry in zip(inputs, manifest["inputs"], strict=True):
@@ -163,8 +168,8 @@ def _check(manifest: dict, recipe: dict, inputs: list[Path], directory: Path) ->
             raise DataError(f"{path} has changed since {directory} was prepared from it; {fix}")
 
 
-def read_labelled(path: str | Path, invalid_utf8: str = "error") -> list[tuple[str, str]]:
-    """(label, text) of each line of a TSV file. A header line naming a `label` column says which column
+def read_labelled(path: str | Path, invalid_utf8: str = "error") -> list[tuple[int, str, str]]:
+    """(line number, label, text) of each line of a TSV file. A header line naming a `label` column says which column
     holds the labels; without one the label comes first. Every line must have exactly two fields and
     some text: anything else is an error naming the file and line, nothing is skipped."""
     path = Path(path)
@@ -173,19 +178,42 @@ def read_labelled(path: str | Path, invalid_utf8: str = "error") -> list[tuple[s
     raw = path.read_bytes().split(b"\n")
     if raw and raw[-1] == b"":
         raw.pop()
-    rows = [decode_line(line, path, i, invalid_utf8).split("\t") for i, line in enumerate(raw, 1)]
+    rows = [[decode_line(field, path, i, invalid_utf8) for field in line.split(b"\t")] for i, line in enumerate(raw, 1)]
     label_column, first = 0, 0
-    if rows and "label" in [f.strip().lower() for f in rows[0]]:
-        label_column, first = [f.strip().lower() for f in rows[0]].index("label"), 1
+    if rows and "label" in [f.lower() for f in rows[0]]:
+        label_column, first = [f.lower() for f in rows[0]].index("label"), 1
     out = []
     for number, fields in enumerate(rows[first:], first + 1):
         if len(fields) != 2:
             raise DataError(f"{path}, line {number}: {len(fields)} tab-separated fields, expected 2 (label and text)")
-        label, text = fields[label_column].strip(), fields[1 - label_column].strip()
+        label, text = fields[label_column], fields[1 - label_column]
         if not label or not text:
             raise DataError(f"{path}, line {number}: empty {'label' if not label else 'text'}")
-        out.append((label, text))
+        out.append((number, label, text))
     if not out:
         raise DataError(f"{path} has no labelled lines")
     return out
 
+
+
+def mask_tokens(ids: np.ndarray, rng: np.random.Generator, mask_id: int, vocab_size: int, prob: float = 0.15,
+                first_regular: int = 5) -> tuple[np.ndarray, np.ndarray, int]:
+    """BERT's masking (Devlin et al. 2019, §3.1): each regular token is chosen with probability `prob`; a
+    chosen token becomes <mask> 80% of the time, a random regular token 10%, and stays itself 10%.
+    Special tokens (ids below `first_regular`: PAD, BOS, EOS, UNK, <mask>) are never chosen. At least
+    one token per batch is chosen, so every batch has something to predict.
+
+    Shape: ids (B, T) -> inputs (B, T), targets (B, T) (the original at chosen positions, PAD elsewhere), count
+    """
+    regular = ids >= first_regular
+    chosen = (rng.random(ids.shape) < prob) & regular
+    if not chosen.any() and regular.any():
+        flat = np.flatnonzero(regular)
+        chosen.flat[flat[rng.integers(len(flat))]] = True
+    action = rng.random(ids.shape)
+    inputs = ids.copy()
+    inputs[chosen & (action < 0.8)] = mask_id
+    random_ones = chosen & (action >= 0.8) & (action < 0.9)
+    inputs[random_ones] = rng.integers(first_regular, vocab_size, size=int(random_ones.sum()))
+    targets = np.where(chosen, ids, 0)
+    return inputs, targets, int(chosen.sum())

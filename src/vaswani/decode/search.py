@@ -219,10 +219,12 @@ def _one_best(
 
 @torch.no_grad()
 def greedy(model, src: Tensor, max_len_a: float = 1.0, max_len_b: int = 50, cache: bool = True,
-           min_len: int = 0) -> list[Hypothesis]:
+           min_len: int = 0, stop_at_eos: bool = True, on_step: Callable[[Tensor], None] | None = None,
+           ) -> list[Hypothesis]:
     """The most probable token at each step; EOS is not allowed before `min_len` tokens.
     `src`: a Transformer's sources, or a CausalLM's prompts (equal lengths). Shape: src (B, S) -> B hypotheses"""
-    return _one_best(model, src, lambda logits: logits.argmax(-1), max_len_a, max_len_b, cache, min_len)
+    return _one_best(model, src, lambda logits: logits.argmax(-1), max_len_a, max_len_b, cache, min_len,
+                     stop_at_eos, on_step)
 
 
 @torch.no_grad()

@@ -23,6 +23,14 @@ class ExportError(ValueError):
 
 def export(model_dir: str | Path, out_dir: str | Path, to: str, quantization: str | None = None) -> Path:
     """Write `model_dir` as a `to` model into `out_dir`; returns `out_dir`."""
+    config = Path(model_dir) / "config.yaml"
+    if config.is_file():
+        from vaswani.config import Config
+
+        kind = Config.load(config).model.type
+        if kind != "encoder_decoder":
+            raise ExportError(f"{model_dir} holds a {kind} model; export writes translation models (Marian, "
+                              "CTranslate2's TransformerSpec) and takes encoder_decoder models only")
     if to == "ctranslate2":
         from vaswani.export.ctranslate2 import export_ctranslate2
 

@@ -1,6 +1,9 @@
-"""Learning-rate schedules: the paper's warmup (§5.3) and inverse square root with a peak rate."""
+"""Learning-rate schedules: the paper's warmup (§5.3), inverse square root with a peak rate, and a
+constant peak after warmup (GPT and BERT's recipes, with lr_decay to zero)."""
 
 from __future__ import annotations
+
+import math
 
 from vaswani.config import TrainConfig
 
@@ -17,12 +20,18 @@ def learning_rate(step: int, train: TrainConfig, d_model: int, spent: float = 0.
 
     noam (§5.3): lr_factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5): linear warmup, then
     decay with the inverse square root of the step. inverse_sqrt: the same shape scaled so that it
-    peaks at exactly peak_lr after warmup_steps.
+    peaks at exactly peak_lr after warmup_steps. constant: linear warmup to peak_lr, then peak_lr.
+    lr_decay linear multiplies by (1 - spent), cosine by (1 + cos(pi * spent)) / 2 (GPT's decay).
     """
     step = max(step, 1)
-    shape = min(step**-0.5, step * train.warmup_steps**-1.5)
+    if train.lr_schedule == "constant":
+        shape = min(1.0, step / train.warmup_steps) * train.warmup_steps**-0.5
+    else:
+        shape = min(step**-0.5, step * train.warmup_steps**-1.5)
     if train.lr_decay == "linear":
         shape *= max(0.0, 1.0 - spent)
+    elif train.lr_decay == "cosine":
+        shape *= 0.5 * (1.0 + math.cos(math.pi * min(1.0, spent)))
     if train.lr_schedule == "noam":
         return train.lr_factor * d_model**-0.5 * shape
     return train.peak_lr * shape * train.warmup_steps**0.5

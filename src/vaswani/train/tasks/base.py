@@ -34,17 +34,20 @@ class HiddenStates(torch.nn.Module):
 class TextBatch:
     """One batch of a language-model or classification task, right-padded.
 
-    Shape: ids (B, T), targets (B, T) (PAD where nothing is predicted), labels (B,) or None.
+    Shape: ids (B, T), targets (B, T) (PAD where nothing is predicted; (0,) when nothing is), labels (B,) or None.
     `count` is what the loss is normalised by (predicted tokens, or examples), counted on the host."""
 
     ids: Tensor
     targets: Tensor
     count: int
     labels: Tensor | None = None
+    masked: Tensor | None = None  # classify with an encoder-only model: the masked copy of ids (auxiliary loss)
+    aux_count: int = 0  # tokens the auxiliary loss predicts
 
     def to(self, device: torch.device, non_blocking: bool = False) -> TextBatch:
         move = lambda t: None if t is None else t.to(device, non_blocking=non_blocking)  # noqa: E731
-        return TextBatch(move(self.ids), move(self.targets), self.count, move(self.labels))
+        return TextBatch(move(self.ids), move(self.targets), self.count, move(self.labels), move(self.masked),
+                         self.aux_count)
 
 
 class Task:

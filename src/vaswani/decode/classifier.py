@@ -1,0 +1,55 @@
+"""Classification with a fine-tuned model: lines in, `label<TAB>probability` out, one per line, in order.
+
+    classifier = Classifier.load("runs/sst2_lm")
+    classifier.classify(["a gorgeous , witty , seductive movie ."])   # [('1', 0.97)]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from vaswani.config import Config
+from vaswani.data.tokenizer import Tokenizer
+from vaswani.model_dir import CheckpointError, load_model
+from vaswani.runtime import pick_device
+from vaswani.train.tasks.classify import model_inputs, pad
+
+
+class Classifier:
+    """A fine-tuned decoder-only or encoder-only model with its classifier, tokenizer and label names."""
+
+    def __init__(self, model, tokenizer: Tokenizer, config: Config) -> None:
+        if not config.model.n_classes or not config.finetune.labels:
+            raise CheckpointError("this model has no classifier; fine-tune it first (vaswani finetune)")
+        self.model, self.tokenizer, self.config = model.eval(), tokenizer, config
+        self.labels = [str(x) for x in config.finetune.labels]
+        self.device = next(model.parameters()).device
+
+    @classmethod
+    def load(cls, model_dir: str | Path, device: str = "auto") -> Classifier:
+        model, config = load_model(model_dir, pick_device(device))
+        return cls(model, Tokenizer.load(model_dir), config)
+
+    @torch.inference_mode()
+    def probabilities(self, texts: Sequence[str], batch_size: int = 64) -> torch.Tensor:
+        """Class probabilities of each text, in input order. Shape: -> (N, n_classes)"""
+        inputs = model_inputs(self.tokenizer, list(texts), self.config.model, self.config.data.block_size,
+                              self.config.data.lowercase)
+        order = sorted(range(len(inputs)), key=lambda i: len(inputs[i]))  # similar lengths batch together
+        out = torch.empty(len(inputs), len(self.labels))
+        for start in range(0, len(order), batch_size):
+            chunk = order[start:start + batch_size]
+            ids = pad([inputs[i] for i in chunk]).to(self.device)
+            out[chunk] = self.model.classify(ids).float().softmax(-1).cpu()
+        return out
+
+    def classify(self, texts: Sequence[str], batch_size: int = 64) -> list[tuple[str, float]]:
+        """(label, its probability) of each text."""
+        if not texts:
+            return []
+        probs = self.probabilities(texts, batch_size)
+        best = probs.argmax(-1)
+        return [(self.labels[int(b)], float(p[b])) for b, p in zip(best, probs, strict=True)]

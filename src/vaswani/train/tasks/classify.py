@@ -1,0 +1,179 @@
+"""Fine-tuning on labelled text (classify): a pretrained decoder-only or encoder-only model with a linear
+classifier over one position, trained with L = L_task + λ L_pretrain (GPT, Radford et al. 2018, eq. 3):
+λ = finetune.aux_weight times the model's own pretraining loss on the task's text (the next token for a
+decoder-only model, BERT's masked tokens for an encoder-only one). λ = 0 trains on the task loss alone.
+
+A decoder-only model reads `text EOS` and classifies at EOS (its last position); an encoder-only model
+reads `BOS text EOS` and classifies at BOS (BERT's [CLS]).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from vaswani.config import ModelConfig
+from vaswani.data.corpus import DataError
+from vaswani.data.text import mask_tokens, read_labelled
+from vaswani.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+from vaswani.runtime import autocast
+from vaswani.train.loss import label_smoothed_cross_entropy
+from vaswani.train.tasks.base import Task, TextBatch
+
+
+@dataclass
+class LabelledData:
+    tokenizer: Tokenizer
+    labels: list[str]
+    train: list[np.ndarray]  # model inputs, with their special tokens
+    train_labels: np.ndarray
+    valid: list[np.ndarray]
+    valid_labels: np.ndarray
+    fingerprint: dict
+
+
+def model_inputs(tokenizer: Tokenizer, texts: list[str], model: ModelConfig, max_length: int,
+                 lowercase: bool = False) -> list[np.ndarray]:
+    """Each text as the model reads it for classification: `ids EOS` (decoder_only) or `BOS ids EOS`
+    (encoder_only), cut to `max_length` tokens (keeping the last special token)."""
+    out = []
+    for ids in tokenizer.encode_src([t.lower() if lowercase else t for t in texts]):
+        head = [BOS_ID] if model.type == "encoder_only" else []
+        ids = [*[*head, *ids][: max_length - 1], EOS_ID]
+        out.append(np.asarray(ids, dtype=np.int64))
+    return out
+
+
+def pad(rows: list[np.ndarray]) -> torch.Tensor:
+    """Right-padded (B, L) int64."""
+    out = np.full((len(rows), max(len(r) for r in rows)), PAD_ID, dtype=np.int64)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = r
+    return torch.from_numpy(out)
+
+
+class Classify(Task):
+    name = "classify"
+
+    def prepare(self, rank0: bool) -> LabelledData:
+        c, model_dir = self.config, self.trainer.model_dir
+        d = c.data
+        if not d.labelled_train or not d.labelled_valid:
+            raise DataError("train.task classify needs data.labelled_train and data.labelled_valid (TSV files of "
+                            "label and text)")
+        tokenizer = Tokenizer.load(model_dir)  # the pretrained model's, copied by vaswani finetune
+        train = read_labelled(d.labelled_train, d.invalid_utf8)
+        valid = read_labelled(d.labelled_valid, d.invalid_utf8)
+        labels = [str(x) for x in c.finetune.labels] if c.finetune.labels else sorted({lab for _, lab, _ in train})
+        if len(labels) < 2:
+            raise DataError(f"{d.labelled_train} has only the label {labels[0]!r}; a classifier needs two or more")
+        index = {label: i for i, label in enumerate(labels)}
+        for path, rows in ((d.labelled_train, train), (d.labelled_valid, valid)):
+            for number, label, _ in rows:
+                if label not in index:
+                    raise DataError(f"{path}, line {number}: label {label!r} is not one of {labels} (the labels of "
+                                    f"{d.labelled_train}, or finetune.labels)")
+        self.trainer.config = dataclasses.replace(c, finetune=dataclasses.replace(c.finetune, labels=labels))
+        length = d.block_size
+
+        def inputs(rows):
+            return model_inputs(tokenizer, [t for _, _, t in rows], c.model, length, d.lowercase)
+
+        fingerprint = {str(p): hashlib.sha256(Path(p).read_bytes()).hexdigest()
+                       for p in (d.labelled_train, d.labelled_valid)}
+        return LabelledData(tokenizer, labels, inputs(train), np.asarray([index[x] for _, x, _ in train]),
+                            inputs(valid), np.asarray([index[x] for _, x, _ in valid]), fingerprint)
+
+    def fingerprint(self, data: LabelledData) -> dict:
+        return data.fingerprint
+
+    def model_config(self, data: LabelledData) -> ModelConfig:
+        size = data.tokenizer.src_vocab_size
+        return dataclasses.replace(self.config.model, src_vocab_size=size, tgt_vocab_size=size,
+                                   n_classes=len(data.labels))
+
+    @property
+    def rows(self) -> int:
+        d = self.config.data
+        return d.batch_size or max(1, d.max_tokens // d.block_size)
+
+    @property
+    def aux_weight(self) -> float:
+        return self.config.finetune.aux_weight
+
+    def describe(self, data: LabelledData) -> None:
+        counts = np.bincount(data.train_labels, minlength=len(data.labels))
+        per_label = ", ".join(f"{label} {n:,}" for label, n in zip(data.labels, counts, strict=True))
+        self.log(f"{len(data.train):,} labelled training lines ({per_label}), {len(data.valid):,} to validate; "
+                 f"batches of {self.rows}; aux_weight (λ) {self.aux_weight:g}")
+
+    def stream(self, data: LabelledData, epoch: int, position: int):
+        rank, world, B = self.trainer.rank, self.trainer.world, self.rows
+        per_epoch = max(world, len(data.train) // B)
+        while True:
+            order = np.random.default_rng([self.config.train.seed, epoch]).permutation(len(data.train))
+            for p in range(position, per_epoch - world + 1, world):
+                number = p + rank
+                yield epoch, p + world, self.batch(data, "train", order[number * B:(number + 1) * B], epoch, number)
+            epoch, position = epoch + 1, 0
+
+    def batch(self, data: LabelledData, split: str, indices: np.ndarray, epoch: int = 0, number: int = 0,
+              aux: bool | None = None) -> TextBatch:
+        """The examples `indices` of `split`, their labels, and (when λ > 0) what the auxiliary loss predicts:
+        the next tokens (decoder_only), or a masked copy of the inputs and the masked tokens (encoder_only).
+        Masking is drawn for (seed, epoch, batch number): the same on resume."""
+        inputs, labels = (data.train, data.train_labels) if split == "train" else (data.valid, data.valid_labels)
+        ids = pad([inputs[i] for i in indices.tolist()])
+        labels = torch.from_numpy(labels[indices])
+        aux = self.aux_weight > 0 if aux is None else aux
+        if not aux:
+            return TextBatch(ids, ids.new_zeros(0), len(indices), labels)
+        if self.config.model.type == "decoder_only":
+            targets = torch.cat([ids[:, 1:], ids.new_full((ids.size(0), 1), PAD_ID)], dim=1)
+            return TextBatch(ids, targets, len(indices), labels, aux_count=int((targets != PAD_ID).sum()))
+        rng = np.random.default_rng([self.config.train.seed, epoch, number, int(split == "valid")])
+        masked, targets, count = mask_tokens(ids.numpy(), rng, data.tokenizer.mask_id, data.tokenizer.src_vocab_size,
+                                             self.config.data.mask_prob)
+        return TextBatch(ids, torch.from_numpy(targets), len(indices), labels, masked=torch.from_numpy(masked),
+                         aux_count=count)
+
+    def losses(self, wrapped, model, batch: TextBatch) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Summed task loss, and summed auxiliary (pretraining) loss per predicted token times the examples
+        (None without one)."""
+        B = batch.ids.size(0)
+        both = batch.masked is not None
+        hidden = wrapped(torch.cat([batch.ids, batch.masked]) if both else batch.ids)
+        task_hidden = hidden[:B]
+        logits = model.classify(batch.ids, task_hidden).float()
+        task = F.cross_entropy(logits, batch.labels, reduction="sum")
+        if not batch.targets.numel():
+            return task, None
+        aux, _ = label_smoothed_cross_entropy(hidden[B:] if both else hidden, model.generator_weight, batch.targets,
+                                              0.0, self.config.model.pad_id)
+        return task, aux * B / max(1, batch.aux_count)
+
+    def loss(self, wrapped, model, batch: TextBatch) -> torch.Tensor:
+        task, aux = self.losses(wrapped, model, batch)
+        return task if aux is None else task + self.aux_weight * aux
+
+    @torch.no_grad()
+    def validate(self, model, data: LabelledData) -> dict[str, float]:
+        """Accuracy and loss of the classifier on the labelled dev lines, and the pretraining loss on their text."""
+        device, precision = self.trainer.device, self.config.train.precision
+        correct = task_total = aux_total = 0.0
+        n = len(data.valid)
+        for start in range(0, n, 64):
+            indices = np.arange(start, min(n, start + 64))
+            batch = self.batch(data, "valid", indices, 0, start, aux=True).to(device)
+            with autocast(device, precision):
+                task, aux = self.losses(model.hidden_states, model, batch)
+                logits = model.classify(batch.ids)
+            correct += (logits.argmax(-1) == batch.labels).sum().item()
+            task_total, aux_total = task_total + task.item(), aux_total + aux.item()
+        return {"accuracy": correct / n, "loss": task_total / n, "pretrain_loss": aux_total / n}

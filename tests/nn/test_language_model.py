@@ -1,0 +1,112 @@
+"""The descendants: a causal LM whose later tokens never reach earlier positions, a bidirectional masked
+LM, searches that work on the decoder-only model as on the encoder-decoder one (cached == uncached,
+batch-invariant), and the sampling filters."""
+
+import pytest
+import torch
+
+from tests.conftest import random_ids, tiny_config
+from vaswani.decode.search import beam_search, filtered_probs, greedy, sample, sampler
+from vaswani.nn import CausalLM, MaskedLM
+
+
+def _lm(**overrides) -> CausalLM:
+    return CausalLM(tiny_config(type="decoder_only", **overrides)).eval()
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_a_later_token_never_changes_an_earlier_positions_logits(norm_first):
+    lm = _lm(norm_first=norm_first)
+    ids = random_ids([9, 9])
+    changed = ids.clone()
+    changed[:, 5:] = random_ids([4, 4])
+    assert not torch.equal(changed, ids)
+    a, b = lm(ids), lm(changed)
+    torch.testing.assert_close(a[:, :5], b[:, :5], rtol=0, atol=1e-6)
+    assert (a[:, 5:] - b[:, 5:]).abs().max() > 1e-3  # the test can fail: later positions do change
+
+
+def test_masked_lm_sees_both_sides_and_ignores_padding():
+    mlm = MaskedLM(tiny_config(type="encoder_only")).eval()
+    ids = random_ids([8, 5])
+    changed = ids.clone()
+    changed[0, 7] = 3 if ids[0, 7] != 3 else 4
+    assert (mlm(ids)[0, 0] - mlm(changed)[0, 0]).abs().max() > 1e-4  # the first position sees the last
+    alone = mlm(ids[1:, :5])
+    torch.testing.assert_close(mlm(ids)[1:, :5], alone, rtol=1e-5, atol=1e-5)
+
+
+def test_cached_generation_equals_uncached():
+    lm = _lm()
+    prompts = random_ids([4, 4, 4])
+    for cached, uncached in [
+        (greedy(lm, prompts, 0.0, 12), greedy(lm, prompts, 0.0, 12, cache=False)),
+        (greedy(lm, prompts, 0.0, 12, stop_at_eos=False), greedy(lm, prompts, 0.0, 12, cache=False, stop_at_eos=False)),
+        (sample(lm, prompts, 0.9, 10, 0.95, torch.Generator().manual_seed(3), 0.0, 12),
+         sample(lm, prompts, 0.9, 10, 0.95, torch.Generator().manual_seed(3), 0.0, 12, cache=False)),
+        ([h for hs in beam_search(lm, prompts, 3, max_len_a=0.0, max_len_b=8, n_best=2) for h in hs],
+         [h for hs in beam_search(lm, prompts, 3, max_len_a=0.0, max_len_b=8, n_best=2, cache=False) for h in hs]),
+    ]:
+        assert [h.tokens for h in cached] == [h.tokens for h in uncached]
+        assert [h.log_prob for h in cached] == pytest.approx([h.log_prob for h in uncached], abs=1e-4)
+    assert len(greedy(lm, prompts, 0.0, 12, stop_at_eos=False)[0].tokens) == 12
+
+
+def test_generation_is_batch_invariant():
+    lm = _lm()
+    prompts = random_ids([5, 5, 5, 5])
+    together = greedy(lm, prompts, 0.0, 10)
+    alone = [greedy(lm, prompts[i:i + 1], 0.0, 10)[0] for i in range(4)]
+    assert [h.tokens for h in together] == [h.tokens for h in alone]
+    beams = beam_search(lm, prompts, 3, max_len_a=0.0, max_len_b=8)
+    assert [b[0].tokens for b in beams] == [beam_search(lm, prompts[i:i + 1], 3, max_len_a=0.0, max_len_b=8)[0][0].tokens
+                                           for i in range(4)]
+
+
+def test_a_one_token_prompt_and_unequal_prompts():
+    lm = _lm()
+    assert len(greedy(lm, torch.tensor([[5]]), 0.0, 6, stop_at_eos=False)[0].tokens) == 6
+    with pytest.raises(ValueError, match="equal lengths"):
+        greedy(lm, random_ids([4, 2]), 0.0, 6)
+
+
+def test_top_k_never_samples_outside_the_k_best():
+    torch.manual_seed(0)
+    logits = torch.randn(4, 50)
+    draws = torch.stack([sampler(1.0, 5, 1.0, torch.Generator().manual_seed(s))(logits) for s in range(300)])
+    best = logits.topk(5, dim=-1).indices
+    for row in range(4):
+        assert set(draws[:, row].tolist()) <= set(best[row].tolist())
+    assert len(set(draws[:, 0].tolist())) > 1  # it does sample, not argmax
+
+
+def test_top_p_keeps_the_smallest_set_reaching_p():
+    torch.manual_seed(1)
+    logits = torch.randn(6, 40) * 2
+    for p in (0.3, 0.75, 0.95):
+        kept = filtered_probs(logits, 1.0, 0, p) > 0
+        probs = logits.softmax(-1)
+        for row in range(6):
+            mass = probs[row][kept[row]].sum()
+            assert mass >= p - 1e-6
+            smallest = probs[row][kept[row]].min()
+            assert mass - smallest < p + 1e-6  # without its least likely token the set falls short of p
+        torch.testing.assert_close(filtered_probs(logits, 1.0, 0, p).sum(-1), torch.ones(6))
+
+
+def test_seeds_repeat_and_differ():
+    lm = _lm()
+    prompts = random_ids([3])
+    runs = [sample(lm, prompts, 1.0, 0, 1.0, torch.Generator().manual_seed(s), 0.0, 20, stop_at_eos=False)[0].tokens
+            for s in (7, 7, 8)]
+    assert runs[0] == runs[1] and runs[0] != runs[2]
+
+
+def test_a_classifier_reads_the_last_real_token_or_the_first():
+    lm = CausalLM(tiny_config(type="decoder_only", n_classes=3)).eval()
+    ids = random_ids([6, 4])
+    torch.testing.assert_close(lm.classify(ids)[1:], lm.classify(ids[1:, :4]), rtol=1e-5, atol=1e-5)
+    mlm = MaskedLM(tiny_config(type="encoder_only", n_classes=2)).eval()
+    assert mlm.classify(ids).shape == (2, 2)
+    with pytest.raises(ValueError, match="no classifier"):
+        _lm().classify(ids)

@@ -1,0 +1,224 @@
+"""The trainer's tasks beyond translation: lm, mlm and classify (fine-tuning with λ · pretraining loss),
+each resumed exactly; BERT's masking; bad text and labels named by file and line."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+import yaml
+
+from vaswani.config import Config
+from vaswani.data.text import mask_tokens, read_labelled
+from vaswani.data.tokenizer import Tokenizer
+from vaswani.train import checkpoint as ckpt
+from vaswani.train.finetune import finetune
+from vaswani.train.trainer import Trainer
+
+SHAKESPEARE = Path(__file__).resolve().parents[2] / "../shared/data/tinyshakespeare/input.txt"
+SST2 = Path(__file__).resolve().parents[2] / "../shared/data/sst2"
+MODEL = {"d_model": 32, "n_heads": 2, "d_ff": 64, "n_layers": 2, "dropout": 0.1, "norm_first": True}
+
+
+def _quiet():
+    from rich.console import Console
+
+    return Console(file=open("/dev/null", "w"))
+
+
+@pytest.fixture(scope="module")
+def text(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("text") / "shakespeare.txt"
+    path.write_text("\n".join(SHAKESPEARE.read_text(encoding="utf-8").split("\n")[:1500]) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def labelled(tmp_path_factory) -> tuple[Path, Path]:
+    d = tmp_path_factory.mktemp("sst2")
+    train = SST2.joinpath("train.tsv").read_text(encoding="utf-8").split("\n")[:401]
+    dev = SST2.joinpath("dev.tsv").read_text(encoding="utf-8").split("\n")[:41]
+    (d / "train.tsv").write_text("\n".join(train) + "\n", encoding="utf-8")
+    (d / "dev.tsv").write_text("\n".join(dev) + "\n", encoding="utf-8")
+    return d / "train.tsv", d / "dev.tsv"
+
+
+def _lm_config(text: Path, kind: str = "decoder_only", **train) -> Config:
+    return Config.from_dict({
+        "model": {"type": kind, **MODEL},
+        "data": {"text": str(text), "tokenizer": "char", "vocab_size": 120, "block_size": 32, "batch_size": 4},
+        "train": {"max_steps": 6, "valid_every": 3, "warmup_steps": 4, "lr_schedule": "constant", "peak_lr": 1e-3,
+                  "precision": "fp32", "label_smoothing": 0.0, **train}})
+
+
+def _same_weights(a: Path, b: Path) -> None:
+    wa, wb = (ckpt.load_weights(ckpt.checkpoint_dirs(d)[-1] / ckpt.WEIGHTS) for d in (a, b))
+    assert wa.keys() == wb.keys()
+    for name in wa:
+        torch.testing.assert_close(wa[name], wb[name], rtol=0, atol=0, msg=name)
+
+
+@pytest.mark.parametrize("kind", ["decoder_only", "encoder_only"])
+def test_language_model_resume_is_exact(tmp_path, text, kind):
+    Trainer(_lm_config(text, kind), tmp_path / "straight", _quiet()).train()
+    Trainer(_lm_config(text, kind, max_steps=3), tmp_path / "resumed", _quiet()).train()
+    state = Trainer(_lm_config(text, kind), tmp_path / "resumed", _quiet()).train()
+    assert state.step == 6
+    _same_weights(tmp_path / "straight", tmp_path / "resumed")
+    record = state.history[-1]
+    assert record["valid_loss"] > 0 and 0 <= record["valid_accuracy"] <= 1
+    if kind == "decoder_only":  # a char model: EOS is the newline, tokens are characters
+        assert record["valid_loss_per_char"] == pytest.approx(record["valid_loss"], rel=1e-3)
+
+
+def test_language_model_learns(tmp_path, text):
+    state = Trainer(_lm_config(text, max_steps=150, valid_every=150, warmup_steps=20, peak_lr=3e-3),
+                    tmp_path / "lm", _quiet()).train()
+    # a uniform guess over the ~60 characters costs ln(60) = 4.1 nats; unigram frequencies ~3.3
+    assert state.history[-1]["valid_loss"] < 3.0
+
+
+def test_bert_masking_proportions_and_special_tokens():
+    rng = np.random.default_rng(0)
+    ids = rng.integers(5, 100, size=(100, 1000))
+    ids[:, 0], ids[:, -1], ids[:, 500] = 1, 2, 0  # BOS, EOS, PAD: special
+    inputs, targets, count = mask_tokens(ids, rng, mask_id=4, vocab_size=100, prob=0.15)
+    chosen = targets != 0
+    assert count == chosen.sum()
+    assert not chosen[:, [0, 500, 999]].any()  # special tokens are never chosen
+    assert (inputs[:, [0, 500, 999]] == ids[:, [0, 500, 999]]).all()
+    regular = 100 * 997
+    assert chosen.sum() / regular == pytest.approx(0.15, abs=0.004)
+    masked = (inputs == 4) & chosen
+    kept = (inputs == ids) & chosen
+    assert masked.sum() / count == pytest.approx(0.8, abs=0.01)
+    assert kept.sum() / count == pytest.approx(0.1 + 0.1 / 95, abs=0.01)  # 10% kept, and random ones that hit it
+    assert (targets[chosen] == ids[chosen]).all()
+    assert (inputs[~chosen] == ids[~chosen]).all()
+
+
+def _finetune_recipe(path: Path, labelled, aux: float, **train) -> Path:
+    path.write_text(yaml.safe_dump({
+        "data": {"labelled_train": str(labelled[0]), "labelled_valid": str(labelled[1]), "batch_size": 8},
+        "train": {"max_steps": 6, "valid_every": 3, "warmup_steps": 4, "lr_schedule": "constant", "peak_lr": 1e-3,
+                  "precision": "fp32", **train},
+        "finetune": {"aux_weight": aux}}), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module", params=["decoder_only", "encoder_only"])
+def pretrained(request, tmp_path_factory, text) -> Path:
+    directory = tmp_path_factory.mktemp(request.param)
+    Trainer(_lm_config(text, request.param, max_steps=3), directory, _quiet()).train()
+    return directory
+
+
+def test_finetune_resume_is_exact_and_classify_writes_a_line_per_line(tmp_path, pretrained, labelled):
+    recipe = _finetune_recipe(tmp_path / "ft.yaml", labelled, 0.5)
+    finetune(pretrained, recipe, tmp_path / "straight", console=_quiet())
+    finetune(pretrained, recipe, tmp_path / "resumed", ["train.max_steps=3"], console=_quiet())
+    state = finetune(pretrained, recipe, tmp_path / "resumed", console=_quiet())
+    assert state.step == 6
+    _same_weights(tmp_path / "straight", tmp_path / "resumed")
+    assert {"valid_accuracy", "valid_loss", "valid_pretrain_loss"} <= set(state.history[-1])
+    lines = ["a gorgeous , witty , seductive movie .", "", "the plot is nothing but boilerplate clichés"]
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    run = subprocess.run([sys.executable, "-m", "vaswani.cli", "classify", str(tmp_path / "straight"), "-i",
+                          str(tmp_path / "in.txt")], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    out = run.stdout.splitlines()
+    assert len(out) == 3 and all(line.split("\t")[0] in ("0", "1") for line in out)
+    assert all(0.5 <= float(line.split("\t")[1]) <= 1 for line in out)
+    assert "line 2 is empty" in run.stderr
+
+
+def test_aux_weight_zero_gives_exactly_the_task_gradients(tmp_path, pretrained, labelled):
+    from vaswani.train.finetune import finetune_config
+    from vaswani.train.tasks.classify import Classify
+
+    base = Config.load(pretrained / "config.yaml")
+    values = yaml.safe_load(_finetune_recipe(tmp_path / "ft.yaml", labelled, 0.0).read_text())
+    config = finetune_config(base, values)
+    (tmp_path / "run").mkdir()
+    for name in Tokenizer.files(True):
+        (tmp_path / "run" / name).write_bytes((pretrained / name).read_bytes())
+
+    class Host:  # what a task reads from its trainer
+        model_dir, rank, world, device = tmp_path / "run", 0, 1, torch.device("cpu")
+
+        def log(self, _):
+            pass
+
+    host = Host()
+    host.config = config
+    task = Classify(host)
+    data = task.prepare(rank0=True)
+    from vaswani.nn import build_model
+
+    torch.manual_seed(0)
+    model = build_model(task.model_config(data)).eval()
+    batch = task.batch(data, "train", np.arange(8))
+
+    def grads(loss):
+        model.zero_grad()
+        loss.backward()
+        return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    ours = grads(task.loss(model.hidden_states, model, batch))
+    reference = grads(F.cross_entropy(model.classify(batch.ids).float(), batch.labels, reduction="sum"))
+    assert ours.keys() == reference.keys()
+    for name in ours:
+        torch.testing.assert_close(ours[name], reference[name], rtol=0, atol=0, msg=name)
+    host.config = finetune_config(base, {**values, "finetune": {"aux_weight": 0.5}})
+    with_aux = grads(Classify(host).loss(model.hidden_states, model, Classify(host).batch(data, "train",
+                                                                                        np.arange(8))))
+    assert any((with_aux[n] - reference[n]).abs().max() > 1e-6 for n in reference)  # λ > 0 does change them
+
+
+def _cli(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "vaswani.cli", *map(str, args)], capture_output=True, text=True)
+
+
+def test_bad_text_and_labels_are_one_line_errors(tmp_path, text, labelled):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n", encoding="utf-8")
+    config = tmp_path / "lm.yaml"
+    values = _lm_config(text).to_dict()
+    values["data"]["text"] = [str(empty)]
+    config.write_text(yaml.safe_dump(values), encoding="utf-8")
+    run = _cli("train", config, tmp_path / "run")
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert f"{empty} holds no text" in run.stderr
+
+    cases = {"line 3: 3 tab-separated fields, expected 2": "label\tsentence\n1\tfine\n0\tbad\textra\n",
+             "line 3: empty text": "label\tsentence\n1\tfine\n0\t \n",
+             "line 2: 1 tab-separated fields": "1\tfine\nno tab here\n"}
+    for expected, content in cases.items():
+        path = tmp_path / "bad.tsv"
+        path.write_text(content, encoding="utf-8")
+        with pytest.raises(ValueError, match=f"{path}, {expected}"):
+            read_labelled(path)
+
+
+def test_a_label_outside_the_training_labels_names_file_and_line(tmp_path, pretrained, labelled):
+    dev = tmp_path / "dev.tsv"
+    dev.write_text("label\tcontent\n1\tfine\n0\tbad\n7\tstrange\n", encoding="utf-8")
+    recipe = tmp_path / "ft.yaml"
+    recipe.write_text(yaml.safe_dump({"data": {"labelled_train": str(labelled[0]), "labelled_valid": str(dev)}}))
+    run = _cli("finetune", pretrained, recipe, tmp_path / "out")
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert f"{dev}, line 4: label '7' is not one of ['0', '1']" in run.stderr
+
+
+def test_generate_streams_and_repeats_with_a_seed(tmp_path, text):
+    Trainer(_lm_config(text, max_steps=3), tmp_path / "lm", _quiet()).train()
+    args = ("generate", tmp_path / "lm", "--prompt", "ROMEO:", "--max-new-tokens", 40, "--top-k", 10, "--seed", 3)
+    first, second, other = _cli(*args), _cli(*args), _cli(*args[:-1], 4)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout == second.stdout != other.stdout
+    assert first.stdout.startswith("ROMEO:")
+    translate = _cli("translate", tmp_path / "lm")
+    assert translate.returncode == 2 and "decoder_only" in translate.stderr
