@@ -359,6 +359,9 @@ class TrainConfig:
     adam_beta1: float = 0.9
     adam_beta2: float = 0.98
     adam_eps: float = 1e-9
+    # 0: Adam, as the paper. > 0: AdamW's decoupled weight decay (Loshchilov & Hutter 2019) on the weight
+    # matrices, not on biases and norms (GPT-2 and nanoGPT: 0.1)
+    weight_decay: float = 0.0
     label_smoothing: float = 0.1  # §5.4
     clip_norm: float = 0.0  # 0: no clipping (the paper clips nothing)
     accumulate: int = 1  # batches per optimizer step
@@ -410,6 +413,8 @@ class TrainConfig:
         for name in ("max_steps", "warmup_steps", "accumulate", "valid_every", "keep_last"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"train.{name} must be positive, got {getattr(self, name)!r}")
+        if self.weight_decay < 0:
+            raise ConfigError(f"train.weight_decay must be 0 or more, got {self.weight_decay!r}")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ConfigError(f"train.label_smoothing must be in [0, 1), got {self.label_smoothing!r}")
         if self.loader_workers < 0:
@@ -519,6 +524,10 @@ class Config:
                               f"change one of them (train.task: auto picks {TASKS[kind]} for {kind})")
         if task == "classify" and not self.model.n_classes:
             raise ConfigError("train.task classify needs model.n_classes (vaswani finetune sets it from the labels)")
+        learned = self.model.positions == "learned"
+        if task != "translation" and learned and self.data.block_size > self.model.max_positions:
+            raise ConfigError(f"data.block_size ({self.data.block_size}) exceeds model.max_positions "
+                              f"({self.model.max_positions}) of the learned positions; raise model.max_positions")
         if self.metric == "bleu" and task != "translation":
             raise ConfigError(f"train.early_stopping_metric bleu needs translation, this run's task is {task}; "
                               "use loss or accuracy (or auto)")

@@ -59,8 +59,21 @@ def test_generation_is_batch_invariant():
     alone = [greedy(lm, prompts[i:i + 1], 0.0, 10)[0] for i in range(4)]
     assert [h.tokens for h in together] == [h.tokens for h in alone]
     beams = beam_search(lm, prompts, 3, max_len_a=0.0, max_len_b=8)
-    assert [b[0].tokens for b in beams] == [beam_search(lm, prompts[i:i + 1], 3, max_len_a=0.0, max_len_b=8)[0][0].tokens
-                                           for i in range(4)]
+    alone = [beam_search(lm, prompts[i:i + 1], 3, max_len_a=0.0, max_len_b=8)[0][0] for i in range(4)]
+    assert [b[0].tokens for b in beams] == [h.tokens for h in alone]
+
+
+@pytest.mark.parametrize("positions", ["sinusoidal", "learned"])
+def test_generation_beyond_the_context_moves_the_window_the_same_way_with_and_without_cache(positions):
+    lm = _lm(positions=positions, max_positions=8)
+    prompts = random_ids([3, 3])
+    context = 6 if positions == "sinusoidal" else None  # learned: bounded by max_positions (8)
+    kwargs = dict(max_len_a=0.0, max_len_b=30, stop_at_eos=False, context=context)
+    cached, uncached = greedy(lm, prompts, **kwargs), greedy(lm, prompts, cache=False, **kwargs)
+    assert [h.tokens for h in cached] == [h.tokens for h in uncached]
+    assert [len(h.tokens) for h in cached] == [30, 30]
+    long_prompt = random_ids([11])  # longer than the context itself: its last tokens are kept
+    assert greedy(lm, long_prompt, **kwargs)[0].tokens == greedy(lm, long_prompt, cache=False, **kwargs)[0].tokens
 
 
 def test_a_one_token_prompt_and_unequal_prompts():
@@ -108,5 +121,9 @@ def test_a_classifier_reads_the_last_real_token_or_the_first():
     torch.testing.assert_close(lm.classify(ids)[1:], lm.classify(ids[1:, :4]), rtol=1e-5, atol=1e-5)
     mlm = MaskedLM(tiny_config(type="encoder_only", n_classes=2)).eval()
     assert mlm.classify(ids).shape == (2, 2)
+    torch.testing.assert_close(mlm.classify(ids)[1:], mlm.classify(ids[1:, :4]), rtol=1e-5, atol=1e-5)
+    changed = ids.clone()
+    changed[1, 0] = 3 if ids[1, 0] != 3 else 4
+    assert (mlm.classify(changed)[1] - mlm.classify(ids)[1]).abs().max() > 1e-5  # it reads the first position
     with pytest.raises(ValueError, match="no classifier"):
         _lm().classify(ids)

@@ -18,3 +18,15 @@ def test_inverse_sqrt_peaks_at_peak_lr():
     assert learning_rate(100, t, 512) == pytest.approx(7e-4)
     assert learning_rate(400, t, 512) == pytest.approx(3.5e-4)
     assert learning_rate(50, t, 512) == pytest.approx(3.5e-4)
+
+
+def test_constant_with_cosine_decay_is_gpts_schedule():
+    import math
+
+    t = TrainConfig(lr_schedule="constant", peak_lr=3e-3, warmup_steps=100, lr_decay="cosine", max_steps=1000)
+    assert learning_rate(50, t, 256, spent=0.05) == pytest.approx(1.5e-3 * 0.5 * (1 + math.cos(math.pi * 0.05)))
+    assert learning_rate(100, t, 256, spent=0.0) == pytest.approx(3e-3)
+    assert learning_rate(500, t, 256, spent=0.5) == pytest.approx(1.5e-3)
+    assert learning_rate(1000, t, 256, spent=1.0) == pytest.approx(0.0, abs=1e-12)
+    no_decay = TrainConfig(lr_schedule="constant", peak_lr=3e-3, warmup_steps=100)
+    assert learning_rate(5000, no_decay, 256, spent=0.9) == pytest.approx(3e-3)

@@ -130,9 +130,15 @@ def test_finetune_resume_is_exact_and_classify_writes_a_line_per_line(tmp_path, 
                           str(tmp_path / "in.txt")], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     out = run.stdout.splitlines()
-    assert len(out) == 3 and all(line.split("\t")[0] in ("0", "1") for line in out)
-    assert all(0.5 <= float(line.split("\t")[1]) <= 1 for line in out)
-    assert "line 2 is empty" in run.stderr
+    assert len(out) == 3 and "line 2 is empty" in run.stderr
+    from vaswani.decode.classifier import Classifier
+
+    probabilities = Classifier.load(tmp_path / "straight", "cpu").probabilities(lines)  # the library, one by one
+    for line, text, probs in zip(out, lines, probabilities, strict=True):
+        label, p = line.split("\t")
+        assert label == str(int(probs.argmax())) and float(p) == pytest.approx(float(probs.max()), abs=1e-4)
+        alone = Classifier.load(tmp_path / "straight", "cpu").probabilities([text])[0]
+        torch.testing.assert_close(alone, probs, rtol=1e-4, atol=1e-5)
 
 
 def test_aux_weight_zero_gives_exactly_the_task_gradients(tmp_path, pretrained, labelled):
@@ -203,6 +209,22 @@ def test_bad_text_and_labels_are_one_line_errors(tmp_path, text, labelled):
             read_labelled(path)
 
 
+def test_text_kept_as_it_is_and_a_held_out_part_too_small(tmp_path):
+    from vaswani.config import DataConfig
+    from vaswani.data.text import prepare_text, split_text
+
+    path = tmp_path / "odd.txt"
+    path.write_bytes(b"  indented line\r\nbad \xff byte\n\tTabbed\n" * 200)
+    with pytest.raises(ValueError, match=f"{path}, line 2: invalid UTF-8"):
+        split_text(DataConfig(text=str(path)))
+    train, _ = split_text(DataConfig(text=str(path), invalid_utf8="replace"))
+    assert train.startswith("  indented line\nbad \ufffd byte\n\tTabbed\n")  # spaces and tabs kept, CR dropped
+    small = DataConfig(text=str(path), invalid_utf8="replace", tokenizer="char", vocab_size=40, block_size=1000,
+                       valid_fraction=0.1)
+    with pytest.raises(ValueError, match=r"held-out text has \d+ tokens, fewer than data\.block_size"):
+        prepare_text(small, tmp_path / "prepared", 1)
+
+
 def test_a_label_outside_the_training_labels_names_file_and_line(tmp_path, pretrained, labelled):
     dev = tmp_path / "dev.tsv"
     dev.write_text("label\tcontent\n1\tfine\n0\tbad\n7\tstrange\n", encoding="utf-8")
@@ -222,3 +244,13 @@ def test_generate_streams_and_repeats_with_a_seed(tmp_path, text):
     assert first.stdout.startswith("ROMEO:")
     translate = _cli("translate", tmp_path / "lm")
     assert translate.returncode == 2 and "decoder_only" in translate.stderr
+
+
+def test_weight_decay_reaches_matrices_only(tmp_path, text):
+    trainer = Trainer(_lm_config(text, max_steps=2, valid_every=2, weight_decay=0.1), tmp_path / "wd", _quiet())
+    trainer.train()
+    decayed, plain = trainer.optimizer.param_groups
+    assert isinstance(trainer.optimizer, torch.optim.AdamW)
+    assert decayed["weight_decay"] == 0.1 and plain["weight_decay"] == 0.0
+    assert all(p.dim() == 2 for p in decayed["params"]) and all(p.dim() == 1 for p in plain["params"])
+    assert len(decayed["params"]) + len(plain["params"]) == len(list(trainer.model.parameters()))

@@ -23,17 +23,21 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import torch
 
-from vaswani.config import DataConfig
+from vaswani.config import DataConfig, ModelConfig
 from vaswani.data import store
 from vaswani.data.corpus import DataError, decode_line
-from vaswani.data.tokenizer import EOS_ID, SAMPLE_SENTENCES, Tokenizer
+from vaswani.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, SAMPLE_SENTENCES, Tokenizer
 
 ENCODE_LINES = 50_000  # lines encoded at a time
+FIRST_REGULAR = 5  # a text tokenizer's ids: PAD 0, BOS 1, EOS 2, UNK 3, <mask> 4, then the text's pieces
 
 
 def _read_text(path: Path, invalid_utf8: str) -> str:
-    """A whole text file (plain or .gz), UTF-8 checked (an error names the line), CR and NUL as spaces, lines kept as they are."""
+    """A whole text file (plain or .gz), lines kept exactly as they are (a char model learns indentation too);
+    invalid UTF-8 is an error naming the line, or (invalid_utf8: replace) U+FFFD; CR is dropped, NUL and the
+    Unicode line separators become spaces."""
     if not path.is_file():
         raise DataError(f"{path}: file not found")
     try:
@@ -43,7 +47,10 @@ def _read_text(path: Path, invalid_utf8: str) -> str:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        text = "\n".join(decode_line(line, path, i, invalid_utf8) for i, line in enumerate(raw.split(b"\n"), 1))
+        if invalid_utf8 == "error":
+            for number, line in enumerate(raw.split(b"\n"), 1):
+                decode_line(line, path, number, invalid_utf8)  # raises, naming the first bad line
+        text = raw.decode("utf-8", errors="replace")
     if not text.strip():
         raise DataError(f"{path} holds no text; a language model needs some to learn from")
     for char in ("\x00", "\r", "\u2028", "\u2029"):
@@ -124,9 +131,11 @@ def prepare_text(data: DataConfig, directory: Path, seed: int, tokenizer: Tokeni
         files, streams = {}, {}
         for name, lines, text in (("train", train_lines, train_text), ("valid", valid_lines, valid_text)):
             ids = encode_stream(tokenizer, lines, data.lowercase)
-            if name == "train" and ids.size < data.block_size + 1:
-                raise DataError(f"the training text has {ids.size} tokens, fewer than data.block_size + 1 "
-                                f"({data.block_size + 1}); give more text or a smaller data.block_size")
+            if ids.size < data.block_size + 1:
+                which = "training" if name == "train" else "held-out"
+                raise DataError(f"the {which} text has {ids.size} tokens, fewer than data.block_size + 1 "
+                                f"({data.block_size + 1}); give more text, a larger data.valid_fraction or a "
+                                "smaller data.block_size")
             files.update(store.write_array(partial, f"{name}.ids", ids))
             streams[name] = {"tokens": int(ids.size), "lines": len(lines), "chars": len(text)}
         store.write_manifest(partial, {
@@ -197,7 +206,7 @@ def read_labelled(path: str | Path, invalid_utf8: str = "error") -> list[tuple[i
 
 
 def mask_tokens(ids: np.ndarray, rng: np.random.Generator, mask_id: int, vocab_size: int, prob: float = 0.15,
-                first_regular: int = 5) -> tuple[np.ndarray, np.ndarray, int]:
+                first_regular: int = FIRST_REGULAR) -> tuple[np.ndarray, np.ndarray, int]:
     """BERT's masking (Devlin et al. 2019, §3.1): each regular token is chosen with probability `prob`; a
     chosen token becomes <mask> 80% of the time, a random regular token 10%, and stays itself 10%.
     Special tokens (ids below `first_regular`: PAD, BOS, EOS, UNK, <mask>) are never chosen. At least
@@ -215,5 +224,25 @@ def mask_tokens(ids: np.ndarray, rng: np.random.Generator, mask_id: int, vocab_s
     inputs[chosen & (action < 0.8)] = mask_id
     random_ones = chosen & (action >= 0.8) & (action < 0.9)
     inputs[random_ones] = rng.integers(first_regular, vocab_size, size=int(random_ones.sum()))
-    targets = np.where(chosen, ids, 0)
+    targets = np.where(chosen, ids, PAD_ID)
     return inputs, targets, int(chosen.sum())
+
+
+def classifier_inputs(tokenizer: Tokenizer, texts: list[str], model: ModelConfig, max_length: int,
+                 lowercase: bool = False) -> list[np.ndarray]:
+    """Each text as the model reads it for classification: `ids EOS` (decoder_only) or `BOS ids EOS`
+    (encoder_only), cut to `max_length` tokens (keeping the last special token)."""
+    out = []
+    for ids in tokenizer.encode_src([t.lower() if lowercase else t for t in texts]):
+        head = [BOS_ID] if model.type == "encoder_only" else []
+        ids = [*[*head, *ids][: max_length - 1], EOS_ID]
+        out.append(np.asarray(ids, dtype=np.int64))
+    return out
+
+
+def pad(rows: list[np.ndarray]) -> torch.Tensor:
+    """Right-padded (B, L) int64."""
+    out = np.full((len(rows), max(len(r) for r in rows)), PAD_ID, dtype=np.int64)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = r
+    return torch.from_numpy(out)

@@ -12,10 +12,10 @@ from pathlib import Path
 import torch
 
 from vaswani.config import Config
+from vaswani.data.text import classifier_inputs, pad
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.model_dir import CheckpointError, load_model
 from vaswani.runtime import pick_device
-from vaswani.train.tasks.classify import model_inputs, pad
 
 
 class Classifier:
@@ -36,7 +36,7 @@ class Classifier:
     @torch.inference_mode()
     def probabilities(self, texts: Sequence[str], batch_size: int = 64) -> torch.Tensor:
         """Class probabilities of each text, in input order. Shape: -> (N, n_classes)"""
-        inputs = model_inputs(self.tokenizer, list(texts), self.config.model, self.config.data.block_size,
+        inputs = classifier_inputs(self.tokenizer, list(texts), self.config.model, self.config.data.block_size,
                               self.config.data.lowercase)
         order = sorted(range(len(inputs)), key=lambda i: len(inputs[i]))  # similar lengths batch together
         out = torch.empty(len(inputs), len(self.labels))

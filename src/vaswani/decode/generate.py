@@ -70,7 +70,8 @@ class Generator:
         generator seeded with `seed` (the same seed, the same samples). `on_token(sample, id)` sees each
         token as it is chosen."""
         src = torch.tensor([prompt], dtype=torch.long, device=self.device)
-        limits = dict(max_len_a=0.0, max_len_b=max_new_tokens, cache=cache)
+        # the model sees at most the context it was trained on (search.DecoderOnlySteps moves the window on)
+        limits = dict(max_len_a=0.0, max_len_b=max_new_tokens, cache=cache, context=self.config.data.block_size)
         generator = torch.Generator(self.device)
         if seed is not None:
             generator.manual_seed(seed)

@@ -131,47 +131,59 @@ class EncoderDecoderSteps(Steps):
 
 class DecoderOnlySteps(Steps):
     """A causal language model continuing prompts of equal length (B, P): all but the last prompt token
-    go into the cache at once; the first step feeds the last one. Generated tokens exclude the prompt."""
+    go into the cache at once; the first step feeds the last one. Generated tokens exclude the prompt.
 
-    def __init__(self, model, prompts: Tensor, beam: int, cache: bool) -> None:
+    The model sees at most `context` tokens (the length it was trained on, `data.block_size`; and
+    max_positions for learned positions): when the text outgrows it, the window moves on to keep the
+    last context / 2 tokens, which are put in the cache again (re-run once every context / 2 steps).
+    Without the cache the same window is re-run at every step, so both ways see the same tokens."""
+
+    def __init__(self, model, prompts: Tensor, beam: int, cache: bool, context: int | None = None) -> None:
         super().__init__(model, cache)
         if (prompts == model.config.pad_id).any():
-            raise ValueError("prompts must have equal lengths, without padding (decode.generate batches them so)")
+            raise ValueError("prompts in one batch must have equal lengths, without padding")
+        c = model.config
+        bounds = [x for x in (context, c.max_positions if c.positions == "learned" else None) if x]
+        self.context = min(bounds) if bounds else None
         self.inputs = prompts.size(0)
         prompts = prompts.repeat_interleave(beam, dim=0)
         self.prompt_length = prompts.size(1)
         self.first = prompts[:, -1]
+        self.history = prompts[:, :-1]  # every token fed so far, and the prompt's
+        self.start = 0 if self.context is None else max(0, self.prompt_length - self.context)  # first one seen
         self.cache: KVCache | None = None
-        if cache and prompts.size(1) > 1:
-            _, self.cache = model.decode_step(prompts[:, :-1])
-        if not cache:
-            self.prefix = prompts[:, :-1]
+        if cache and self.history.size(1) > self.start:
+            _, self.cache = model.decode_step(self.history[:, self.start:])
 
     def limits(self, a: float, b: int) -> Tensor:
-        """a * prompt length + b new tokens, within max_positions for learned positions. Shape: (B,)"""
-        c = self.model.config
-        most = c.max_positions - self.prompt_length if c.positions == "learned" else 2**31 - 1
-        if most < 1:
-            raise ValueError(f"the prompt has {self.prompt_length} tokens, model.max_positions is {c.max_positions}: "
-                             "no room to generate; shorten the prompt")
-        return torch.full((self.inputs,), int(a * self.prompt_length + b)).clamp(min=1, max=most)
+        """a * prompt length + b new tokens. Shape: (B,)"""
+        return torch.full((self.inputs,), int(a * self.prompt_length + b)).clamp(min=1)
 
     def _logits(self, tokens: Tensor) -> Tensor:
-        if self.use_cache:
-            logits, self.cache = self.model.decode_step(tokens, self.cache)
-            return logits
-        return self.model.decode_step(self._append(tokens))[0][:, -1]
+        self.history = torch.cat([self.history, tokens[:, None]], dim=1)
+        t = self.history.size(1)
+        moved = self.context is not None and t - self.start > self.context
+        if moved:
+            self.start = t - max(1, self.context // 2)
+        if not self.use_cache:
+            return self.model.decode_step(self.history[:, self.start:])[0][:, -1]
+        if moved:
+            self.cache = None if t - 1 == self.start else self.model.decode_step(self.history[:, self.start:-1])[1]
+        logits, self.cache = self.model.decode_step(tokens, self.cache)
+        return logits
 
     def reorder(self, index: Tensor, same_sentences: bool) -> None:
         super().reorder(index, same_sentences)
+        self.history = self.history.index_select(0, index)
         if self.cache is not None:
             self.cache = self.cache.reorder(index)
 
 
-def start_steps(model, src: Tensor, beam: int = 1, cache: bool = True) -> Steps:
-    """The steps of `model` over `src` (sources of a Transformer, prompts of a CausalLM), `beam` rows each."""
+def start_steps(model, src: Tensor, beam: int = 1, cache: bool = True, context: int | None = None) -> Steps:
+    """The steps of `model` over `src` (sources of a Transformer, prompts of a CausalLM, which sees at most
+    `context` tokens), `beam` rows each."""
     if model.config.type == "decoder_only":
-        return DecoderOnlySteps(model, src, beam, cache)
+        return DecoderOnlySteps(model, src, beam, cache, context)
     if model.config.type == "encoder_only":
         raise ValueError("an encoder-only model (a masked LM) does not generate text; use a decoder_only or "
                          "encoder_decoder model")
@@ -181,12 +193,13 @@ def start_steps(model, src: Tensor, beam: int = 1, cache: bool = True) -> Steps:
 def _one_best(
     model, src: Tensor, choose: Callable[[Tensor], Tensor], max_len_a: float, max_len_b: int,
     cache: bool, min_len: int = 0, stop_at_eos: bool = True, on_step: Callable[[Tensor], None] | None = None,
+    context: int | None = None,
 ) -> list[Hypothesis]:
     """One token per step picked by `choose(logits) -> (rows,)`, rows dropped as their input ends.
     `stop_at_eos=False` keeps EOS as a token (a language model's line break) and runs to the limit;
     `on_step(tokens)` sees each step's picks (rows still running, in input order)."""
     c = model.config
-    steps = start_steps(model, src, beam=1, cache=cache)
+    steps = start_steps(model, src, beam=1, cache=cache, context=context)
     B = src.size(0)
     limits = steps.limits(max_len_a, max_len_b)  # (B,)
     out = torch.full((B, int(limits.max())), c.pad_id, dtype=torch.long)
@@ -220,18 +233,18 @@ def _one_best(
 @torch.no_grad()
 def greedy(model, src: Tensor, max_len_a: float = 1.0, max_len_b: int = 50, cache: bool = True,
            min_len: int = 0, stop_at_eos: bool = True, on_step: Callable[[Tensor], None] | None = None,
-           ) -> list[Hypothesis]:
+           context: int | None = None) -> list[Hypothesis]:
     """The most probable token at each step; EOS is not allowed before `min_len` tokens.
     `src`: a Transformer's sources, or a CausalLM's prompts (equal lengths). Shape: src (B, S) -> B hypotheses"""
     return _one_best(model, src, lambda logits: logits.argmax(-1), max_len_a, max_len_b, cache, min_len,
-                     stop_at_eos, on_step)
+                     stop_at_eos, on_step, context)
 
 
 @torch.no_grad()
 def sample(
     model, src: Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
     generator: torch.Generator | None = None, max_len_a: float = 1.0, max_len_b: int = 50, cache: bool = True,
-    stop_at_eos: bool = True, on_step: Callable[[Tensor], None] | None = None,
+    stop_at_eos: bool = True, on_step: Callable[[Tensor], None] | None = None, context: int | None = None,
 ) -> list[Hypothesis]:
     """Ancestral sampling from softmax(logits / temperature), restricted to the `top_k` most probable
     tokens (0: all) and to the smallest set whose probability reaches `top_p` (nucleus sampling,
@@ -239,7 +252,8 @@ def sample(
     Transformer or prompts of a CausalLM. Shape: src (B, S) -> B hypotheses
     """
     choose = sampler(temperature, top_k, top_p, generator)
-    return _one_best(model, src, choose, max_len_a, max_len_b, cache, stop_at_eos=stop_at_eos, on_step=on_step)
+    return _one_best(model, src, choose, max_len_a, max_len_b, cache, stop_at_eos=stop_at_eos, on_step=on_step,
+                     context=context)
 
 
 def sampler(temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,

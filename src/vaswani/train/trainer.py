@@ -105,8 +105,14 @@ class Trainer:
         self.model = self.task.build_model(model_config).to(self.device)
         fused = self.device.type in ("cpu", "cuda")
         betas = (c.train.adam_beta1, c.train.adam_beta2)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=0.0, betas=betas, eps=c.train.adam_eps,
-                                          fused=fused)
+        if c.train.weight_decay:  # AdamW's decoupled decay, on matrices only (GPT-2, nanoGPT), not biases and norms
+            params = [p for p in self.model.parameters() if p.requires_grad]
+            groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": c.train.weight_decay},
+                      {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+            self.optimizer = torch.optim.AdamW(groups, lr=0.0, betas=betas, eps=c.train.adam_eps, fused=fused)
+        else:  # the paper's Adam
+            self.optimizer = torch.optim.Adam(self.model.parameters(), lr=0.0, betas=betas, eps=c.train.adam_eps,
+                                              fused=fused)
         self.wrapped: torch.nn.Module = HiddenStates(self.model)
         if self.world > 1:
             ids = [self.device.index] if self.device.type == "cuda" else None
@@ -143,8 +149,8 @@ class Trainer:
         ckpt.prune_checkpoints(self.model_dir, self.config.train.keep_last, self.config.train.keep_best)
 
     def _start_from(self, directory: Path) -> None:
-        """The pretrained weights of `directory`; only the classifier may be missing from them."""
-        weights = load_weights(directory / WEIGHTS)
+        """The pretrained weights of `directory`; the classifier starts fresh (a fine-tuned model's is left out)."""
+        weights = {k: v for k, v in load_weights(directory / WEIGHTS).items() if not k.startswith("classifier.")}
         missing, unexpected = self.model.load_state_dict(weights, strict=False)
         missing = [n for n in missing if not n.startswith("classifier.")]
         if missing or unexpected:

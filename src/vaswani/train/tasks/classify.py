@@ -20,8 +20,8 @@ import torch.nn.functional as F
 
 from vaswani.config import ModelConfig
 from vaswani.data.corpus import DataError
-from vaswani.data.text import mask_tokens, read_labelled
-from vaswani.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+from vaswani.data.text import classifier_inputs, mask_tokens, pad, read_labelled
+from vaswani.data.tokenizer import PAD_ID, Tokenizer
 from vaswani.runtime import autocast
 from vaswani.train.loss import label_smoothed_cross_entropy
 from vaswani.train.tasks.base import Task, TextBatch
@@ -36,26 +36,6 @@ class LabelledData:
     valid: list[np.ndarray]
     valid_labels: np.ndarray
     fingerprint: dict
-
-
-def model_inputs(tokenizer: Tokenizer, texts: list[str], model: ModelConfig, max_length: int,
-                 lowercase: bool = False) -> list[np.ndarray]:
-    """Each text as the model reads it for classification: `ids EOS` (decoder_only) or `BOS ids EOS`
-    (encoder_only), cut to `max_length` tokens (keeping the last special token)."""
-    out = []
-    for ids in tokenizer.encode_src([t.lower() if lowercase else t for t in texts]):
-        head = [BOS_ID] if model.type == "encoder_only" else []
-        ids = [*[*head, *ids][: max_length - 1], EOS_ID]
-        out.append(np.asarray(ids, dtype=np.int64))
-    return out
-
-
-def pad(rows: list[np.ndarray]) -> torch.Tensor:
-    """Right-padded (B, L) int64."""
-    out = np.full((len(rows), max(len(r) for r in rows)), PAD_ID, dtype=np.int64)
-    for i, r in enumerate(rows):
-        out[i, : len(r)] = r
-    return torch.from_numpy(out)
 
 
 class Classify(Task):
@@ -80,10 +60,16 @@ class Classify(Task):
                     raise DataError(f"{path}, line {number}: label {label!r} is not one of {labels} (the labels of "
                                     f"{d.labelled_train}, or finetune.labels)")
         self.trainer.config = dataclasses.replace(c, finetune=dataclasses.replace(c.finetune, labels=labels))
+        if len(train) < self.trainer.world * self.rows:
+            raise DataError(f"{d.labelled_train} has {len(train)} lines, fewer than one batch per process "
+                            f"({self.trainer.world} x data.batch_size {self.rows}); lower data.batch_size")
+        if c.finetune.aux_weight and c.model.type == "encoder_only" and tokenizer.mask_id is None:
+            raise DataError("the tokenizer has no <mask> piece for the masked-token auxiliary loss; set "
+                            "finetune.aux_weight: 0")
         length = d.block_size
 
         def inputs(rows):
-            return model_inputs(tokenizer, [t for _, _, t in rows], c.model, length, d.lowercase)
+            return classifier_inputs(tokenizer, [t for _, _, t in rows], c.model, length, d.lowercase)
 
         fingerprint = {str(p): hashlib.sha256(Path(p).read_bytes()).hexdigest()
                        for p in (d.labelled_train, d.labelled_valid)}
@@ -143,9 +129,12 @@ class Classify(Task):
         return TextBatch(ids, torch.from_numpy(targets), len(indices), labels, masked=torch.from_numpy(masked),
                          aux_count=count)
 
-    def losses(self, wrapped, model, batch: TextBatch) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Summed task loss, and summed auxiliary (pretraining) loss per predicted token times the examples
-        (None without one)."""
+    def losses(self, wrapped, model, batch: TextBatch) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """Summed task loss, the auxiliary (pretraining) loss per predicted token times the examples (None
+        without one), and the class logits.
+
+        The auxiliary term is each batch's mean per token, weighted by its examples: with λ > 0 the update
+        depends (slightly) on how a global batch is split over processes and micro-batches; resume is exact."""
         B = batch.ids.size(0)
         both = batch.masked is not None
         hidden = wrapped(torch.cat([batch.ids, batch.masked]) if both else batch.ids)
@@ -153,13 +142,13 @@ class Classify(Task):
         logits = model.classify(batch.ids, task_hidden).float()
         task = F.cross_entropy(logits, batch.labels, reduction="sum")
         if not batch.targets.numel():
-            return task, None
+            return task, None, logits
         aux, _ = label_smoothed_cross_entropy(hidden[B:] if both else hidden, model.generator_weight, batch.targets,
                                               0.0, self.config.model.pad_id)
-        return task, aux * B / max(1, batch.aux_count)
+        return task, aux * B / max(1, batch.aux_count), logits
 
     def loss(self, wrapped, model, batch: TextBatch) -> torch.Tensor:
-        task, aux = self.losses(wrapped, model, batch)
+        task, aux, _ = self.losses(wrapped, model, batch)
         return task if aux is None else task + self.aux_weight * aux
 
     @torch.no_grad()
@@ -172,8 +161,7 @@ class Classify(Task):
             indices = np.arange(start, min(n, start + 64))
             batch = self.batch(data, "valid", indices, 0, start, aux=True).to(device)
             with autocast(device, precision):
-                task, aux = self.losses(model.hidden_states, model, batch)
-                logits = model.classify(batch.ids)
+                task, aux, logits = self.losses(model.hidden_states, model, batch)
             correct += (logits.argmax(-1) == batch.labels).sum().item()
             task_total, aux_total = task_total + task.item(), aux_total + aux.item()
         return {"accuracy": correct / n, "loss": task_total / n, "pretrain_loss": aux_total / n}

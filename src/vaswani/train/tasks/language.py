@@ -59,6 +59,8 @@ class _Blocks(Task):
     """What lm and mlm share: the stream, its blocks, the stream of batches."""
 
     def prepare(self, rank0: bool) -> TextData:
+        if self.name == "mlm" and self.config.data.block_size < 3:
+            raise DataError("data.block_size must be at least 3 for mlm (BOS and tokens to mask)")
         data = open_text(self, rank0)
         if len(data.train) <= self.config.data.block_size:
             raise DataError(f"the training text has {len(data.train)} tokens; data.block_size "
