@@ -18,9 +18,12 @@ and Megatron's indexed datasets are the same idea; a plain format, read with num
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -207,6 +210,29 @@ def read_manifest(directory: Path) -> dict:
         raise DataError(f"{directory} holds prepared data of format {version}; this vaswani reads format {FORMAT}: "
                         "prepare it again")
     return manifest
+
+
+@contextlib.contextmanager
+def building(directory: Path) -> Iterator[Path]:
+    """A temporary sibling of `directory` to write prepared data into: renamed to `directory` when the block
+    completes, removed when it fails, so that an interrupted preparation leaves nothing a later run trusts."""
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    partial = directory.parent / f".{directory.name}.partial-{os.getpid()}"
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir()
+    try:
+        yield partial
+        if directory.exists():
+            directory.rmdir()
+        os.replace(partial, directory)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+
+
+def describe_input(path: Path) -> dict:
+    """What the manifest records of an input file, to tell later whether it changed."""
+    stat = path.stat()
+    return {"path": str(path), "bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": file_sha256(path)}
 
 
 def write_manifest(directory: Path, manifest: dict) -> None:

@@ -12,7 +12,6 @@ import itertools
 import json
 import multiprocessing
 import os
-import shutil
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -265,12 +264,8 @@ def prepare_data(recipe: Recipe, directory: str | Path, workers: int | None = No
     for path in recipe.input_files():
         if not path.is_file():
             raise DataError(f"{path}: file not found")
-    inputs = [_describe(p) for p in recipe.input_files()]
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    partial = directory.parent / f".{directory.name}.partial-{os.getpid()}"
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir()
-    try:
+    inputs = [store.describe_input(p) for p in recipe.input_files()]
+    with store.building(directory) as partial:
         if tokenizer is None:
             log(f"training a {recipe.tokenizer} tokenizer ({recipe.vocab_size} pieces, "
                 f"{'joint' if recipe.joint else 'separate'}) on a sample of up to {SAMPLE_SENTENCES:,} lines")
@@ -312,17 +307,7 @@ def prepare_data(recipe: Recipe, directory: str | Path, workers: int | None = No
             "vaswani": _version(), "recipe": recipe.key(), "inputs": inputs,
             "tokenizer": {name: store.file_sha256(partial / name) for name in Tokenizer.files(tokenizer.joint)},
             "files": files, "splits": splits, "corpora": corpora, "report": report})
-        if directory.exists():
-            directory.rmdir()
-        os.replace(partial, directory)
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)
     return store.PreparedData.open(directory, verify=False)
-
-
-def _describe(path: Path) -> dict:
-    stat = path.stat()
-    return {"path": str(path), "bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": store.file_sha256(path)}
 
 
 def _version() -> str:

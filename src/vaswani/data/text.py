@@ -17,8 +17,6 @@ model's loss per token is its loss per character of the text.
 from __future__ import annotations
 
 import gzip
-import os
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -116,11 +114,7 @@ def prepare_text(data: DataConfig, directory: Path, seed: int, tokenizer: Tokeni
                         "data.prepared to a new directory")
     train_text, valid_text = split_text(data)
     train_lines, valid_lines = _lines(train_text), _lines(valid_text)
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    partial = directory.parent / f".{directory.name}.partial-{os.getpid()}"
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir()
-    try:
+    with store.building(directory) as partial:
         if tokenizer is None:
             log(f"training a {data.tokenizer} text tokenizer ({data.vocab_size} pieces) on up to "
                 f"{SAMPLE_SENTENCES:,} lines")
@@ -139,24 +133,14 @@ def prepare_text(data: DataConfig, directory: Path, seed: int, tokenizer: Tokeni
             files.update(store.write_array(partial, f"{name}.ids", ids))
             streams[name] = {"tokens": int(ids.size), "lines": len(lines), "chars": len(text)}
         store.write_manifest(partial, {
-            "recipe": recipe, "inputs": [_describe(p) for p in inputs], "files": files, "splits": [],
+            "recipe": recipe, "inputs": [store.describe_input(p) for p in inputs], "files": files, "splits": [],
             "streams": streams, "corpora": [], "report": {},
             "tokenizer": {n: store.file_sha256(partial / n) for n in Tokenizer.files(True)}})
-        if directory.exists():
-            directory.rmdir()
-        os.replace(partial, directory)
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)
     prepared = store.PreparedData.open(directory, verify=False)
     s = prepared.manifest["streams"]
     log(f"prepared text: {directory} ({s['train']['tokens']:,} training tokens from {s['train']['chars']:,} "
         f"characters; {s['valid']['tokens']:,} held out)")
     return prepared
-
-
-def _describe(path: Path) -> dict:
-    stat = path.stat()
-    return {"path": str(path), "bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": store.file_sha256(path)}
 
 
 def _check(manifest: dict, recipe: dict, inputs: list[Path], directory: Path) -> None:
