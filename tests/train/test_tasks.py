@@ -254,3 +254,16 @@ def test_weight_decay_reaches_matrices_only(tmp_path, text):
     assert decayed["weight_decay"] == 0.1 and plain["weight_decay"] == 0.0
     assert all(p.dim() == 2 for p in decayed["params"]) and all(p.dim() == 1 for p in plain["params"])
     assert len(decayed["params"]) + len(plain["params"]) == len(list(trainer.model.parameters()))
+
+
+def test_prepare_text_once_then_train_from_it(tmp_path, text):
+    config = tmp_path / "lm.yaml"
+    config.write_text(yaml.safe_dump(_lm_config(text, max_steps=2, valid_every=2).to_dict()), encoding="utf-8")
+    run = _cli("prepare", config, tmp_path / "prepared")
+    assert run.returncode == 0, run.stderr
+    manifest = (tmp_path / "prepared" / "manifest.json").read_text()
+    assert '"streams"' in manifest and (tmp_path / "prepared" / "train.ids").is_file()
+    run = _cli("train", config, tmp_path / "run", "--prepared", tmp_path / "prepared")
+    assert run.returncode == 0, run.stderr
+    assert "(reused;" in run.stderr
+    assert (tmp_path / "prepared" / "manifest.json").read_text() == manifest
