@@ -102,13 +102,15 @@ def _generate(args: argparse.Namespace) -> None:
         prompt = path.read_text(encoding="utf-8").rstrip("\n")
     generator = Generator.load(args.model_dir, args.device, args.precision)
     ids = generator.encode(prompt)
-    texts: dict[int, list[int]] = {}
+    ids_so_far: dict[int, list[int]] = {}
+    written: dict[int, str] = {}
 
     def on_token(k: int, token: int) -> None:  # stream: print what the new token adds to the text
-        before = generator.decode(texts.setdefault(k, []))
-        texts[k].append(token)
-        sys.stdout.write(generator.decode(texts[k])[len(before):])
+        ids_so_far.setdefault(k, []).append(token)
+        text = generator.decode(ids_so_far[k])
+        sys.stdout.write(text[len(written.get(k, "")):])
         sys.stdout.flush()
+        written[k] = text
 
     for k in range(args.n):
         if k:

@@ -212,6 +212,13 @@ def read_manifest(directory: Path) -> dict:
     return manifest
 
 
+def check_unprepared(directory: Path) -> None:
+    """A directory without a manifest may be made: it must be missing or empty (never someone's files)."""
+    if directory.is_dir() and any(directory.iterdir()):
+        raise DataError(f"{directory} is not prepared data (no {MANIFEST}) and not empty; delete it or set "
+                        "data.prepared to a new directory")
+
+
 @contextlib.contextmanager
 def building(directory: Path) -> Iterator[Path]:
     """A temporary sibling of `directory` to write prepared data into: renamed to `directory` when the block

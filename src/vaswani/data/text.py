@@ -109,9 +109,7 @@ def prepare_text(data: DataConfig, directory: Path, seed: int, tokenizer: Tokeni
         prepared = store.PreparedData.open(directory)
         log(f"prepared text: {directory} (reused; {prepared.manifest['streams']['train']['tokens']:,} training tokens)")
         return prepared
-    if directory.is_dir() and any(directory.iterdir()):
-        raise DataError(f"{directory} is not prepared data (no {store.MANIFEST}) and not empty; delete it or set "
-                        "data.prepared to a new directory")
+    store.check_unprepared(directory)
     train_text, valid_text = split_text(data)
     train_lines, valid_lines = _lines(train_text), _lines(valid_text)
     with store.building(directory) as partial:

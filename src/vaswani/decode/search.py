@@ -64,12 +64,6 @@ class Steps:
         self.model, self.use_cache = model, use_cache
         c = model.config
         self.banned = [c.pad_id, c.bos_id]  # never generated
-        self.prefix: Tensor | None = None  # (rows, t): without the cache, every token fed so far
-
-    def _append(self, tokens: Tensor) -> Tensor:
-        step = tokens[:, None]
-        self.prefix = step if self.prefix is None else torch.cat([self.prefix, step], dim=1)
-        return self.prefix
 
     def _logits(self, tokens: Tensor) -> Tensor:
         raise NotImplementedError
@@ -85,8 +79,7 @@ class Steps:
     def reorder(self, index: Tensor, same_sentences: bool) -> None:
         """Keep rows `index`, in that order. `same_sentences`: only rows of the same input were swapped
         (a beam step), so per-input state (the encoder's) needs no copy."""
-        if self.prefix is not None:
-            self.prefix = self.prefix.index_select(0, index)
+        raise NotImplementedError
 
 
 class EncoderDecoderSteps(Steps):
@@ -105,6 +98,7 @@ class EncoderDecoderSteps(Steps):
         self.mask = mask.repeat_interleave(beam, dim=0)
         self.memory = None if cache else memory.repeat_interleave(beam, dim=0)
         self.first = torch.full((src.size(0) * beam,), model.config.bos_id, dtype=torch.long, device=src.device)
+        self.prefix: Tensor | None = None  # (rows, t): without the cache, every token fed so far
         self.source_lengths = (src != model.config.pad_id).sum(1).cpu()
 
     def limits(self, a: float, b: int) -> Tensor:
@@ -115,10 +109,13 @@ class EncoderDecoderSteps(Steps):
         if self.use_cache:
             logits, self.cache = self.model.decode_step(tokens, None, self.mask, self.cache)
             return logits
-        return self.model.decode_step(self._append(tokens), self.memory, self.mask)[0][:, -1]
+        step = tokens[:, None]
+        self.prefix = step if self.prefix is None else torch.cat([self.prefix, step], dim=1)
+        return self.model.decode_step(self.prefix, self.memory, self.mask)[0][:, -1]
 
     def reorder(self, index: Tensor, same_sentences: bool) -> None:
-        super().reorder(index, same_sentences)
+        if self.prefix is not None:
+            self.prefix = self.prefix.index_select(0, index)
         if same_sentences and self.cache is not None:
             self.cache = self.cache.reorder(index, cross=False)
             return
@@ -173,7 +170,6 @@ class DecoderOnlySteps(Steps):
         return logits
 
     def reorder(self, index: Tensor, same_sentences: bool) -> None:
-        super().reorder(index, same_sentences)
         self.history = self.history.index_select(0, index)
         if self.cache is not None:
             self.cache = self.cache.reorder(index)

@@ -114,13 +114,12 @@ class Translator:
             raise ValueError(f"--precision {precision} applies to --engine torch; for CTranslate2 use --compute-type "
                              "(float32, int8, bfloat16, ...)")
         device = pick_device(device)
-        kind = Config.load(Path(model_dir) / "config.yaml").model.type if (Path(model_dir) / "config.yaml").is_file() \
-            else "encoder_decoder"
+        # With CTranslate2 the torch model only answers attention requests: it stays on the CPU.
+        model, config = load_model(model_dir, device if engine == "torch" else "cpu")
+        kind = config.model.type
         if kind != "encoder_decoder":
             use = "vaswani generate" if kind == "decoder_only" else "vaswani finetune, then vaswani classify"
             raise ConfigError(f"{model_dir} holds a {kind} model, which does not translate; use {use}")
-        # With CTranslate2 the torch model only answers attention requests: it stays on the CPU.
-        model, config = load_model(model_dir, device if engine == "torch" else "cpu")
         tokenizer = Tokenizer.load(model_dir)
         search = CTranslate2Search(model_dir, model, tokenizer, device, compute_type) if engine != "torch" else None
         return cls(model, tokenizer, config, precision, search)

@@ -69,9 +69,7 @@ def open_or_prepare(recipe: Recipe, directory: Path, tokenizer: Tokenizer | None
         data = store.PreparedData.open(directory)
         log(f"prepared data: {directory} (reused; {len(data.train):,} training pairs)")
         return data
-    if directory.is_dir() and any(directory.iterdir()):
-        raise DataError(f"{directory} is not prepared data (no {store.MANIFEST}) and not empty; delete it or set "
-                        "data.prepared to a new directory")
+    store.check_unprepared(directory)
     for path in recipe.input_files():
         if not path.is_file():
             raise DataError(f"{path}: file not found")
