@@ -106,17 +106,17 @@ class ModelConfig:
     bos_id: int = 1
     eos_id: int = 2
     # Fine-tuning (decoder_only / encoder_only): a linear classifier over one pooled position, with this many
-    # classes; 0: none. pool: the last real token (GPT; auto for decoder_only) or the first (BERT's [CLS]
-    # position; auto for encoder_only).
+    # classes; 0: none. pool: the last real token (GPT; auto for decoder_only), the first (BERT's [CLS]
+    # position; auto for encoder_only), or the mean of every real token's state (special tokens included).
     n_classes: int = 0
-    pool: Literal["auto", "first", "last"] = "auto"
+    pool: Literal["auto", "first", "last", "mean"] = "auto"
 
     def __post_init__(self) -> None:
         self._validate()
 
     @property
     def pooling(self) -> str:
-        """first or last: where the classification head reads the sequence."""
+        """first, last or mean: where the classification head reads the sequence."""
         if self.pool != "auto":
             return self.pool
         return "last" if self.type == "decoder_only" else "first"
@@ -146,8 +146,8 @@ class ModelConfig:
         if self.n_classes and self.type == "encoder_decoder":
             raise ConfigError("model.n_classes needs model.type decoder_only or encoder_only (a classifier reads "
                               "one stack's states); set model.n_classes: 0 for translation")
-        if self.pool not in ("auto", "first", "last"):
-            raise ConfigError(f"model.pool must be auto, first or last, got {self.pool!r}")
+        if self.pool not in ("auto", "first", "last", "mean"):
+            raise ConfigError(f"model.pool must be auto, first, last or mean, got {self.pool!r}")
         positive = ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff", "n_layers", "max_positions")
         for name in positive:
             value = getattr(self, name)

@@ -8,6 +8,7 @@ import torch
 from tests.conftest import random_ids, tiny_config
 from vaswani.decode.search import beam_search, filtered_probs, greedy, sample, sampler
 from vaswani.nn import CausalLM, MaskedLM
+from vaswani.nn.language_model import build_model
 
 
 def _lm(**overrides) -> CausalLM:
@@ -127,3 +128,12 @@ def test_a_classifier_reads_the_last_real_token_or_the_first():
     assert (mlm.classify(changed)[1] - mlm.classify(ids)[1]).abs().max() > 1e-5  # it reads the first position
     with pytest.raises(ValueError, match="no classifier"):
         _lm().classify(ids)
+
+
+@pytest.mark.parametrize("model_type", ["decoder_only", "encoder_only"])
+def test_mean_pooling_averages_the_real_tokens_states_and_ignores_padding(model_type):
+    model = build_model(tiny_config(type=model_type, n_classes=2, pool="mean")).eval()
+    ids = random_ids([6, 4])  # right-padded: the second row has 4 real tokens
+    hidden = model.hidden_states(ids)
+    torch.testing.assert_close(model.pooled(hidden, ids)[1], hidden[1, :4].mean(0))
+    torch.testing.assert_close(model.classify(ids)[1:], model.classify(ids[1:, :4]), rtol=1e-5, atol=1e-5)

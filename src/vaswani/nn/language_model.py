@@ -52,10 +52,13 @@ class _LanguageModel(nn.Module):
         raise NotImplementedError
 
     def pooled(self, hidden: Tensor, ids: Tensor) -> Tensor:
-        """The state the classifier reads: the first position, or the last that is not padding.
-        Shape: hidden (B, T, D), ids (B, T) -> (B, D)"""
+        """The state the classifier reads: the first position, the last that is not padding, or the mean over
+        the positions that are not padding. Shape: hidden (B, T, D), ids (B, T) -> (B, D)"""
         if self.config.pooling == "first":
             return hidden[:, 0]
+        if self.config.pooling == "mean":
+            real = (ids != self.config.pad_id).unsqueeze(-1).to(hidden.dtype)
+            return (hidden * real).sum(1) / real.sum(1).clamp(min=1)
         last = (ids != self.config.pad_id).sum(1).clamp(min=1) - 1  # right-padded rows
         return hidden[torch.arange(ids.size(0), device=ids.device), last]
 
