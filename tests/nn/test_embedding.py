@@ -39,3 +39,12 @@ def test_token_embeddings_are_scaled_by_sqrt_d_model():
     emb = TokenEmbedding(vocab_size=10, d_model=16)
     ids = torch.tensor([[1, 2, 3]])
     torch.testing.assert_close(emb(ids), emb.weight[ids] * 4.0)
+
+
+def test_learned_positions_start_at_the_scale_of_the_scaled_token_embeddings():
+    torch.manual_seed(0)
+    d_model = 256
+    tokens = TokenEmbedding(vocab_size=1000, d_model=d_model)(torch.arange(1000)[None])
+    positions = LearnedPositions(d_model=d_model, max_positions=1000)(0, 1000)
+    assert tokens.std().item() == pytest.approx(1.0, rel=0.05)
+    assert positions.std().item() == pytest.approx(tokens.std().item(), rel=0.05)
