@@ -3,7 +3,7 @@
     config.yaml        the fully resolved configuration (model, data, train, decode)
     tokenizer.model    the SentencePiece model(s) (written by `vaswani.data.tokenizer`)
     model.safetensors  the weights to translate with (the best checkpoint, or an average)
-    vaswani.json       the format version, and the vaswani version that wrote it
+    vaswani.json       the format version, the vaswani version that wrote it, and (fine-tuned models) their origin
 
 Training (`train/`), decoding (`decode/`) and export read and write it through this module only, so no
 stage imports another to find a model. Training adds checkpoints/ (train/checkpoint.py).
@@ -69,10 +69,11 @@ def load_into(model: torch.nn.Module, weights: dict[str, torch.Tensor], source: 
         raise CheckpointError(f"{source} does not fit this model (missing {missing[:3]}, unexpected {unexpected[:3]})")
 
 
-def write_model_directory(directory: Path, config: Config) -> None:
-    """config.yaml and vaswani.json; the tokenizer is written by its trainer, weights by save_weights."""
+def write_model_directory(directory: Path, config: Config, origin: dict | None = None) -> None:
+    """config.yaml and vaswani.json (with `origin`, what the model came from, when given); the tokenizer is
+    written by its trainer, weights by save_weights."""
     config.save(directory / "config.yaml")
-    info = {"format_version": FORMAT_VERSION, "vaswani_version": __version__}
+    info = {"format_version": FORMAT_VERSION, "vaswani_version": __version__, **({"origin": origin} if origin else {})}
     (directory / "vaswani.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
 
 

@@ -1,6 +1,7 @@
 """The trainer's tasks beyond translation: lm, mlm and classify (fine-tuning with λ · pretraining loss),
 each resumed exactly; BERT's masking; bad text and labels named by file and line."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -123,6 +124,8 @@ def test_finetune_resume_is_exact_and_classify_writes_a_line_per_line(tmp_path, 
     state = finetune(pretrained, recipe, tmp_path / "resumed", console=_quiet())
     assert state.step == 6
     _same_weights(tmp_path / "straight", tmp_path / "resumed")
+    origin = json.loads((tmp_path / "resumed" / "vaswani.json").read_text())["origin"]
+    assert origin == {"finetuned_from": str(pretrained.resolve()), "init": "pretrained"}
     assert {"valid_accuracy", "valid_loss", "valid_pretrain_loss"} <= set(state.history[-1])
     lines = ["a gorgeous , witty , seductive movie .", "", "the plot is nothing but boilerplate clichés"]
     (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")

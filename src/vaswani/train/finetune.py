@@ -69,4 +69,5 @@ def finetune(pretrained_dir: str | Path, config_path: str | Path, out_dir: str |
         if not (out_dir / name).is_file():
             shutil.copyfile(pretrained_dir / name, out_dir / name)
     init = pretrained_dir if config.finetune.init == "pretrained" else None
-    return Trainer(config, out_dir, console, init_from=init).train()
+    origin = {"finetuned_from": str(pretrained_dir.resolve()), "init": config.finetune.init}
+    return Trainer(config, out_dir, console, init_from=init, origin=origin).train()

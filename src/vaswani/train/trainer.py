@@ -54,13 +54,14 @@ class TrainState:
 class Trainer:
     """Trains `config`'s task (translation, lm, mlm or classify: train/tasks/) into `model_dir`, resuming the
     run found there. `init_from`: a model directory whose weights a fresh run starts from (fine-tuning; the
-    classifier, which it lacks, starts fresh)."""
+    classifier, which it lacks, starts fresh). `origin`: what the model came from, kept in vaswani.json."""
 
     def __init__(self, config: Config, model_dir: str | Path, console: Console | None = None,
-                 init_from: str | Path | None = None) -> None:
+                 init_from: str | Path | None = None, origin: dict | None = None) -> None:
         self.config = config
         self.model_dir = Path(model_dir)
         self.init_from = Path(init_from) if init_from else None
+        self.origin = origin
         self.rank = dist.get_rank() if dist.is_initialized() else 0
         self.world = dist.get_world_size() if dist.is_initialized() else 1
         self.console = console or Console(stderr=True, soft_wrap=True)  # a log keeps one line per message
@@ -225,7 +226,7 @@ class Trainer:
         self._build(data)
         self._resolve_precision(saved)
         if self.rank == 0:
-            write_model_directory(self.model_dir, self.config)
+            write_model_directory(self.model_dir, self.config, self.origin)
         self.log_config()
         self.task.describe(data)
         self.log(f"task {self.task.name}; {self.model.num_parameters():,} parameters; device {self.device}, "
