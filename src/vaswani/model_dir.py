@@ -73,7 +73,9 @@ def write_model_directory(directory: Path, config: Config, origin: dict | None =
     """config.yaml and vaswani.json (with `origin`, what the model came from, when given); the tokenizer is
     written by its trainer, weights by save_weights."""
     config.save(directory / "config.yaml")
-    info = {"format_version": FORMAT_VERSION, "vaswani_version": __version__, **({"origin": origin} if origin else {})}
+    info = {"format_version": FORMAT_VERSION, "vaswani_version": __version__}
+    if origin:
+        info["origin"] = origin
     (directory / "vaswani.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
 
 
