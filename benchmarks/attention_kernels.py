@@ -48,9 +48,11 @@ def main() -> None:
         for name, kwargs in (("padding mask", {"attn_mask": mask}), ("causal", {"is_causal": True})):
             times = []
             for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.MATH):
+
                 def step(backend=backend, kwargs=kwargs, qkv=qkv):
                     with sdpa_kernel(backend):
                         F.scaled_dot_product_attention(*qkv.unbind(0), **kwargs).sum().backward()
+
                 times.append(milliseconds(step))
             print(f"| {str(dtype).removeprefix('torch.')} | {name} | {times[0]:.1f} | {times[1]:.1f} |")
 

@@ -101,8 +101,7 @@ def run(command: list[str], marks: dict[str, str], env: dict | None = None, time
     """Run `command`; seconds from start to the first stderr line containing each mark, the peak PSS of
     the tree until each mark (and overall), and the exit status."""
     started = time.perf_counter()
-    process = subprocess.Popen(command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env,
-                               cwd=ROOT)
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env, cwd=ROOT)
     peak = [0]
     done = threading.Event()
 
@@ -150,8 +149,13 @@ print(f"floor done {time.perf_counter() - start:.2f} tokens {tokens}", file=sys.
 
 def config_for(work: Path, n: int, paths: tuple[Path, Path]) -> Path:
     quick = yaml.safe_load((ROOT / "configs/multi30k_de_en_quick.yaml").read_text())
-    quick["data"] = {"train_src": str(paths[0]), "train_tgt": str(paths[1]), "tokenizer": "bpe", "vocab_size": 8000,
-                     "max_tokens": 1600}
+    quick["data"] = {
+        "train_src": str(paths[0]),
+        "train_tgt": str(paths[1]),
+        "tokenizer": "bpe",
+        "vocab_size": 8000,
+        "max_tokens": 1600,
+    }
     quick["train"].update(precision="fp32", max_time=None, max_steps=10, valid_every=4)
     path = work / f"config-{label(n)}.yaml"
     path.write_text(yaml.safe_dump(quick))
@@ -175,8 +179,12 @@ def main() -> None:
     if args.before_commit:
         tree = work / f"before-{args.before_commit}"
         if not tree.is_dir():
-            subprocess.run(["git", "worktree", "add", "--detach", str(tree), args.before_commit], cwd=ROOT, check=True,
-                           capture_output=True)
+            subprocess.run(
+                ["git", "worktree", "add", "--detach", str(tree), args.before_commit],
+                cwd=ROOT,
+                check=True,
+                capture_output=True,
+            )
         before_src = tree / "src"
     results = []
     vaswani = [sys.executable, "-m", "vaswani.cli"]
@@ -186,24 +194,32 @@ def main() -> None:
         prepared = work / f"prepared-{label(n)}"
         subprocess.run(["rm", "-rf", str(prepared)], check=True)
         print(f"{label(n)}: prepare", flush=True)
-        row["prepare"] = run([*vaswani, "prepare", str(config), str(prepared), "--workers", str(cores)],
-                             {"tokenizer_start": "training a", "encoding_start": "encoding with",
-                              "encoded": "pairs kept"})
+        row["prepare"] = run(
+            [*vaswani, "prepare", str(config), str(prepared), "--workers", str(cores)],
+            {"tokenizer_start": "training a", "encoding_start": "encoding with", "encoded": "pairs kept"},
+        )
         print(f"{label(n)}: floor", flush=True)
-        row["floor"] = run([sys.executable, "-c", FLOOR, str(prepared / "tokenizer.model"), *map(str, paths[n]),
-                            str(cores)], {"done": "floor done"})
+        row["floor"] = run(
+            [sys.executable, "-c", FLOOR, str(prepared / "tokenizer.model"), *map(str, paths[n]), str(cores)],
+            {"done": "floor done"},
+        )
         print(f"{label(n)}: train from prepared data", flush=True)
         run_dir = work / f"run-{label(n)}"
         subprocess.run(["rm", "-rf", str(run_dir)], check=True)
-        row["train"] = run([*vaswani, "train", str(config), str(run_dir), "--prepared", str(prepared)],
-                           {"first_update": "step 1/", "update_10": "step 10/"})
+        row["train"] = run(
+            [*vaswani, "train", str(config), str(run_dir), "--prepared", str(prepared)],
+            {"first_update": "step 1/", "update_10": "step 10/"},
+        )
         if before_src is not None and n <= parse_size(args.before_max):
             print(f"{label(n)}: train, the in-memory path", flush=True)
             old_dir = work / f"run-before-{label(n)}"
             subprocess.run(["rm", "-rf", str(old_dir)], check=True)
             env = {**os.environ, "PYTHONPATH": str(before_src)}
-            row["before"] = run([sys.executable, "-m", "vaswani.cli", "train", str(config), str(old_dir)],
-                                {"first_update": "step 1/", "update_10": "step 10/"}, env=env)
+            row["before"] = run(
+                [sys.executable, "-m", "vaswani.cli", "train", str(config), str(old_dir)],
+                {"first_update": "step 1/", "update_10": "step 10/"},
+                env=env,
+            )
         results.append(row)
         print(json.dumps(row), flush=True)
         Path(args.results).write_text(json.dumps({"cores": cores, "cpu": _cpu(), "rows": results}, indent=1) + "\n")
@@ -219,19 +235,27 @@ def _cpu() -> str:
 
 def table(rows: list[dict]) -> str:
     gb = 1e9
-    lines = ["| pairs | text | floor: SentencePiece alone | prepare (tokenizer + encoding) | prepare / floor "
-             "| prepare peak PSS | first update, prepared | PSS at update 10 | first update, in-memory path "
-             "| its PSS at update 10 |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| pairs | text | floor: SentencePiece alone | prepare (tokenizer + encoding) | prepare / floor "
+        "| prepare peak PSS | first update, prepared | PSS at update 10 | first update, in-memory path "
+        "| its PSS at update 10 |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         p, f, t, b = r["prepare"], r["floor"], r["train"], r.get("before")
         tokenizer = p["encoding_start"] - p["tokenizer_start"]
         encode = p["encoded"] - p["encoding_start"]
-        before = (f"{b['first_update']:.1f} s | {b['update_10_peak_pss'] / gb:.2f} GB" if b and "first_update" in b
-                  else "not run | -")
-        lines.append(f"| {label(r['pairs'])} | {r['bytes'] / gb:.2f} GB | {f['done']:.1f} s | {p['seconds']:.1f} s "
-                     f"({tokenizer:.0f} + {encode:.0f}) | {p['seconds'] / f['done']:.2f}x | "
-                     f"{p['peak_pss'] / gb:.2f} GB | {t['first_update']:.1f} s | {t['update_10_peak_pss'] / gb:.2f} GB "
-                     f"| {before} |")
+        before = (
+            f"{b['first_update']:.1f} s | {b['update_10_peak_pss'] / gb:.2f} GB"
+            if b and "first_update" in b
+            else "not run | -"
+        )
+        lines.append(
+            f"| {label(r['pairs'])} | {r['bytes'] / gb:.2f} GB | {f['done']:.1f} s | {p['seconds']:.1f} s "
+            f"({tokenizer:.0f} + {encode:.0f}) | {p['seconds'] / f['done']:.2f}x | "
+            f"{p['peak_pss'] / gb:.2f} GB | {t['first_update']:.1f} s | {t['update_10_peak_pss'] / gb:.2f} GB "
+            f"| {before} |"
+        )
     return "\n".join(lines)
 
 
@@ -248,15 +272,27 @@ def plot(rows: list[dict], path: Path) -> None:
     left.plot(pairs, [r["floor"]["done"] for r in rows], "k--", marker="o", label="floor: SentencePiece alone")
     left.plot(pairs, [r["prepare"]["seconds"] for r in rows], marker="o", label="vaswani prepare")
     left.plot(pairs, [r["train"]["first_update"] for r in rows], marker="s", label="first update, prepared data")
-    left.plot([r["pairs"] for r in before], [r["before"]["first_update"] for r in before], marker="x",
-              label="first update, in-memory path (before)")
+    left.plot(
+        [r["pairs"] for r in before],
+        [r["before"]["first_update"] for r in before],
+        marker="x",
+        label="first update, in-memory path (before)",
+    )
     left.set(xscale="log", yscale="log", xlabel="sentence pairs", ylabel="seconds", title="time")
     gb = 1e9
     right.plot(pairs, [r["prepare"]["peak_pss"] / gb for r in rows], marker="o", label="vaswani prepare, peak")
-    right.plot(pairs, [r["train"]["update_10_peak_pss"] / gb for r in rows], marker="s",
-               label="training to update 10, prepared data")
-    right.plot([r["pairs"] for r in before], [r["before"]["update_10_peak_pss"] / gb for r in before], marker="x",
-               label="training to update 10, in-memory path (before)")
+    right.plot(
+        pairs,
+        [r["train"]["update_10_peak_pss"] / gb for r in rows],
+        marker="s",
+        label="training to update 10, prepared data",
+    )
+    right.plot(
+        [r["pairs"] for r in before],
+        [r["before"]["update_10_peak_pss"] / gb for r in before],
+        marker="x",
+        label="training to update 10, in-memory path (before)",
+    )
     right.set(xscale="log", xlabel="sentence pairs", ylabel="GB (PSS of the process tree)", title="memory")
     for ax in (left, right):
         ax.grid(True, which="both", alpha=0.3)

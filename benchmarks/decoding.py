@@ -87,8 +87,10 @@ def main() -> None:
     src_path = args.src or ROOT / f"../shared/data/multi30k/raw/test_2016_flickr.{lang}.gz"
     lines = read_lines(src_path)[: args.sentences]
     sources = translator.tokenizer.encode_src(lines)
-    print(f"model {args.model_dir}: {translator.model.num_parameters():,} parameters; {len(lines)} sentences "
-          f"of {src_path}; torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(
+        f"model {args.model_dir}: {translator.model.num_parameters():,} parameters; {len(lines)} sentences "
+        f"of {src_path}; torch {torch.__version__}, {torch.get_num_threads()} threads"
+    )
     print("\n| search | cached tok/s | uncached tok/s | speed-up |\n|---|---|---|---|")
     for beam in (1, 4):
         r = search_speed(translator, sources, beam, args.batch_size)

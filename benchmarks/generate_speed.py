@@ -38,11 +38,18 @@ def main() -> None:
     args = parser.parse_args()
     generator = Generator.load(args.model_dir, "cpu")
     prompt = generator.encode(args.prompt)
-    results = {"model_dir": args.model_dir, "cpu": cpu_name(), "threads": torch.get_num_threads(),
-               "parameters": generator.model.num_parameters(), "prompt_tokens": len(prompt), "lengths": {}}
+    results = {
+        "model_dir": args.model_dir,
+        "cpu": cpu_name(),
+        "threads": torch.get_num_threads(),
+        "parameters": generator.model.num_parameters(),
+        "prompt_tokens": len(prompt),
+        "lengths": {},
+    }
     for n in (int(x) for x in args.lengths.split(",")):
-        same = (generator.generate_ids(prompt, n, greedy_search=True)
-                == generator.generate_ids(prompt, n, greedy_search=True, cache=False))
+        same = generator.generate_ids(prompt, n, greedy_search=True) == generator.generate_ids(
+            prompt, n, greedy_search=True, cache=False
+        )
         times = {"cached": [], "uncached": []}
         for _ in range(args.repeats):
             for way in times:
@@ -53,8 +60,11 @@ def main() -> None:
         row["speedup"] = row["cached"] / row["uncached"]
         row["greedy_outputs_equal"] = same
         results["lengths"][n] = row
-        print(f"{n} tokens: cached {row['cached']:,.0f} tok/s, uncached {row['uncached']:,.0f} tok/s, "
-              f"{row['speedup']:.1f}x; greedy outputs equal: {same}", flush=True)
+        print(
+            f"{n} tokens: cached {row['cached']:,.0f} tok/s, uncached {row['uncached']:,.0f} tok/s, "
+            f"{row['speedup']:.1f}x; greedy outputs equal: {same}",
+            flush=True,
+        )
     Path(args.output).write_text(json.dumps(results, indent=1) + "\n")
 
 

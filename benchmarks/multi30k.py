@@ -94,16 +94,35 @@ def main() -> None:
             tok_bleu = tok_lc_bleu(hypotheses, read_lines(tok_ref), tgt_lang)[0].score if tok_ref else float("nan")
             print(bleu_line)
             lc_bleu = evaluate.bleu(hypotheses, references, lowercase=True).score
-            rows.append((recipe, test, search, bleu.score, lc_bleu, tok_bleu, chrf.score,
-                         translator.model.num_parameters(), minutes, rate, len(sources) / seconds))
-    print(f"\n{cpu_name()}, torch {torch.__version__}, {torch.get_num_threads()} threads; averaged checkpoints "
-          "(none for a recipe annealed to zero)")
-    print("| recipe | test set | search | sacreBLEU | sacreBLEU -lc | tok-lc BLEU | chrF | parameters | training min | "
-          "train tok/s | translate sent/s |")
+            rows.append(
+                (
+                    recipe,
+                    test,
+                    search,
+                    bleu.score,
+                    lc_bleu,
+                    tok_bleu,
+                    chrf.score,
+                    translator.model.num_parameters(),
+                    minutes,
+                    rate,
+                    len(sources) / seconds,
+                )
+            )
+    print(
+        f"\n{cpu_name()}, torch {torch.__version__}, {torch.get_num_threads()} threads; averaged checkpoints "
+        "(none for a recipe annealed to zero)"
+    )
+    print(
+        "| recipe | test set | search | sacreBLEU | sacreBLEU -lc | tok-lc BLEU | chrF | parameters | training min | "
+        "train tok/s | translate sent/s |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for recipe, test, search, bleu, lc_bleu, tok, chrf, params, minutes, rate, speed in rows:
-        print(f"| {recipe} | {test} | {search} | {bleu:.1f} | {lc_bleu:.1f} | {tok:.1f} | {chrf:.1f} | {params:,} | "
-              f"{minutes:.0f} | {rate:,.0f} | {speed:.0f} |")
+        print(
+            f"| {recipe} | {test} | {search} | {bleu:.1f} | {lc_bleu:.1f} | {tok:.1f} | {chrf:.1f} | {params:,} | "
+            f"{minutes:.0f} | {rate:,.0f} | {speed:.0f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -18,8 +18,12 @@ from vaswani import ModelConfig
 from vaswani.precision import choose
 from vaswani.runtime import cpu_name
 
-CASES = [("training, 4,000 tokens", 4000, True), ("decoding, 64 x beam 4", 256, False),
-         ("decoding, 64 greedy", 64, False), ("decoding, 1 x beam 4", 4, False)]
+CASES = [
+    ("training, 4,000 tokens", 4000, True),
+    ("decoding, 64 x beam 4", 256, False),
+    ("decoding, 64 greedy", 64, False),
+    ("decoding, 1 x beam 4", 4, False),
+]
 
 
 def main() -> None:

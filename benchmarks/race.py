@@ -39,8 +39,8 @@ from vaswani.config import Config
 from vaswani.data.batching import collate
 from vaswani.data.corpus import read_lines
 from vaswani.data.tokenizer import Tokenizer
-from vaswani.decode.ct2_engine import converted
 from vaswani.decode.search import beam_search, greedy, length_batches
+from vaswani.export.ctranslate2 import converted
 from vaswani.model_dir import WEIGHTS, load_model, save_weights, weights_of, write_model_directory
 from vaswani.precision import bf16_emulated
 from vaswani.runtime import cpu_name, keep_freed_memory
@@ -54,12 +54,27 @@ def marian(c: ModelConfig) -> nn.Module:
     from transformers import MarianConfig, MarianMTModel
 
     config = MarianConfig(
-        vocab_size=c.src_vocab_size, decoder_vocab_size=c.tgt_vocab_size, d_model=c.d_model,
-        encoder_layers=c.n_layers, decoder_layers=c.decoder_layers, encoder_attention_heads=c.n_heads,
-        decoder_attention_heads=c.n_heads, encoder_ffn_dim=c.d_ff, decoder_ffn_dim=c.d_ff, dropout=c.dropout,
-        attention_dropout=0.0, activation_dropout=0.0, activation_function="relu", scale_embedding=True,
-        share_encoder_decoder_embeddings=True, tie_word_embeddings=True, max_position_embeddings=512,
-        pad_token_id=c.pad_id, eos_token_id=c.eos_id, decoder_start_token_id=c.bos_id, forced_eos_token_id=None,
+        vocab_size=c.src_vocab_size,
+        decoder_vocab_size=c.tgt_vocab_size,
+        d_model=c.d_model,
+        encoder_layers=c.n_layers,
+        decoder_layers=c.decoder_layers,
+        encoder_attention_heads=c.n_heads,
+        decoder_attention_heads=c.n_heads,
+        encoder_ffn_dim=c.d_ff,
+        decoder_ffn_dim=c.d_ff,
+        dropout=c.dropout,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        activation_function="relu",
+        scale_embedding=True,
+        share_encoder_decoder_embeddings=True,
+        tie_word_embeddings=True,
+        max_position_embeddings=512,
+        pad_token_id=c.pad_id,
+        eos_token_id=c.eos_id,
+        decoder_start_token_id=c.bos_id,
+        forced_eos_token_id=None,
     )
     return MarianMTModel(config)
 
@@ -72,22 +87,29 @@ class MarianLogits(nn.Module):
         self.model, self.pad_id = model, pad_id
 
     def forward(self, src, tgt_in):
-        return self.model(input_ids=src, attention_mask=(src != self.pad_id).long(), decoder_input_ids=tgt_in,
-                          decoder_attention_mask=(tgt_in != self.pad_id).long()).logits
+        return self.model(
+            input_ids=src,
+            attention_mask=(src != self.pad_id).long(),
+            decoder_input_ids=tgt_in,
+            decoder_attention_mask=(tgt_in != self.pad_id).long(),
+        ).logits
 
 
 def vaswani_loss(model: Transformer, batch: tuple) -> torch.Tensor:
     src, tgt_in, tgt_out = batch
-    total, tokens = label_smoothed_cross_entropy(model.hidden_states(src, tgt_in), model.generator_weight, tgt_out,
-                                                 0.1, model.config.pad_id)
+    total, tokens = label_smoothed_cross_entropy(
+        model.hidden_states(src, tgt_in), model.output_weight, tgt_out, 0.1, model.config.pad_id
+    )
     return total / tokens
 
 
 def train_race(config: ModelConfig, batches: list, steps: int, warmup: int, bf16: bool) -> dict[str, float]:
     torch.manual_seed(0)
-    runs = {"vaswani": (Transformer(config), vaswani_loss),
-            "Marian (HF)": (MarianLogits(marian(config), config.pad_id), logits_loss),
-            "torch.nn.Transformer": (TorchBaseline(config), logits_loss)}
+    runs = {
+        "vaswani": (Transformer(config), vaswani_loss),
+        "Marian (HF)": (MarianLogits(marian(config), config.pad_id), logits_loss),
+        "torch.nn.Transformer": (TorchBaseline(config), logits_loss),
+    }
     rates = alternate(runs, batches, steps, warmup, bf16)
     dtype = torch.bfloat16 if bf16 else torch.float32
     floor = []
@@ -101,8 +123,9 @@ def train_race(config: ModelConfig, batches: list, steps: int, warmup: int, bf16
 DECODERS = ("vaswani", "CTranslate2 float32", "CTranslate2 int8", "Marian (HF) generate")
 
 
-def _decode_worker(decoder: str, model_dir: str, batches: list[list[list[int]]], beam: int, steps: int,
-                   bf16: bool, device: str) -> float:
+def _decode_worker(
+    decoder: str, model_dir: str, batches: list[list[list[int]]], beam: int, steps: int, bf16: bool, device: str
+) -> float:
     """Seconds one decoder takes for all `batches`, exactly `steps` steps per sentence, in a fresh process."""
     torch.set_num_threads(THREADS)
     keep_freed_memory()
@@ -114,14 +137,22 @@ def _decode_worker(decoder: str, model_dir: str, batches: list[list[list[int]]],
         import ctranslate2
 
         tokenizer = Tokenizer.load(model_dir)
-        translator = ctranslate2.Translator(str(Path(model_dir) / "ctranslate2"), device=device.type,
-                                            intra_threads=THREADS,
-                                            compute_type=decoder.split()[-1] if not bf16 else "bfloat16")
+        translator = ctranslate2.Translator(
+            str(Path(model_dir) / "ctranslate2"),
+            device=device.type,
+            intra_threads=THREADS,
+            compute_type=decoder.split()[-1] if not bf16 else "bfloat16",
+        )
         piece = tokenizer.src.id_to_piece
 
         def run(sources):
-            out = translator.translate_batch([[piece(i) for i in s] for s in sources], beam_size=beam,
-                                             max_decoding_length=steps, min_decoding_length=steps, max_batch_size=0)
+            out = translator.translate_batch(
+                [[piece(i) for i in s] for s in sources],
+                beam_size=beam,
+                max_decoding_length=steps,
+                min_decoding_length=steps,
+                max_batch_size=0,
+            )
             assert all(len(r.hypotheses[0]) == steps for r in out)
     elif decoder.startswith("Marian"):
         from vaswani.export.huggingface import to_marian
@@ -130,11 +161,19 @@ def _decode_worker(decoder: str, model_dir: str, batches: list[list[list[int]]],
 
         def run(sources):
             src = collate([(s, []) for s in sources], c.pad_id, c.bos_id, c.eos_id).src.to(device)
-            generated = marian.generate(input_ids=src, attention_mask=(src != c.pad_id).long(), num_beams=beam,
-                                        do_sample=False, min_new_tokens=steps, max_new_tokens=steps,
-                                        early_stopping=False, use_cache=True)
+            generated = marian.generate(
+                input_ids=src,
+                attention_mask=(src != c.pad_id).long(),
+                num_beams=beam,
+                do_sample=False,
+                min_new_tokens=steps,
+                max_new_tokens=steps,
+                early_stopping=False,
+                use_cache=True,
+            )
             assert generated.size(1) == steps + 1  # decoder start token + steps
     else:
+
         def run(sources):
             src = collate([(s, []) for s in sources], c.pad_id, c.bos_id, c.eos_id).src.to(device)
             if beam == 1:
@@ -156,8 +195,17 @@ def _decode_worker(decoder: str, model_dir: str, batches: list[list[list[int]]],
         return time.perf_counter() - began
 
 
-def decode_race(model_dir: Path, sources: list[list[int]], beam: int, steps: int, batch_size: int, bf16: bool,
-                rounds: int, device: str = "cpu", decoders: tuple[str, ...] = DECODERS) -> dict[str, float]:
+def decode_race(
+    model_dir: Path,
+    sources: list[list[int]],
+    beam: int,
+    steps: int,
+    batch_size: int,
+    bf16: bool,
+    rounds: int,
+    device: str = "cpu",
+    decoders: tuple[str, ...] = DECODERS,
+) -> dict[str, float]:
     """Target tokens/s (sentences x steps / seconds) of each decoder on the same batches: each decoder runs
     alone in a fresh process (two OpenMP runtimes in one process, torch's and CTranslate2's, slow each
     other's small products down ~2x once both have run), decoders alternate, the median of `rounds`."""
@@ -172,20 +220,24 @@ def decode_race(model_dir: Path, sources: list[list[int]], beam: int, steps: int
                 if name.endswith("int8") or "bfloat16" not in ctranslate2.get_supported_compute_types(device):
                     continue
             with concurrent.futures.ProcessPoolExecutor(1, mp_context=spawn) as pool:
-                seconds[name].append(pool.submit(_decode_worker, name, str(model_dir), batches, beam, steps,
-                                                 bf16, device).result())
+                seconds[name].append(
+                    pool.submit(_decode_worker, name, str(model_dir), batches, beam, steps, bf16, device).result()
+                )
     c = load_model(model_dir)[1].model
     tokens = len(sources) * steps
     rates = {name: tokens / statistics.median(s) for name, s in seconds.items() if s}
     if device != "cpu":  # the floor times CPU products
         return rates
-    floor = sum(decoding_seconds(c, len(b), max(map(len, b)) + 1, len(b) * beam, steps,
-                                 torch.bfloat16 if bf16 else torch.float32) for b in batches)
+    floor = sum(
+        decoding_seconds(
+            c, len(b), max(map(len, b)) + 1, len(b) * beam, steps, torch.bfloat16 if bf16 else torch.float32
+        )
+        for b in batches
+    )
     return {**rates, "matrix-product floor": tokens / floor}
 
 
-def _decoding_model(model_dir: str | None, config: ModelConfig, tokenizer: Tokenizer, tmp: Path,
-                    ct2: bool) -> Path:
+def _decoding_model(model_dir: str | None, config: ModelConfig, tokenizer: Tokenizer, tmp: Path, ct2: bool) -> Path:
     """A model directory for every decoder: the trained one given, or an untrained `config` model with
     `tokenizer`; its CTranslate2 conversion (float32, made by vaswani.export) inside it."""
     if model_dir:
@@ -211,15 +263,23 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--sentences", type=int, default=1000, help="test_2016_flickr sentences to decode")
     parser.add_argument("--steps", type=int, default=20, help="decoding steps per sentence")
-    parser.add_argument("--batch-sizes", type=lambda v: [int(x) for x in v.split(",")], default=[64, 1],
-                        help="sentences per decoding batch, comma-separated")
+    parser.add_argument(
+        "--batch-sizes",
+        type=lambda v: [int(x) for x in v.split(",")],
+        default=[64, 1],
+        help="sentences per decoding batch, comma-separated",
+    )
     parser.add_argument("--tokenizer", help="a model directory whose tokenizer to use (default: train one)")
     parser.add_argument("--only", choices=["training", "decoding"], help="run one of the two races")
     parser.add_argument("--model-dir", help="decode with this trained model (default: an untrained --preset model)")
     parser.add_argument("--rounds", type=int, default=3, help="decoding: runs of each decoder, alternating")
     parser.add_argument("--device", default="cpu", help="decoding: cpu or cuda")
-    parser.add_argument("--decoders", type=lambda v: tuple(v.split(",")), default=DECODERS,
-                        help=f"decoding: comma-separated subset of {','.join(DECODERS)}")
+    parser.add_argument(
+        "--decoders",
+        type=lambda v: tuple(v.split(",")),
+        default=DECODERS,
+        help=f"decoding: comma-separated subset of {','.join(DECODERS)}",
+    )
     parser.add_argument("--data", type=Path, default=DATA, help="Multi30k's raw/ directory")
     args = parser.parse_args()
     keep_freed_memory()  # for every contender alike
@@ -236,11 +296,13 @@ def main() -> None:
     if args.model_dir:
         config = load_model(args.model_dir)[1].model
     device = torch.cuda.get_device_name() if args.device.startswith("cuda") else cpu_name()
-    print(f"# {device}, torch {torch.__version__}, transformers {transformers.__version__}, "
-          f"{torch.get_num_threads()} threads; d_model {config.d_model}, "
-          f"{config.n_layers}+{config.decoder_layers} layers, {config.n_heads} heads, d_ff {config.d_ff}, "
-          f"dropout {config.dropout}, vocabulary "
-          f"{config.src_vocab_size}")
+    print(
+        f"# {device}, torch {torch.__version__}, transformers {transformers.__version__}, "
+        f"{torch.get_num_threads()} threads; d_model {config.d_model}, "
+        f"{config.n_layers}+{config.decoder_layers} layers, {config.n_heads} heads, d_ff {config.d_ff}, "
+        f"dropout {config.dropout}, vocabulary "
+        f"{config.src_vocab_size}"
+    )
     pairs = list(zip(tokenizer.encode_src(de[:12000]), tokenizer.encode_tgt(en[:12000]), strict=True))
     batches = make_batches([(len(s) + 1, len(t) + 1) for s, t in pairs], 4000, args.vocab_size)
     sources = tokenizer.encode_src(read_lines(data / "test_2016_flickr.de.gz")[: args.sentences])
@@ -252,14 +314,18 @@ def main() -> None:
             ct2 = any(name.startswith("CTranslate2") for name in args.decoders)
             model_dir = _decoding_model(args.model_dir, config, tokenizer, Path(tmp), ct2)
             version = f"ctranslate2 {__import__('ctranslate2').__version__}; " if ct2 else ""
-            print(f"\n# decoding on {args.device}: {model_dir if args.model_dir else 'untrained ' + args.preset} "
-                  f"model; {version}each decoder alone in a fresh process, median of {args.rounds} rounds")
+            print(
+                f"\n# decoding on {args.device}: {model_dir if args.model_dir else 'untrained ' + args.preset} "
+                f"model; {version}each decoder alone in a fresh process, median of {args.rounds} rounds"
+            )
             decode_table(model_dir, sources, args.steps, args.batch_sizes, args.rounds, args.device, args.decoders)
 
 
 def train_table(config: ModelConfig, batches: list, steps: int, warmup: int) -> None:
-    print("\n| training | vaswani tok/s | Marian (HF) tok/s | torch.nn.Transformer tok/s | vs faster peer "
-          "| matrix-product floor tok/s | floor vs faster peer |")
+    print(
+        "\n| training | vaswani tok/s | Marian (HF) tok/s | torch.nn.Transformer tok/s | vs faster peer "
+        "| matrix-product floor tok/s | floor vs faster peer |"
+    )
     print("|---|---|---|---|---|---|---|")
     for bf16 in (False, True):
         if bf16 and (reason := bf16_emulated()):
@@ -268,15 +334,26 @@ def train_table(config: ModelConfig, batches: list, steps: int, warmup: int) -> 
         r = train_race(config, batches, steps, warmup, bf16)
         peer = max(r["Marian (HF)"], r["torch.nn.Transformer"])
         floor = r["matrix-product floor"]
-        print(f"| {'bf16 autocast' if bf16 else 'fp32'} | {r['vaswani']:,.0f} | {r['Marian (HF)']:,.0f} | "
-              f"{r['torch.nn.Transformer']:,.0f} | {r['vaswani'] / peer:.2f}x | {floor:,.0f} | {floor / peer:.2f}x |",
-              flush=True)
+        print(
+            f"| {'bf16 autocast' if bf16 else 'fp32'} | {r['vaswani']:,.0f} | {r['Marian (HF)']:,.0f} | "
+            f"{r['torch.nn.Transformer']:,.0f} | {r['vaswani'] / peer:.2f}x | {floor:,.0f} | {floor / peer:.2f}x |",
+            flush=True,
+        )
 
 
-def decode_table(model_dir: Path, sources: list[list[int]], steps: int, batch_sizes: list[int], rounds: int,
-                 device: str = "cpu", decoders: tuple[str, ...] = DECODERS) -> None:
-    print(f"\n| decoding ({steps} steps/sentence) | sentences | vaswani tok/s | CTranslate2 float32 | "
-          "CTranslate2 int8 | Marian (HF) generate | vaswani vs CTranslate2 float32 | matrix-product floor |")
+def decode_table(
+    model_dir: Path,
+    sources: list[list[int]],
+    steps: int,
+    batch_sizes: list[int],
+    rounds: int,
+    device: str = "cpu",
+    decoders: tuple[str, ...] = DECODERS,
+) -> None:
+    print(
+        f"\n| decoding ({steps} steps/sentence) | sentences | vaswani tok/s | CTranslate2 float32 | "
+        "CTranslate2 int8 | Marian (HF) generate | vaswani vs CTranslate2 float32 | matrix-product floor |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for batch_size in batch_sizes:
         subset = sources[: min(len(sources), 100 * batch_size)]  # at most 100 batches: small ones take long
@@ -291,9 +368,12 @@ def decode_table(model_dir: Path, sources: list[list[int]], steps: int, batch_si
 
                 cell = {key: f"{r[key]:,.0f}" if key in r else "-" for key in (*DECODERS, "matrix-product floor")}
                 ratio = f"{r['vaswani'] / ct2:.2f}x" if ct2 else "-"
-                print(f"| {name} | {len(subset)} | {cell['vaswani']} | {cell['CTranslate2 float32']} | "
-                      f"{cell['CTranslate2 int8']} | {cell['Marian (HF) generate']} | {ratio} | "
-                      f"{cell['matrix-product floor']} |", flush=True)
+                print(
+                    f"| {name} | {len(subset)} | {cell['vaswani']} | {cell['CTranslate2 float32']} | "
+                    f"{cell['CTranslate2 int8']} | {cell['Marian (HF) generate']} | {ratio} | "
+                    f"{cell['matrix-product floor']} |",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -54,8 +54,15 @@ def rss(pid: int) -> int:
     return 0
 
 
-async def phase(url: str, clients: int, seconds: float, sentences: list[str], malformed: float, seed: int,
-                per_request: tuple[int, int] = (1, 1)) -> dict:
+async def phase(
+    url: str,
+    clients: int,
+    seconds: float,
+    sentences: list[str],
+    malformed: float,
+    seed: int,
+    per_request: tuple[int, int] = (1, 1),
+) -> dict:
     """`clients` loops sending requests for `seconds`; counts and latencies."""
     statuses: Counter = Counter()
     bad_statuses: Counter = Counter()
@@ -91,12 +98,16 @@ async def phase(url: str, clients: int, seconds: float, sentences: list[str], ma
     good = sum(statuses.values())
     latencies.sort()
     return {
-        "clients": clients, "seconds": round(elapsed, 1), "requests_per_s": round(good / elapsed, 2),
+        "clients": clients,
+        "seconds": round(elapsed, 1),
+        "requests_per_s": round(good / elapsed, 2),
         "sentences_per_s": round(done_sentences / elapsed, 2),
         "p50_ms": round(1000 * statistics.median(latencies), 1) if latencies else None,
         "p99_ms": round(1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))], 1)
-        if latencies else None,
-        "good_by_status": dict(statuses), "malformed_by_status": dict(bad_statuses),
+        if latencies
+        else None,
+        "good_by_status": dict(statuses),
+        "malformed_by_status": dict(bad_statuses),
     }
 
 
@@ -110,8 +121,9 @@ def serve_and_load(model_dir: str, server_args: list[str], clients: list[int], a
         phases = []
         for n in clients:
             before = httpx.get(f"{url}/health").json()
-            result = asyncio.run(phase(url, n, args.seconds, sentences, args.malformed, seed=n,
-                                       per_request=args.per_request))
+            result = asyncio.run(
+                phase(url, n, args.seconds, sentences, args.malformed, seed=n, per_request=args.per_request)
+            )
             after = httpx.get(f"{url}/health").json()
             batches = after["batches"] - before["batches"]
             result["mean_batch_requests"] = round((after["requests"] - before["requests"]) / max(batches, 1), 1)
@@ -119,8 +131,13 @@ def serve_and_load(model_dir: str, server_args: list[str], clients: list[int], a
             phases.append(result)
         memory_end = rss(process.pid)
         still = httpx.post(f"{url}/v1/translate", json={"text": [sentences[0]]}, timeout=60).status_code
-        return {"server_args": server_args, "phases": phases, "rss_start": memory_start, "rss_end": memory_end,
-                "answers_after": still == 200}
+        return {
+            "server_args": server_args,
+            "phases": phases,
+            "rss_start": memory_start,
+            "rss_end": memory_end,
+            "answers_after": still == 200,
+        }
     finally:
         server.stop(60)
 
@@ -145,8 +162,9 @@ def main() -> None:
     alone = serve_and_load(args.model_dir, ["--no-batching"], [max(clients)], args, sentences)
     runs = {"batching": batched, "one_at_a_time": alone}
     checks = check(runs)
-    Path(args.results).write_text(json.dumps({"cpu": cpu(), "per_request": args.per_request, "runs": runs,
-                                              "checks": checks}, indent=1) + "\n")
+    Path(args.results).write_text(
+        json.dumps({"cpu": cpu(), "per_request": args.per_request, "runs": runs, "checks": checks}, indent=1) + "\n"
+    )
     print(table(runs, checks))
     if not all(checks.values()):
         raise SystemExit(f"failed: {[name for name, ok in checks.items() if not ok]}")
@@ -159,28 +177,36 @@ def check(runs: dict) -> dict[str, bool]:
     alone = runs["one_at_a_time"]["phases"][0]
     return {
         "batching >= 5x one-at-a-time sentences/s": batched["sentences_per_s"] >= 5 * alone["sentences_per_s"],
-        "no 5xx": all(not isinstance(s, int) or s < 500 for p in phases
-                      for s in [*p["good_by_status"], *p["malformed_by_status"]]),
+        "no 5xx": all(
+            not isinstance(s, int) or s < 500 for p in phases for s in [*p["good_by_status"], *p["malformed_by_status"]]
+        ),
         "every good request 200": all(set(p["good_by_status"]) <= {200} for p in phases),
-        "every malformed request 4xx": all(isinstance(s, int) and 400 <= s < 500 for p in phases
-                                           for s in p["malformed_by_status"]),
+        "every malformed request 4xx": all(
+            isinstance(s, int) and 400 <= s < 500 for p in phases for s in p["malformed_by_status"]
+        ),
         "memory growth < 10%": all(run["rss_end"] < 1.1 * run["rss_start"] for run in runs.values()),
         "answers after": all(run["answers_after"] for run in runs.values()),
     }
 
 
 def table(runs: dict, checks: dict) -> str:
-    lines = ["| server | clients | requests/s | sentences/s | p50 ms | p99 ms | good (status: n) | malformed "
-             "(status: n) |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| server | clients | requests/s | sentences/s | p50 ms | p99 ms | good (status: n) | malformed (status: n) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for name, run in runs.items():
         for p in run["phases"]:
             statuses = lambda d: ", ".join(f"{k}: {v}" for k, v in sorted(d.items(), key=str))  # noqa: E731
-            lines.append(f"| {name.replace('_', ' ')} | {p['clients']} | {p['requests_per_s']} | "
-                         f"{p['sentences_per_s']} | {p['p50_ms']} | {p['p99_ms']} | {statuses(p['good_by_status'])} | "
-                         f"{statuses(p['malformed_by_status'])} |")
+            lines.append(
+                f"| {name.replace('_', ' ')} | {p['clients']} | {p['requests_per_s']} | "
+                f"{p['sentences_per_s']} | {p['p50_ms']} | {p['p99_ms']} | {statuses(p['good_by_status'])} | "
+                f"{statuses(p['malformed_by_status'])} |"
+            )
     for name, run in runs.items():
-        lines.append(f"\n{name}: server RSS {run['rss_start'] / 2**20:.0f} MiB at start, "
-                     f"{run['rss_end'] / 2**20:.0f} MiB at end; answers after: {run['answers_after']}")
+        lines.append(
+            f"\n{name}: server RSS {run['rss_start'] / 2**20:.0f} MiB at start, "
+            f"{run['rss_end'] / 2**20:.0f} MiB at end; answers after: {run['answers_after']}"
+        )
     lines += ["", *(f"- {'ok' if ok else 'FAILED'}: {name}" for name, ok in checks.items())]
     return "\n".join(lines)
 

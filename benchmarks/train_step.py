@@ -48,17 +48,31 @@ class TorchBaseline(nn.Module):
         self.tokens = TokenEmbedding(c.src_vocab_size, c.d_model)
         self.src_embed = Embeddings(self.tokens, SinusoidalPositions(c.d_model), c.dropout)
         self.tgt_embed = Embeddings(self.tokens, SinusoidalPositions(c.d_model), c.dropout)
-        self.core = nn.Transformer(c.d_model, c.n_heads, c.n_layers, c.decoder_layers, c.d_ff, c.dropout,
-                                   batch_first=True, layer_norm_eps=c.layer_norm_eps)
+        self.core = nn.Transformer(
+            c.d_model,
+            c.n_heads,
+            c.n_layers,
+            c.decoder_layers,
+            c.d_ff,
+            c.dropout,
+            batch_first=True,
+            layer_norm_eps=c.layer_norm_eps,
+        )
         self.core.encoder.norm = None
         self.core.decoder.norm = None
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         causal = nn.Transformer.generate_square_subsequent_mask(tgt_in.size(1))
         src_pad, tgt_pad = src == self.pad_id, tgt_in == self.pad_id
-        hidden = self.core(self.src_embed(src), self.tgt_embed(tgt_in), tgt_mask=causal, tgt_is_causal=True,
-                           src_key_padding_mask=src_pad, tgt_key_padding_mask=tgt_pad,
-                           memory_key_padding_mask=src_pad)
+        hidden = self.core(
+            self.src_embed(src),
+            self.tgt_embed(tgt_in),
+            tgt_mask=causal,
+            tgt_is_causal=True,
+            src_key_padding_mask=src_pad,
+            tgt_key_padding_mask=tgt_pad,
+            memory_key_padding_mask=src_pad,
+        )
         return F.linear(hidden, self.tokens.weight)
 
 
@@ -124,11 +138,14 @@ def measure(config: ModelConfig, batches: list[tuple], steps: int, warmup: int, 
     return alternate(runs, batches, steps, warmup, autocast)
 
 
-def alternate(runs: dict[str, tuple[nn.Module, Callable]], batches: list[tuple], steps: int, warmup: int,
-              autocast: bool) -> dict[str, float]:
+def alternate(
+    runs: dict[str, tuple[nn.Module, Callable]], batches: list[tuple], steps: int, warmup: int, autocast: bool
+) -> dict[str, float]:
     """Target tokens/s of each (model, loss_fn) (median over steps), steps alternating between the models."""
-    optims = {name: torch.optim.Adam(m.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
-              for name, (m, _) in runs.items()}
+    optims = {
+        name: torch.optim.Adam(m.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
+        for name, (m, _) in runs.items()
+    }
     rates: dict[str, list[float]] = {name: [] for name in runs}
     for i in range(warmup + steps):
         batch = batches[i % len(batches)]
@@ -157,10 +174,12 @@ def main() -> None:
     config = ModelConfig.preset(args.preset, vocab_size=args.vocab_size, **overrides)
     batches = make_batches(multi30k_lengths(12000), args.max_tokens, args.vocab_size)
     tokens = statistics.mean(int((b[2] != 0).sum()) for b in batches)
-    print(f"# {cpu_name()}, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads; preset {args.preset} (d_model {config.d_model}, "
-          f"{config.n_layers}+{config.decoder_layers} layers, dropout {config.dropout}), vocabulary "
-          f"{args.vocab_size}, {len(batches)} batches of ~{tokens:.0f} target tokens")
+    print(
+        f"# {cpu_name()}, torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads; preset {args.preset} (d_model {config.d_model}, "
+        f"{config.n_layers}+{config.decoder_layers} layers, dropout {config.dropout}), vocabulary "
+        f"{args.vocab_size}, {len(batches)} batches of ~{tokens:.0f} target tokens"
+    )
     print("| precision | vaswani tok/s | torch.nn.Transformer tok/s | ratio |")
     print("|---|---|---|---|")
     for dtype in args.dtypes.split(","):

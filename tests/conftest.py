@@ -40,12 +40,21 @@ def write_tiny_model_directory(directory: Path, **decode) -> Path:
     src = read_lines(MULTI30K / "raw/val.de.gz")
     tgt = read_lines(MULTI30K / "raw/val.en.gz")
     tokenizer = Tokenizer.train(src, tgt, 600, "bpe", joint=True, directory=directory)
-    config = Config.from_dict({
-        "model": {"d_model": 32, "n_heads": 2, "d_ff": 64, "n_layers": 2, "max_positions": 40,
-                  "src_vocab_size": tokenizer.src_vocab_size, "tgt_vocab_size": tokenizer.tgt_vocab_size},
-        "data": {"train_src": str(MULTI30K / "raw/train.de.gz"), "train_tgt": str(MULTI30K / "raw/train.en.gz")},
-        "decode": {"max_len_b": 6, "batch_size": 3, **decode},
-    })
+    config = Config.from_dict(
+        {
+            "model": {
+                "d_model": 32,
+                "n_heads": 2,
+                "d_ff": 64,
+                "n_layers": 2,
+                "max_positions": 40,
+                "src_vocab_size": tokenizer.src_vocab_size,
+                "tgt_vocab_size": tokenizer.tgt_vocab_size,
+            },
+            "data": {"train_src": str(MULTI30K / "raw/train.de.gz"), "train_tgt": str(MULTI30K / "raw/train.en.gz")},
+            "decode": {"max_len_b": 6, "batch_size": 3, **decode},
+        }
+    )
     torch.manual_seed(0)
     ckpt.write_model_directory(directory, config)
     ckpt.save_weights(ckpt.weights_of(Transformer(config.model)), directory / ckpt.WEIGHTS)

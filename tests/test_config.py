@@ -1,6 +1,8 @@
 import dataclasses
+from pathlib import Path
 
 import pytest
+import yaml
 
 from vaswani import ConfigError, ModelConfig
 
@@ -9,7 +11,12 @@ def test_defaults_are_the_paper_base_model():
     c = ModelConfig()
     assert (c.d_model, c.n_heads, c.d_ff, c.n_layers, c.decoder_layers, c.d_head) == (512, 8, 2048, 6, 6, 64)
     assert (c.dropout, c.norm_first, c.positions, c.share_embeddings, c.activation) == (
-        0.1, False, "sinusoidal", True, "relu")
+        0.1,
+        False,
+        "sinusoidal",
+        True,
+        "relu",
+    )
 
 
 def test_big_preset_is_table_3():
@@ -35,8 +42,17 @@ def test_shared_embeddings_need_one_vocabulary():
     assert ModelConfig(src_vocab_size=100, tgt_vocab_size=200, share_embeddings=False).tgt_vocab_size == 200
 
 
-@pytest.mark.parametrize("field,value", [("dropout", 1.0), ("n_layers", 0), ("activation", "tanh"),
-                                         ("positions", "rotary"), ("pad_id", 99999), ("eos_id", 0)])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("dropout", 1.0),
+        ("n_layers", 0),
+        ("activation", "tanh"),
+        ("positions", "rotary"),
+        ("pad_id", 99999),
+        ("eos_id", 0),
+    ],
+)
 def test_invalid_values_are_rejected_by_name(field, value):
     with pytest.raises(ConfigError, match=field):
         ModelConfig(**{field: value})
@@ -61,14 +77,17 @@ def test_yaml_recipe_with_overrides_and_number_strings(tmp_path):
     assert Config.load(tmp_path / "saved.yaml") == config
 
 
-@pytest.mark.parametrize("text,match", [
-    ("trian:\n  max_steps: 3\n", "unknown section 'trian'.*did you mean 'train'"),
-    ("train:\n  max_steps: many\n", "train.max_steps must be an integer"),
-    ("train:\n  adam_eps: tiny\n", "train.adam_eps must be a number"),
-    ("model:\n  norm_first: 3\n", "model.norm_first must be true or false"),
-    ("data:\n  src_sampling_alpha: 1.0\n", r"data.src_sampling_alpha must be in \[0, 1\)"),
-    ("data:\n  tokenizer: char\n  tgt_sampling_alpha: 0.1\n", "data.tgt_sampling_alpha needs a bpe or unigram"),
-])
+@pytest.mark.parametrize(
+    "text,match",
+    [
+        ("trian:\n  max_steps: 3\n", "unknown section 'trian'.*did you mean 'train'"),
+        ("train:\n  max_steps: many\n", "train.max_steps must be an integer"),
+        ("train:\n  adam_eps: tiny\n", "train.adam_eps must be a number"),
+        ("model:\n  norm_first: 3\n", "model.norm_first must be true or false"),
+        ("data:\n  src_sampling_alpha: 1.0\n", r"data.src_sampling_alpha must be in \[0, 1\)"),
+        ("data:\n  tokenizer: char\n  tgt_sampling_alpha: 0.1\n", "data.tgt_sampling_alpha needs a bpe or unigram"),
+    ],
+)
 def test_bad_recipes_name_the_key(tmp_path, text, match):
     from vaswani.config import Config
 
@@ -76,3 +95,160 @@ def test_bad_recipes_name_the_key(tmp_path, text, match):
     path.write_text(text)
     with pytest.raises(ConfigError, match=match):
         Config.load(path)
+
+
+# -- config.yaml: the fields that take effect ---------------------------------------------------------------------
+
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+# sst2_finetune.yaml is a fine-tuning config: it is read with its pretrained model's (_classify)
+RECIPES = sorted(p for p in CONFIGS.glob("*.yaml") if p.name != "sst2_finetune.yaml")
+
+
+def _saved(config, tmp_path) -> dict:
+    config.save(tmp_path / "config.yaml")
+    return yaml.safe_load((tmp_path / "config.yaml").read_text())
+
+
+def _toy():
+    from vaswani.config import Config
+
+    return Config.load(CONFIGS / "toy_reverse.yaml")
+
+
+def _lm():
+    from vaswani.config import Config
+
+    return Config.from_dict(
+        {
+            "model": {
+                "type": "decoder_only",
+                "d_model": 32,
+                "n_heads": 2,
+                "d_ff": 64,
+                "n_layers": 2,
+                "src_vocab_size": 300,
+                "tgt_vocab_size": 300,
+                "positions": "learned",
+            },
+            "data": {"text": ["a.txt", "b.txt"], "tokenizer": "char", "block_size": 64},
+            "train": {"lr_schedule": "constant", "peak_lr": 3e-3, "max_time": "2m"},
+        }
+    )
+
+
+def _classify(pretrained: str = "sst2_mlm.yaml"):
+    """sst2_finetune.yaml on the model of `pretrained`, as `vaswani finetune` puts them together."""
+    from vaswani.config import Config
+
+    pretrained = yaml.safe_load((CONFIGS / pretrained).read_text())
+    finetuning = yaml.safe_load((CONFIGS / "sst2_finetune.yaml").read_text())
+    return Config.from_dict(
+        {
+            "model": {**pretrained["model"], "n_classes": 2, "pool": "mean"},
+            "data": {**pretrained["data"], **finetuning["data"]},
+            "train": {**finetuning["train"], "task": "classify"},
+            "finetune": {**finetuning["finetune"], "labels": ["0", "1"]},
+        }
+    )
+
+
+def test_the_quick_recipe_is_saved_without_the_rate_its_schedule_ignores(tmp_path):
+    from vaswani.config import Config
+
+    config = Config.load(CONFIGS / "multi30k_de_en_quick.yaml")
+    saved = _saved(config, tmp_path)
+    assert config.train.lr_schedule == "noam" and "peak_lr" not in saved["train"]
+    # every field that takes effect is there, defaults included: the run can be made again from it
+    assert saved["train"]["lr_factor"] == 1.0 and saved["train"]["warmup_steps"] == 400
+    assert saved["train"]["adam_beta2"] == 0.98 and saved["train"]["max_time"] == "9m"
+    assert saved["model"]["d_model"] == 128 and saved["model"]["dropout"] == 0.0 and saved["model"]["n_layers"] == 4
+    assert saved["data"]["max_tokens"] == 1600 and saved["data"]["valid_max_sentences"] == 500
+    assert saved["decode"]["beam_size"] == 4 and saved["decode"]["temperature"] == 1.0  # --sample reads it
+    for key in ("n_decoder_layers", "tie_output", "n_classes", "pool"):  # None; one matrix; no classifier
+        assert key not in saved["model"]
+    for key in (
+        "toy_train_size",
+        "text",
+        "valid_fraction",
+        "block_size",
+        "batch_size",
+        "mask_prob",
+        "labelled_train",
+        "corpora",
+    ):
+        assert key not in saved["data"]
+    assert "finetune" not in saved and "max_epochs" not in saved["train"]
+
+
+def test_each_kind_of_run_leaves_out_what_it_does_not_read(tmp_path):
+    toy = _saved(_toy(), tmp_path)
+    assert toy["data"]["toy_max_len"] == 10 and "train_src" not in toy["data"] and "valid_src" not in toy["data"]
+    assert toy["train"]["lr_factor"] == 0.5 and "peak_lr" not in toy["train"]
+
+    lm = _saved(_lm(), tmp_path)
+    assert lm["train"]["peak_lr"] == 3e-3 and "lr_factor" not in lm["train"]
+    assert lm["data"]["text"] == ["a.txt", "b.txt"] and lm["data"]["block_size"] == 64
+    assert lm["data"]["valid_fraction"] == 0.1 and lm["data"]["tokenizer"] == "char"
+    for key in (
+        "train_src",
+        "toy_max_len",
+        "max_len",
+        "src_sampling_alpha",
+        "valid_max_sentences",
+        "mask_prob",
+        "labelled_train",
+    ):
+        assert key not in lm["data"]
+    assert "loader_workers" not in lm["train"] and "decode" not in lm and "finetune" not in lm
+
+    classify = _saved(_classify(), tmp_path)
+    assert classify["finetune"] == {"aux_weight": 0.5, "init": "pretrained", "labels": ["0", "1"]}
+    assert classify["model"]["n_classes"] == 2 and classify["model"]["pool"] == "mean"
+    assert classify["data"]["mask_prob"] == 0.15  # encoder_only: the auxiliary loss masks tokens
+    assert classify["data"]["labelled_train"].endswith("train.tsv") and classify["data"]["block_size"] == 128
+    for key in ("text", "tokenizer", "vocab_size", "prepared"):  # the pretrained model's tokenizer is kept
+        assert key not in classify["data"]
+    assert "label_smoothing" not in classify["train"] and "decode" not in classify
+    assert "mask_prob" not in _saved(_classify("sst2_lm.yaml"), tmp_path)["data"]  # decoder_only: the next token
+
+
+def test_a_field_without_effect_does_not_change_the_config():
+    from vaswani.config import Config
+
+    base = Config.load(CONFIGS / "multi30k_de_en_quick.yaml")
+    ignored = Config.load(
+        CONFIGS / "multi30k_de_en_quick.yaml",
+        [
+            "train.peak_lr=0.01",
+            "data.block_size=64",
+            "data.toy_max_len=3",
+            "model.pool=mean",
+            "finetune.aux_weight=0.1",
+            "data.labelled_train=x.tsv",
+        ],
+    )
+    assert ignored == base and ignored.train.peak_lr == 5e-4
+    assert Config.load(CONFIGS / "multi30k_de_en_quick.yaml", ["train.lr_factor=2.0"]) != base
+    with pytest.raises(ConfigError, match=r"data\.mask_prob must be in"):  # still checked
+        Config.load(CONFIGS / "multi30k_de_en_quick.yaml", ["data.mask_prob=2"])
+
+
+@pytest.mark.parametrize("name", [*(p.name for p in RECIPES), "toy", "lm", "classify", "classify_lm"])
+def test_a_saved_config_loads_back_equal(name, tmp_path):
+    from vaswani.config import Config
+
+    made = {"toy": _toy, "lm": _lm, "classify": _classify, "classify_lm": lambda: _classify("sst2_lm.yaml")}
+    config = made[name]() if name in made else Config.load(CONFIGS / name)
+    config.save(tmp_path / "config.yaml")
+    loaded = Config.load(tmp_path / "config.yaml")
+    assert loaded == config
+    loaded.save(tmp_path / "again.yaml")
+    assert (tmp_path / "again.yaml").read_text() == (tmp_path / "config.yaml").read_text()
+
+
+def test_vaswani_model_shows_the_fields_that_take_effect():
+    tiny = ModelConfig.preset("tiny").in_effect()
+    assert tiny["d_model"] == 128 and tiny["share_embeddings"] is True
+    assert not {"n_decoder_layers", "tie_output", "n_classes", "pool"} & set(tiny)
+    two = ModelConfig(share_embeddings=False, tie_output=False, tgt_vocab_size=100, n_decoder_layers=2).in_effect()
+    assert (two["tie_output"], two["n_decoder_layers"]) == (False, 2)

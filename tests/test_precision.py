@@ -14,13 +14,20 @@ CPU = torch.device("cpu")
 def fake(speedup: float, emulated: bool = False):
     def measure(config, device, rows, training):
         return Measurement(fp32_s=0.01, bf16_s=0.01 / speedup, rows=rows, emulated=emulated)
+
     return measure
 
 
-@pytest.mark.parametrize(("speedup", "training", "expected"), [
-    (1.7, True, "bf16"), (1.1, True, "fp32"), (0.5, True, "fp32"),  # AMD EPYC-like, near-equal, Xeon-like
-    (1.7, False, "bf16"), (1.3, False, "fp32"),  # decoding needs a clearer gain
-])
+@pytest.mark.parametrize(
+    ("speedup", "training", "expected"),
+    [
+        (1.7, True, "bf16"),
+        (1.1, True, "fp32"),
+        (0.5, True, "fp32"),  # AMD EPYC-like, near-equal, Xeon-like
+        (1.7, False, "bf16"),
+        (1.3, False, "fp32"),  # decoding needs a clearer gain
+    ],
+)
 def test_auto_picks_the_precision_that_measured_faster(speedup, training, expected):
     choice = choose("auto", CONFIG, CPU, 4000, training, measure=fake(speedup))
     assert choice.precision == expected
@@ -43,6 +50,7 @@ def test_explicit_bf16_that_is_slower_warns_with_the_ratio_and_goes_on():
 def test_explicit_fp32_is_not_measured():
     def measure(*args):
         raise AssertionError("measured")
+
     assert choose("fp32", CONFIG, CPU, 4000, True, measure=measure).precision == "fp32"
 
 

@@ -1,6 +1,7 @@
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -54,8 +55,11 @@ def test_to_dict_gives_plain_nested_lists_for_json(translator):
     json.dumps(record)
     attention = record["attention"]
     assert attention["source_pieces"] == translation.src_pieces
-    for kind, weights in (("cross", translation.attention.cross), ("encoder", translation.attention.encoder),
-                          ("decoder", translation.attention.decoder_self)):
+    for kind, weights in (
+        ("cross", translation.attention.cross),
+        ("encoder", translation.attention.encoder),
+        ("decoder", translation.attention.decoder_self),
+    ):
         assert torch.tensor(attention[kind]) == pytest.approx(torch.stack(weights), abs=1e-4)
     assert record["n_best"][0]["text"] == translation.text
     with pytest.raises(ValueError, match="attention kinds are"):
@@ -83,20 +87,78 @@ def test_plots_have_one_panel_per_head_and_layer(translator, tmp_path):
     one_layer = _png_size(plot_attention(translation, tmp_path / "layer.png", layer=2))
     one = _png_size(plot_attention(translation, tmp_path / "one.png", layer=2, head=1, kind="encoder"))
     assert every[1] > one_layer[1] * 1.5 and one_layer[0] > one[0] * 1.5
+
+
+def _pixels(path: Path) -> torch.Tensor:
+    from matplotlib.image import imread
+
+    return torch.from_numpy(imread(path))[..., :3]  # (height, width, RGB) in [0, 1]
+
+
+def _with_encoder_panel(translation, value: float):
+    """`translation` with every weight of the encoder's layer 2, head 1 set to `value`."""
+    encoder = [w.clone() for w in translation.attention.encoder]
+    encoder[1][0] = value
+    return replace(translation, attention=replace(translation.attention, encoder=encoder))
+
+
+def test_plots_draw_the_chosen_panels_weights(translator, tmp_path):
+    translation = translator.attention(SOURCE)
+    zeros, ones = _with_encoder_panel(translation, 0.0), _with_encoder_panel(translation, 1.0)
+    panel = {"layer": 2, "head": 1, "kind": "encoder"}
+    white = _pixels(plot_attention(zeros, tmp_path / "zeros.png", **panel))
+    dark = _pixels(plot_attention(ones, tmp_path / "ones.png", **panel))
+    # Weight 1 is the colour map's darkest blue, weight 0 white: the changed cells darken the image.
+    assert white.shape == dark.shape and white.mean() - dark.mean() > 0.15
+    blue = [(image[..., 2] - image[..., 0] > 0.2).float().mean() for image in (white, dark)]  # blue, not grey
+    assert blue[0] < 0.05 and blue[1] > 0.2  # (measured: 0.4% of the pixels, the colour bar; 39%, the panel)
+    # Layer 1 is untouched, so its picture is the same pixel for pixel; the changed layer 2's is not.
+    for layer, same in ((1, True), (2, False)):
+        before = _pixels(plot_attention(translation, tmp_path / "before.png", kind="encoder", layer=layer))
+        after = _pixels(plot_attention(ones, tmp_path / "after.png", kind="encoder", layer=layer))
+        assert torch.equal(before, after) == same
+
+
+def test_a_dollar_in_the_sentence_is_drawn_as_text_not_mathtext(translator, tmp_path, monkeypatch):
+    from matplotlib.figure import Figure
+    from matplotlib.text import Text
+
+    figures, savefig = [], Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda self, *a, **k: (figures.append(self), savefig(self, *a, **k))[1])
     dollars = translator.attention("Er zahlt $5 und $6.", target="He pays $5 and $6.")
-    assert _png_size(plot_attention(dollars, tmp_path / "dollars.png"))[0] > 0  # "$" is text, not mathtext
+    plot_attention(dollars, tmp_path / "dollars.png")
+    [figure] = figures
+    assert figure.get_suptitle().endswith("\nEr zahlt $5 und $6. → He pays $5 and $6.")
+    texts = [t for t in figure.findobj(Text) if "$" in t.get_text()]
+    assert figure.get_suptitle() in [t.get_text() for t in texts]
+    assert not any(t.get_parse_math() for t in texts)  # mathtext would drop the "$"s and italicise "5 und "
 
 
 def _cli(*args):
     return subprocess.run([sys.executable, "-m", "vaswani.cli", *args], capture_output=True, text=True, timeout=300)
 
 
-def test_attention_cli_writes_a_png_and_refuses_bad_options_in_one_line(model_dir, tmp_path):
+def test_attention_cli_writes_a_png_and_refuses_bad_options_in_one_line(model_dir, translator, tmp_path):
     out = tmp_path / "attention.png"
-    result = _cli("attention", str(model_dir), SOURCE, "--target", "A man rides a bike.", "--layer", "1",
-                  "--device", "cpu", "-o", str(out))
+    result = _cli(
+        "attention",
+        str(model_dir),
+        SOURCE,
+        "--target",
+        "A man rides a bike.",
+        "--layer",
+        "1",
+        "--device",
+        "cpu",
+        "-o",
+        str(out),
+    )
     assert result.returncode == 0, result.stderr
-    assert "A man rides a bike." in result.stdout and _png_size(out)[0] > 200
+    assert "A man rides a bike." in result.stdout
+    # The CLI draws what the library draws for the same sentence, target and layer.
+    forced = translator.attention(SOURCE, target="A man rides a bike.")
+    expected = _pixels(plot_attention(forced, tmp_path / "expected.png", layer=1))
+    assert _pixels(out).shape == expected.shape and (_pixels(out) - expected).abs().mean() < 0.002
     for args, words in ((["--layer", "3"], "--layer 3 is out of range"), (["--head", "0"], "--head 0 is out of range")):
         result = _cli("attention", str(model_dir), SOURCE, *args, "-o", str(tmp_path / "x.png"))
         assert result.returncode == 2 and words in result.stderr and "Traceback" not in result.stderr

@@ -4,8 +4,13 @@ __version__ = "0.1.0"  # first: modules imported below read it (model_dir.py wri
 
 __all__ = ["ConfigError", "KVCache", "ModelConfig", "Transformer", "Translator"]
 
-_HOMES = {"ConfigError": "vaswani.config", "ModelConfig": "vaswani.config", "Translator": "vaswani.decode.translator",
-          "KVCache": "vaswani.nn", "Transformer": "vaswani.nn"}
+_HOMES = {
+    "ConfigError": "vaswani.config",
+    "ModelConfig": "vaswani.config",
+    "Translator": "vaswani.decode.translator",
+    "KVCache": "vaswani.nn",
+    "Transformer": "vaswani.nn",
+}
 
 
 def __getattr__(name: str):

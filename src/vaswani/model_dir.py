@@ -1,6 +1,6 @@
 """A model directory: everything needed to translate with a trained model, read and written in one place.
 
-    config.yaml        the fully resolved configuration (model, data, train, decode)
+    config.yaml        the fully resolved configuration: every field that takes effect (config/recipe.py)
     tokenizer.model    the SentencePiece model(s) (written by `vaswani.data.tokenizer`)
     model.safetensors  the weights to translate with (the best checkpoint, or an average)
     vaswani.json       the format version, the vaswani version that wrote it, and (fine-tuned models) their origin

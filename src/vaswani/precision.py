@@ -56,8 +56,10 @@ class Measurement:
 
     def figures(self) -> str:
         at_least, at_most = ("at least ", "at most ") if self.emulated else ("", "")
-        return (f"fp32 {self.fp32_s * 1e3:.1f} ms, bf16 {at_least}{self.bf16_s * 1e3:.1f} ms per pass over the "
-                f"model's matrix products at {self.rows} rows: bf16 {at_most}{self.bf16_speedup:.2f}x fp32's speed")
+        return (
+            f"fp32 {self.fp32_s * 1e3:.1f} ms, bf16 {at_least}{self.bf16_s * 1e3:.1f} ms per pass over the "
+            f"model's matrix products at {self.rows} rows: bf16 {at_most}{self.bf16_speedup:.2f}x fp32's speed"
+        )
 
 
 @dataclass(frozen=True)
@@ -81,8 +83,10 @@ class Choice:
         m = self.measurement
         if self.requested != "bf16" or m is None or m.bf16_speedup >= 1.0:
             return None
-        return (f"bf16 runs at {m.bf16_speedup:.2f}x fp32's speed on this device at this model's shapes "
-                f"({m.figures()}); going on in bf16 as asked (precision auto would use fp32)")
+        return (
+            f"bf16 runs at {m.bf16_speedup:.2f}x fp32's speed on this device at this model's shapes "
+            f"({m.figures()}); going on in bf16 as asked (precision auto would use fp32)"
+        )
 
 
 def check(precision: str, name: str = "precision") -> None:
@@ -90,8 +94,14 @@ def check(precision: str, name: str = "precision") -> None:
         raise ValueError(f"{name} must be auto, fp32 or bf16, got {precision!r}")
 
 
-def choose(requested: str, config: ModelConfig, device: torch.device, rows: int, training: bool,
-           measure: Callable[..., Measurement] | None = None) -> Choice:
+def choose(
+    requested: str,
+    config: ModelConfig,
+    device: torch.device,
+    rows: int,
+    training: bool,
+    measure: Callable[..., Measurement] | None = None,
+) -> Choice:
     """Resolve `requested` ("auto", "fp32", "bf16") for `config` on `device`.
 
     `rows`: positions per batch that go through each linear layer (training: the batch's tokens;
@@ -136,8 +146,9 @@ def _shapes(config: ModelConfig, training: bool, rows: int) -> list[tuple[int, i
     return [*shapes, (d, v, 1.0, rows)]
 
 
-def measure_matmuls(config: ModelConfig, device: torch.device, rows: int, training: bool,
-                    repeats: int = 3) -> Measurement:
+def measure_matmuls(
+    config: ModelConfig, device: torch.device, rows: int, training: bool, repeats: int = 3
+) -> Measurement:
     """Time one pass over the model's linear maps in fp32 and under bf16 autocast (min of `repeats`,
     the two precisions alternating), on random data that leaves the global random state untouched."""
     rows = max(1, min(rows, MAX_ROWS))
@@ -156,7 +167,7 @@ def measure_matmuls(config: ModelConfig, device: torch.device, rows: int, traini
         cast = torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
         for x, w, count in data:
             start = time.perf_counter()
-            with cast, (contextlib.nullcontext() if training else torch.no_grad()):
+            with cast, contextlib.nullcontext() if training else torch.no_grad():
                 y = F.linear(x, w)
                 if training:
                     y.backward(torch.ones_like(y))
@@ -186,8 +197,10 @@ def bf16_emulated(device: torch.device | None = None) -> str | None:
     probe = _probe(device, torch.Generator(device).manual_seed(0))
     if probe is None:
         return None
-    return (f"bf16 is emulated on this CPU: a 64x256x256 product takes {probe[1] * 1e3:.2f} ms in bf16 against "
-            f"{probe[0] * 1e3:.3f} ms in fp32 ({probe[1] / probe[0]:.0f}x slower)")
+    return (
+        f"bf16 is emulated on this CPU: a 64x256x256 product takes {probe[1] * 1e3:.2f} ms in bf16 against "
+        f"{probe[0] * 1e3:.3f} ms in fp32 ({probe[1] / probe[0]:.0f}x slower)"
+    )
 
 
 def _probe(device: torch.device, generator: torch.Generator) -> tuple[float, float] | None:

@@ -46,7 +46,7 @@ def autocast(device: torch.device, precision: str) -> contextlib.AbstractContext
 
 
 def pick_device(name: str) -> torch.device:
-    """"auto": the GPU when there is one, else the CPU; otherwise the named device."""
+    """ "auto": the GPU when there is one, else the CPU; otherwise the named device."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)

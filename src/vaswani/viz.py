@@ -1,7 +1,7 @@
 """Attention heatmaps: one panel per head, subword pieces on the axes (`vaswani attention`).
 
-    translation = Translator.load("runs/multi30k_de_en").attention("Ein Mann fährt Fahrrad.")
-    plot_attention(translation, "attention.png", kind="cross", layer=6)   # the 8 heads of the last layer
+translation = Translator.load("runs/multi30k_de_en").attention("Ein Mann fährt Fahrrad.")
+plot_attention(translation, "attention.png", kind="cross", layer=6)   # the 8 heads of the last layer
 """
 
 from __future__ import annotations
@@ -32,8 +32,14 @@ def _axes_pieces(translation, kind: str) -> tuple[list[str], list[str]]:
     return translation.tgt_pieces, translation.src_pieces
 
 
-def plot_attention(translation, path: str | Path, kind: str = "cross", layer: int | None = None,
-                   head: int | None = None, title: str | None = None) -> Path:
+def plot_attention(
+    translation,
+    path: str | Path,
+    kind: str = "cross",
+    layer: int | None = None,
+    head: int | None = None,
+    title: str | None = None,
+) -> Path:
     """Write a PNG of `translation`'s attention (a `Translation` with attention, from `Translator.attention`):
     a grid with one row per layer and one column per head, limited to `layer` and/or `head` (1-based)."""
     import matplotlib
@@ -50,8 +56,11 @@ def _plot(translation, path, kind, layer, head, title) -> Path:
         raise ValueError(f"--kind must be one of {', '.join(KINDS)}, got {kind!r}")
     if translation.attention is None:
         raise ValueError("this translation carries no attention weights: ask for them (attention=True)")
-    weights = {"cross": translation.attention.cross, "encoder": translation.attention.encoder,
-               "decoder": translation.attention.decoder_self}[kind]
+    weights = {
+        "cross": translation.attention.cross,
+        "encoder": translation.attention.encoder,
+        "decoder": translation.attention.decoder_self,
+    }[kind]
     panels = select_panels(len(weights), weights[0].size(0), layer, head)
     rows_labels, column_labels = _axes_pieces(translation, kind)
     n_rows = len({i for i, _ in panels})
@@ -69,8 +78,11 @@ def _plot(translation, path, kind, layer, head, title) -> Path:
         image = ax.imshow(matrix, cmap="Blues", vmin=0.0, vmax=1.0, aspect="equal", interpolation="nearest")
         ax.set_title(f"layer {i}, head {j}", fontsize=9)
         _label(ax, rows_labels, column_labels)
-    what = {"cross": "encoder-decoder attention (rows: target, columns: source)",
-            "encoder": "encoder self-attention", "decoder": "decoder self-attention (rows: target, columns: input)"}
+    what = {
+        "cross": "encoder-decoder attention (rows: target, columns: source)",
+        "encoder": "encoder self-attention",
+        "decoder": "decoder self-attention (rows: target, columns: input)",
+    }
     line = max(40, int(width * 9))  # characters that fit the figure's width at 10 pt
     pair = textwrap.shorten(f"{translation.source}  →  {translation.text}", 3 * line, placeholder=" …")
     figure.suptitle(title or "\n".join([what[kind], *textwrap.wrap(pair, line)]), fontsize=10)
@@ -85,4 +97,3 @@ def _label(ax, rows: Sequence[str], columns: Sequence[str]) -> None:
     ax.set_yticks(range(len(rows)), list(rows), fontsize=8)
     ax.tick_params(length=0)
     ax.xaxis.tick_top()
-

@@ -37,8 +37,9 @@ def test_shuffling_is_reproducible_and_changes_with_seed_and_epoch():
     assert epoch_order(50, seed=1, epoch=0) != epoch_order(50, seed=1, epoch=1)
     same = zip(token_batches(_lengths(), 300, seed=1), token_batches(_lengths(), 300, seed=1), strict=True)
     assert all(np.array_equal(a, b) for a, b in same)
-    assert not np.array_equal(np.concatenate(token_batches(_lengths(), 300, seed=1)),
-                              np.concatenate(token_batches(_lengths(), 300, seed=2)))
+    assert not np.array_equal(
+        np.concatenate(token_batches(_lengths(), 300, seed=1)), np.concatenate(token_batches(_lengths(), 300, seed=2))
+    )
 
 
 def test_vectorised_packing_equals_a_pair_by_pair_greedy_packing():

@@ -47,21 +47,31 @@ def test_filters_count_every_removed_pair_by_reason():
 
 def test_lowercase_option_lowercases_training_and_validation_text(tmp_path):
     from vaswani.config import DataConfig
+    from vaswani.data.parallel import ParallelRecipe
+    from vaswani.data.prepare import open_or_prepare
     from vaswani.data.tokenizer import Tokenizer
-    from vaswani.train.data import load_run_data, open_or_prepare, recipe_of
+    from vaswani.train.loader import load_run_data
 
     files = {}
     texts = {"ts": "Ein Mann\nÄPFEL\n", "tt": "A Man\nApples\n", "vs": "Zwei Hunde\n", "vt": "Two Dogs\n"}
     for name, text in texts.items():
         files[name] = tmp_path / name
         files[name].write_text(text, encoding="utf-8")
-    data = DataConfig(train_src=str(files["ts"]), train_tgt=str(files["tt"]), valid_src=str(files["vs"]),
-                      valid_tgt=str(files["vt"]), tokenizer="char", vocab_size=40)
-    for lowercase, expected in ((False, [("Ein Mann", "A Man"), ("ÄPFEL", "Apples")]),
-                                (True, [("ein mann", "a man"), ("äpfel", "apples")])):
+    data = DataConfig(
+        train_src=str(files["ts"]),
+        train_tgt=str(files["tt"]),
+        valid_src=str(files["vs"]),
+        valid_tgt=str(files["vt"]),
+        tokenizer="char",
+        vocab_size=40,
+    )
+    for lowercase, expected in (
+        (False, [("Ein Mann", "A Man"), ("ÄPFEL", "Apples")]),
+        (True, [("ein mann", "a man"), ("äpfel", "apples")]),
+    ):
         config = DataConfig(**{**data.__dict__, "lowercase": lowercase})
         directory = tmp_path / f"prepared-{lowercase}"
-        prepared = open_or_prepare(recipe_of(config, True, 1), directory, workers=1)
+        prepared = open_or_prepare(ParallelRecipe.from_config(config, True, 1), directory, workers=1)
         run = load_run_data(prepared, Tokenizer.load(directory), config)
         train = prepared.train
         assert [tuple(run.tokenizer.decode_tgt([train.src[i], train.tgt[i]])) for i in range(2)] == expected

@@ -132,8 +132,9 @@ def test_beam_search_finds_the_best_hypothesis_under_its_own_score(alpha, early_
 
 @pytest.mark.parametrize("n_best", [1, 3])
 @pytest.mark.parametrize("alpha", [1.0, 3.0])  # large: long hypotheses can still win late
-def test_the_stopping_rule_ends_a_sentence_only_when_going_on_could_not_change_its_result(model, alpha, n_best,
-                                                                                         monkeypatch):
+def test_the_stopping_rule_ends_a_sentence_only_when_going_on_could_not_change_its_result(
+    model, alpha, n_best, monkeypatch
+):
     """The default rule gives exactly what searching every sentence to its length limit gives, with
     less work; early stopping (k finished) does less still, and on some sentences scores lower."""
     torch.manual_seed(0)
@@ -171,7 +172,8 @@ def test_n_best_is_sorted_distinct_and_scored_consistently(model):
         assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
         for h in hyps:
             assert h.score == pytest.approx(h.log_prob / length_penalty(len(h.tokens) + 1, 0.6), rel=1e-6) or (
-                h.score == pytest.approx(h.log_prob / length_penalty(len(h.tokens), 0.6), rel=1e-6))
+                h.score == pytest.approx(h.log_prob / length_penalty(len(h.tokens), 0.6), rel=1e-6)
+            )
 
 
 def test_encoder_runs_once_per_sentence_and_finished_sentences_leave_the_batch(model):
@@ -200,16 +202,19 @@ def test_sampling_is_seeded_and_follows_the_model_distribution(model):
 
     def run(seed, **options):
         generator = torch.Generator().manual_seed(seed)
-        return [h.tokens for h in sample(model, src.expand(8, -1), generator=generator, max_len_a=0, max_len_b=5,
-                                         **options)]
+        return [
+            h.tokens for h in sample(model, src.expand(8, -1), generator=generator, max_len_a=0, max_len_b=5, **options)
+        ]
 
     assert run(1) == run(1) and run(1) != run(2)
     greedy_tokens = greedy(model, src, 0.0, 5)[0].tokens
     for options in (dict(top_k=1), dict(top_p=1e-6), dict(temperature=1e-4)):
         assert run(7, **options) == [greedy_tokens] * 8
     many = src.expand(4000, -1)
-    first = [h.tokens[0] if h.tokens else 2 for h in sample(model, many, generator=torch.Generator().manual_seed(0),
-                                                             max_len_a=0.0, max_len_b=1)]
+    first = [
+        h.tokens[0] if h.tokens else 2
+        for h in sample(model, many, generator=torch.Generator().manual_seed(0), max_len_a=0.0, max_len_b=1)
+    ]
     probs = _log_probs(model, src[0], []).exp()[0]
     counts = torch.bincount(torch.tensor(first), minlength=probs.numel()).float() / len(first)
     assert (counts - probs).abs().max() < 0.03
@@ -219,10 +224,13 @@ def test_sampling_is_seeded_and_follows_the_model_distribution(model):
     assert {h.tokens[0] if h.tokens else 2 for h in restricted} <= top3
 
 
-def test_greedy_respects_the_length_limit():
-    model = Transformer(tiny_config()).eval()
-    out = greedy(model, random_ids([3, 6]), max_len_a=1.0, max_len_b=2)
-    assert len(out[0].tokens) <= 5 and len(out[1].tokens) <= 8
+def test_greedy_stops_at_the_length_limit_a_times_source_length_plus_b():
+    model = Transformer(tiny_config()).eval()  # untrained: it never says EOS here, so the limit ends each output
+    src = random_ids([3, 6])
+    for a, b, limits in ((1.0, 2, [5, 8]), (0.0, 2, [2, 2]), (2.0, 0, [6, 12])):
+        out = [h.tokens for h in greedy(model, src, max_len_a=a, max_len_b=b)]
+        assert out == [_greedy_reference(model, src[i : i + 1], n)[0] for i, n in enumerate(limits)]
+        assert [len(tokens) for tokens in out] == limits
 
 
 def test_min_len_forbids_early_eos(model):

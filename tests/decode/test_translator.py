@@ -22,8 +22,14 @@ def model_dir(tmp_path_factory) -> Path:
     return write_tiny_model_directory(tmp_path_factory.mktemp("model"))
 
 
-SENTENCES = ["Ein Mann fährt Fahrrad.", "", "Zwei Hunde spielen im Schnee.", "   ", "Eine Frau.",
-             "Ein kleines Mädchen in einem rosa Kleid klettert auf eine Treppe."]
+SENTENCES = [
+    "Ein Mann fährt Fahrrad.",
+    "",
+    "Zwei Hunde spielen im Schnee.",
+    "   ",
+    "Eine Frau.",
+    "Ein kleines Mädchen in einem rosa Kleid klettert auf eine Treppe.",
+]
 
 
 def test_translations_keep_input_order_and_do_not_depend_on_the_batch(model_dir):
@@ -33,8 +39,9 @@ def test_translations_keep_input_order_and_do_not_depend_on_the_batch(model_dir)
     assert together[1] == "" and together[3] == ""
     assert all(together[i] for i in (0, 2, 4, 5))
     assert together == [translator.translate([s])[0] for s in SENTENCES]
-    assert translator.translate(SENTENCES, beam_size=1) == [translator.translate([s], beam_size=1)[0]
-                                                             for s in SENTENCES]
+    assert translator.translate(SENTENCES, beam_size=1) == [
+        translator.translate([s], beam_size=1)[0] for s in SENTENCES
+    ]
 
 
 def test_details_n_best_scores_and_attention(model_dir):
@@ -56,8 +63,7 @@ def test_details_n_best_scores_and_attention(model_dir):
 
 
 def _cli(*args, stdin=None):
-    return subprocess.run([sys.executable, "-m", "vaswani.cli", *args], input=stdin, capture_output=True,
-                          timeout=120)
+    return subprocess.run([sys.executable, "-m", "vaswani.cli", *args], input=stdin, capture_output=True, timeout=120)
 
 
 def test_translate_cli_writes_one_line_per_input_line_whatever_the_input(model_dir, tmp_path):
@@ -72,8 +78,7 @@ def test_translate_cli_writes_one_line_per_input_line_whatever_the_input(model_d
     assert "line 8: " in stderr and "translated the first 39" in stderr
     output = (tmp_path / "out.en").read_text(encoding="utf-8").split("\n")
     assert output[-1] == "" and len(output) - 1 == len(lines)
-    expected = Translator.load(model_dir).translate(
-        [*SENTENCES, "Ein Mann  mit \ufffd\ufffd Hut.", long_line, "Ende."])
+    expected = Translator.load(model_dir).translate([*SENTENCES, "Ein Mann  mit \ufffd\ufffd Hut.", long_line, "Ende."])
     assert output[:-1] == expected
     piped = _cli("translate", str(model_dir), stdin=gzip.decompress(gzip.compress(source.read_bytes())))
     assert piped.returncode == 0 and piped.stdout.decode().split("\n")[:-1] == expected
@@ -85,6 +90,10 @@ def test_translate_cli_n_best_is_one_json_list_per_line(model_dir):
     records = [json.loads(line) for line in result.stdout.decode().splitlines()]
     assert [len(r) for r in records] == [2, 0, 2]
     assert records[0][0]["score"] >= records[0][1]["score"]
+    details = Translator.load(model_dir).translate_with_details(["Ein Mann.", "", "Eine Frau."], n_best=2)
+    assert records == [t.n_best_record() for t in details]  # the library's record, one JSON list per line
+    best = details[0].candidates[0]
+    assert records[0][0] == {"text": best.text, "score": round(best.score, 4), "log_prob": round(best.log_prob, 4)}
 
 
 def test_cli_errors_name_the_problem(model_dir, tmp_path):
@@ -106,8 +115,12 @@ def test_evaluate_prints_what_sacrebleu_prints(tmp_path, lowercase):
     hyp.write_text("\n".join(hypotheses) + "\n")
     lc = ["-lc"] if lowercase else []
     ours = _cli("evaluate", "--hyp", str(hyp), "--ref", str(ref), *(["--lc"] if lowercase else []))
-    theirs = subprocess.run([sys.executable, "-m", "sacrebleu", str(ref), "-i", str(hyp), "-m", "bleu", "chrf",
-                             "-f", "text", *lc], capture_output=True, text=True, timeout=120)
+    theirs = subprocess.run(
+        [sys.executable, "-m", "sacrebleu", str(ref), "-i", str(hyp), "-m", "bleu", "chrf", "-f", "text", *lc],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert ours.returncode == 0, ours.stderr
     assert ours.stdout.decode().splitlines() == [line.strip() for line in theirs.stdout.splitlines()]
     assert f"BLEU|nrefs:1|case:{'lc' if lowercase else 'mixed'}|eff:no|tok:13a" in theirs.stdout
@@ -136,8 +149,9 @@ def test_a_model_trained_on_lowercased_text_lowercases_what_it_translates(model_
     lower_dir = tmp_path / "lower"
     shutil.copytree(model_dir, lower_dir)
     config = Translator.load(model_dir).config
-    ckpt.write_model_directory(lower_dir, dataclasses.replace(config, data=dataclasses.replace(config.data,
-                                                                                               lowercase=True)))
+    ckpt.write_model_directory(
+        lower_dir, dataclasses.replace(config, data=dataclasses.replace(config.data, lowercase=True))
+    )
     cased, lower = Translator.load(model_dir), Translator.load(lower_dir)
     sentence, lowered = "EIN MANN FÄHRT FAHRRAD.", "ein mann fährt fahrrad."
     assert lower.translate([sentence]) == lower.translate([lowered]) == cased.translate([lowered])
@@ -146,27 +160,30 @@ def test_a_model_trained_on_lowercased_text_lowercases_what_it_translates(model_
 
 def test_the_stopping_rule_reaches_the_search_from_the_config_and_the_command_line(model_dir, monkeypatch):
     from vaswani import cli
+    from vaswani.cli.translate import decode_options
     from vaswani.decode import search as search_module  # where search_ids finds beam_search
 
     seen = []
     search = search_module.beam_search
-    monkeypatch.setattr(search_module, "beam_search", lambda *a, **kw: seen.append(kw["early_stopping"]) or
-                        search(*a, **kw))
+    monkeypatch.setattr(
+        search_module, "beam_search", lambda *a, **kw: seen.append(kw["early_stopping"]) or search(*a, **kw)
+    )
     translator = Translator.load(model_dir)
     translator.translate(SENTENCES[:1])
     translator.translate(SENTENCES[:1], early_stopping=True)
     assert seen == [False, True]  # default: the paper's rule
     parser = cli.build_parser()
-    assert cli._decode_options(parser.parse_args(["translate", str(model_dir), "--early-stopping"]))["early_stopping"]
-    assert cli._decode_options(parser.parse_args(["translate", str(model_dir)]))["early_stopping"] is None
+    assert decode_options(parser.parse_args(["translate", str(model_dir), "--early-stopping"]))["early_stopping"]
+    assert decode_options(parser.parse_args(["translate", str(model_dir)]))["early_stopping"] is None
 
 
 def test_translate_and_evaluate_show_progress_lines_and_precision_in_a_log(model_dir, tmp_path, monkeypatch, capsys):
     from vaswani import cli, console, precision
 
     monkeypatch.setattr(console, "PLAIN_EVERY_S", 0.0)  # a line at every batch
-    monkeypatch.setattr(precision, "measure_matmuls",
-                        lambda config, device, rows, training: Measurement(0.01, 0.02, rows))
+    monkeypatch.setattr(
+        precision, "measure_matmuls", lambda config, device, rows, training: Measurement(0.01, 0.02, rows)
+    )
     source = tmp_path / "in.de"
     source.write_text("\n".join(SENTENCES * 3) + "\n", encoding="utf-8")
     assert cli.main(["translate", str(model_dir), "-i", str(source), "-o", str(tmp_path / "out")]) == 0
@@ -177,8 +194,10 @@ def test_translate_and_evaluate_show_progress_lines_and_precision_in_a_log(model
     assert len(progress) >= 3 and "left" in progress[0]
     assert len((tmp_path / "out").read_text(encoding="utf-8").splitlines()) == 18
 
-    assert cli.main(["translate", str(model_dir), "-i", str(source), "-o", str(tmp_path / "out"),
-                     "--precision", "bf16"]) == 0
+    assert (
+        cli.main(["translate", str(model_dir), "-i", str(source), "-o", str(tmp_path / "out"), "--precision", "bf16"])
+        == 0
+    )
     assert "warning: bf16 runs at 0.50x fp32's speed" in capsys.readouterr().err
     reference = tmp_path / "ref.en"
     reference.write_text("\n".join(SENTENCES * 3) + "\n", encoding="utf-8")

@@ -38,13 +38,29 @@ def trained(tmp_path_factory) -> Path:
     from vaswani.train.trainer import Trainer
 
     directory = tmp_path_factory.mktemp("trained") / "model"
-    config = Config.from_dict({
-        "model": {"d_model": 64, "n_heads": 4, "d_ff": 128, "n_layers": 2, "dropout": 0.0},
-        "data": {"toy_task": "reverse", "toy_train_size": 5000, "toy_valid_size": 50, "toy_max_len": 16,
-                 "tokenizer": "char", "vocab_size": 16, "max_tokens": 800},
-        "train": {"max_steps": 300, "warmup_steps": 100, "lr_factor": 1.0, "valid_every": 300, "keep_last": 1,
-                  "precision": "fp32", "early_stopping_metric": "loss"},
-    })
+    config = Config.from_dict(
+        {
+            "model": {"d_model": 64, "n_heads": 4, "d_ff": 128, "n_layers": 2, "dropout": 0.0},
+            "data": {
+                "toy_task": "reverse",
+                "toy_train_size": 5000,
+                "toy_valid_size": 50,
+                "toy_max_len": 16,
+                "tokenizer": "char",
+                "vocab_size": 16,
+                "max_tokens": 800,
+            },
+            "train": {
+                "max_steps": 300,
+                "warmup_steps": 100,
+                "lr_factor": 1.0,
+                "valid_every": 300,
+                "keep_last": 1,
+                "precision": "fp32",
+                "early_stopping_metric": "loss",
+            },
+        }
+    )
     Trainer(config, directory, _quiet()).train()
     return directory
 
@@ -65,9 +81,15 @@ def _ct2(path: Path, model_dir: Path, sources, beam: int, limit: int) -> list[li
     tokenizer = Tokenizer.load(model_dir)
     translator = ctranslate2.Translator(str(path), intra_threads=torch.get_num_threads())
     batch = [[tokenizer.src.id_to_piece(i) for i in x] for x in sources]
-    results = translator.translate_batch(batch, beam_size=beam, length_penalty=0.0, max_decoding_length=limit,
-                                         min_decoding_length=0, suppress_sequences=[["<pad>"], ["<s>"]],
-                                         max_batch_size=32)
+    results = translator.translate_batch(
+        batch,
+        beam_size=beam,
+        length_penalty=0.0,
+        max_decoding_length=limit,
+        min_decoding_length=0,
+        suppress_sequences=[["<pad>"], ["<s>"]],
+        max_batch_size=32,
+    )
     return [[tokenizer.tgt.piece_to_id(p) for p in r.hypotheses[0]] for r in results]
 
 
@@ -88,8 +110,20 @@ def _random_model_dir(directory: Path, tokenizer_dir: Path, joint: bool = True, 
     as separate source and target models, so the exports take their two-vocabulary paths)."""
     directory.mkdir()
     vocab = Tokenizer.load(tokenizer_dir).src_vocab_size
-    config = Config.from_dict({"model": {"d_model": 32, "n_heads": 2, "d_ff": 64, "n_layers": 2, "n_decoder_layers": 3,
-                                         "src_vocab_size": vocab, "tgt_vocab_size": vocab, **model}})
+    config = Config.from_dict(
+        {
+            "model": {
+                "d_model": 32,
+                "n_heads": 2,
+                "d_ff": 64,
+                "n_layers": 2,
+                "n_decoder_layers": 3,
+                "src_vocab_size": vocab,
+                "tgt_vocab_size": vocab,
+                **model,
+            }
+        }
+    )
     for name in Tokenizer.files(joint):
         (directory / name).write_bytes((tokenizer_dir / "tokenizer.model").read_bytes())
     write_model_directory(directory, config)
@@ -97,10 +131,14 @@ def _random_model_dir(directory: Path, tokenizer_dir: Path, joint: bool = True, 
     return directory
 
 
-@pytest.mark.parametrize("options", [
-    {"norm_first": True, "positions": "learned", "max_positions": 64, "activation": "gelu"},
-    {"share_embeddings": False, "tie_output": False, "layer_norm_eps": 1e-5, "joint": False},
-], ids=["pre-norm-learned-gelu", "untied-output-two-vocabularies"])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"norm_first": True, "positions": "learned", "max_positions": 64, "activation": "gelu"},
+        {"share_embeddings": False, "tie_output": False, "layer_norm_eps": 1e-5, "joint": False},
+    ],
+    ids=["pre-norm-learned-gelu", "untied-output-two-vocabularies"],
+)
 def test_ctranslate2_scores_every_token_as_we_do_for_other_architectures(trained, held_out, tmp_path, options):
     directory = _random_model_dir(tmp_path / "model", trained, **options)
     out = export(directory, tmp_path / "ct2", "ctranslate2")
@@ -127,8 +165,20 @@ def test_translate_with_ctranslate2_converts_once_and_writes_our_lines(trained, 
     lines[5], lines[9] = "", "   "
     source.write_text("\n".join(lines) + "\n", encoding="utf-8")
     # CTranslate2 applies one maximum length to a batch: the same for all here
-    common = ["translate", str(trained), "-i", str(source), "--length-penalty", "0", "--batch-size", "8",
-              "--max-len-a", "0", "--max-len-b", "40"]
+    common = [
+        "translate",
+        str(trained),
+        "-i",
+        str(source),
+        "--length-penalty",
+        "0",
+        "--batch-size",
+        "8",
+        "--max-len-a",
+        "0",
+        "--max-len-b",
+        "40",
+    ]
     torch_run = _cli(*common, "--precision", "fp32")
     first = _cli(*common, "--engine", "ctranslate2")
     assert first.returncode == 0, first.stderr
@@ -148,8 +198,20 @@ def test_ctranslate2_scores_are_our_log_probabilities(trained, tmp_path, beam):
     source.write_text("\n".join(s for s, _ in toy_pairs("reverse", 12, 16, seed=11)) + "\n", encoding="utf-8")
     # greedy: the model's own length penalty (0.6) must not reach CTranslate2's greedy score; beam: alpha 0
     penalty = ["--length-penalty", "0"] if beam != "1" else []
-    common = ["translate", str(trained), "-i", str(source), "--scores", "--beam", beam, *penalty,
-              "--max-len-a", "0", "--max-len-b", "40"]
+    common = [
+        "translate",
+        str(trained),
+        "-i",
+        str(source),
+        "--scores",
+        "--beam",
+        beam,
+        *penalty,
+        "--max-len-a",
+        "0",
+        "--max-len-b",
+        "40",
+    ]
     ours, theirs = _cli(*common, "--precision", "fp32"), _cli(*common, "--engine", "ctranslate2")
     assert theirs.returncode == 0, theirs.stderr
     for a, b in zip(ours.stdout.splitlines(), theirs.stdout.splitlines(), strict=True):
@@ -160,7 +222,7 @@ def test_ctranslate2_scores_are_our_log_probabilities(trained, tmp_path, beam):
 def test_new_weights_are_converted_again(trained, tmp_path):
     copy = tmp_path / "copy"
     subprocess.run(["cp", "-r", str(trained), str(copy)], check=True)
-    from vaswani.decode.ct2_engine import converted
+    from vaswani.export.ctranslate2 import converted
 
     first = (converted(copy) / "vaswani_source.json").read_text()
     weights = weights_of(load_model(copy)[0])
@@ -224,8 +286,9 @@ def test_marian_logits_are_ours_within_1e_4_and_generate_greedy_is_ours(trained,
         with torch.no_grad():
             expected = model(src, tgt)
             got = hf(input_ids=src, attention_mask=(src != 0).long(), decoder_input_ids=tgt).logits
-            generated = hf.generate(input_ids=src, attention_mask=(src != 0).long(), num_beams=1, do_sample=False,
-                                    max_new_tokens=40)
+            generated = hf.generate(
+                input_ids=src, attention_mask=(src != 0).long(), num_beams=1, do_sample=False, max_new_tokens=40
+            )
         real = tgt != 0
         assert (expected - got)[real].abs().max() < 1e-4
         for i, row in zip(rows, generated.tolist(), strict=True):
@@ -244,8 +307,9 @@ def test_marian_export_refuses_what_marian_cannot_compute(trained, tmp_path):
 @pytest.mark.parametrize("tie_output", [True, False])
 def test_marian_of_a_model_with_two_vocabularies_gives_our_logits(trained, held_out, tmp_path, tie_output):
     transformers = pytest.importorskip("transformers")
-    directory = _random_model_dir(tmp_path / "model", trained, joint=False, share_embeddings=False,
-                                  tie_output=tie_output)
+    directory = _random_model_dir(
+        tmp_path / "model", trained, joint=False, share_embeddings=False, tie_output=tie_output
+    )
     out = export(directory, tmp_path / "hf", "huggingface")
     hf = transformers.MarianMTModel.from_pretrained(str(out)).eval()
     tokenizer = transformers.MarianTokenizer.from_pretrained(str(out))

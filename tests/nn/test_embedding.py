@@ -17,20 +17,27 @@ def test_sinusoids_follow_the_paper_formula():
 
 
 def test_sinusoids_work_beyond_any_fixed_length():
-    positions = SinusoidalPositions(d_model=8, initial_length=4)
-    far = positions(start=5000, length=3)  # the table grows on demand
+    positions = SinusoidalPositions(d_model=8, length=4)
+    far = positions(start=5000, length=3)  # computed for the call, beyond the table
     torch.testing.assert_close(far, sinusoid_table(3, 8, start=5000))
+    assert positions.table.size(0) == 4  # forward changes nothing: threads may share the module
     torch.testing.assert_close(positions(0, 4), sinusoid_table(4, 8))
     assert "table" not in positions.state_dict()
 
 
-def test_sinusoids_with_odd_d_model():
-    assert sinusoid_table(3, 7).shape == (3, 7)
+def test_sinusoids_with_odd_d_model_follow_the_formula_in_every_column():
+    d_model = 7  # columns 0, 2, 4, 6 are sines (i = 0..3), columns 1, 3, 5 cosines (i = 0..2)
+    table = sinusoid_table(3, d_model, start=2)
+    expected = [
+        [(math.sin if c % 2 == 0 else math.cos)(pos / 10000 ** (2 * (c // 2) / d_model)) for c in range(7)]
+        for pos in (2, 3, 4)
+    ]
+    torch.testing.assert_close(table, torch.tensor(expected), rtol=0, atol=1e-6)
 
 
 def test_learned_positions_are_bounded_with_a_clear_error():
     positions = LearnedPositions(d_model=8, max_positions=10)
-    assert positions(8, 2).shape == (2, 8)
+    torch.testing.assert_close(positions(8, 2), positions.weight[8:10], rtol=0, atol=0)  # the last two rows
     with pytest.raises(ValueError, match="max_positions=10"):
         positions(8, 3)
 

@@ -7,8 +7,7 @@ import torch
 
 from tests.conftest import random_ids, tiny_config
 from vaswani.decode.search import beam_search, filtered_probs, greedy, sample, sampler
-from vaswani.nn import CausalLM, MaskedLM
-from vaswani.nn.language_model import build_model
+from vaswani.nn import CausalLM, MaskedLM, build_model
 
 
 def _lm(**overrides) -> CausalLM:
@@ -43,10 +42,14 @@ def test_cached_generation_equals_uncached():
     for cached, uncached in [
         (greedy(lm, prompts, 0.0, 12), greedy(lm, prompts, 0.0, 12, cache=False)),
         (greedy(lm, prompts, 0.0, 12, stop_at_eos=False), greedy(lm, prompts, 0.0, 12, cache=False, stop_at_eos=False)),
-        (sample(lm, prompts, 0.9, 10, 0.95, torch.Generator().manual_seed(3), 0.0, 12),
-         sample(lm, prompts, 0.9, 10, 0.95, torch.Generator().manual_seed(3), 0.0, 12, cache=False)),
-        ([h for hs in beam_search(lm, prompts, 3, max_len_a=0.0, max_len_b=8, n_best=2) for h in hs],
-         [h for hs in beam_search(lm, prompts, 3, max_len_a=0.0, max_len_b=8, n_best=2, cache=False) for h in hs]),
+        (
+            sample(lm, prompts, 0.9, 10, 0.95, torch.Generator().manual_seed(3), 0.0, 12),
+            sample(lm, prompts, 0.9, 10, 0.95, torch.Generator().manual_seed(3), 0.0, 12, cache=False),
+        ),
+        (
+            [h for hs in beam_search(lm, prompts, 3, max_len_a=0.0, max_len_b=8, n_best=2) for h in hs],
+            [h for hs in beam_search(lm, prompts, 3, max_len_a=0.0, max_len_b=8, n_best=2, cache=False) for h in hs],
+        ),
     ]:
         assert [h.tokens for h in cached] == [h.tokens for h in uncached]
         assert [h.log_prob for h in cached] == pytest.approx([h.log_prob for h in uncached], abs=1e-4)
@@ -57,10 +60,10 @@ def test_generation_is_batch_invariant():
     lm = _lm()
     prompts = random_ids([5, 5, 5, 5])
     together = greedy(lm, prompts, 0.0, 10)
-    alone = [greedy(lm, prompts[i:i + 1], 0.0, 10)[0] for i in range(4)]
+    alone = [greedy(lm, prompts[i : i + 1], 0.0, 10)[0] for i in range(4)]
     assert [h.tokens for h in together] == [h.tokens for h in alone]
     beams = beam_search(lm, prompts, 3, max_len_a=0.0, max_len_b=8)
-    alone = [beam_search(lm, prompts[i:i + 1], 3, max_len_a=0.0, max_len_b=8)[0][0] for i in range(4)]
+    alone = [beam_search(lm, prompts[i : i + 1], 3, max_len_a=0.0, max_len_b=8)[0][0] for i in range(4)]
     assert [b[0].tokens for b in beams] == [h.tokens for h in alone]
 
 
@@ -79,7 +82,14 @@ def test_generation_beyond_the_context_moves_the_window_the_same_way_with_and_wi
 
 def test_a_one_token_prompt_and_unequal_prompts():
     lm = _lm()
-    assert len(greedy(lm, torch.tensor([[5]]), 0.0, 6, stop_at_eos=False)[0].tokens) == 6
+    one = torch.tensor([[5]])
+    tokens = greedy(lm, one, 0.0, 6, stop_at_eos=False)[0].tokens
+    expected = []  # the reference: the whole model over the prefix, step by step; PAD and BOS never generated
+    for _ in range(6):
+        logits = lm(torch.tensor([[5, *expected]]))[0, -1]
+        logits[[lm.config.pad_id, lm.config.bos_id]] = float("-inf")
+        expected.append(int(logits.argmax()))
+    assert tokens == expected
     with pytest.raises(ValueError, match="equal lengths"):
         greedy(lm, random_ids([4, 2]), 0.0, 6)
 
@@ -111,8 +121,10 @@ def test_top_p_keeps_the_smallest_set_reaching_p():
 def test_seeds_repeat_and_differ():
     lm = _lm()
     prompts = random_ids([3])
-    runs = [sample(lm, prompts, 1.0, 0, 1.0, torch.Generator().manual_seed(s), 0.0, 20, stop_at_eos=False)[0].tokens
-            for s in (7, 7, 8)]
+    runs = [
+        sample(lm, prompts, 1.0, 0, 1.0, torch.Generator().manual_seed(s), 0.0, 20, stop_at_eos=False)[0].tokens
+        for s in (7, 7, 8)
+    ]
     assert runs[0] == runs[1] and runs[0] != runs[2]
 
 

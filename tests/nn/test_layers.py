@@ -2,6 +2,7 @@ import pytest
 import torch
 
 from tests.conftest import tiny_config
+from tests.nn.test_transformer import _LAYER_NAMES, torch_attention_weights
 from vaswani.nn.cache import KVCache
 from vaswani.nn.layers import TransformerLayer
 
@@ -32,10 +33,23 @@ def test_a_layer_with_cross_attention_needs_the_encoder_keys_and_values():
     assert TransformerLayer(config).cross_attn is None
     with pytest.raises(ValueError, match="pass memory_kv"):
         layer(torch.randn(2, 3, 32), causal=True)
-    memory = torch.randn(2, 5, 32)
-    out, _, (self_w, cross_w) = layer(torch.randn(2, 3, 32), causal=True,
-                                      memory_kv=layer.cross_attn.project_key_value(memory), need_weights=True)
-    assert out.shape == (2, 3, 32) and self_w.shape == (2, 2, 3, 3) and cross_w.shape == (2, 2, 3, 5)
+    x, memory = torch.randn(2, 3, 32), torch.randn(2, 5, 32)
+    out, _, (self_w, cross_w) = layer(
+        x, causal=True, memory_kv=layer.cross_attn.project_key_value(memory), need_weights=True
+    )
+    # The reference: torch's decoder layer carrying a copy of the weights.
+    ref = torch.nn.TransformerDecoderLayer(
+        32, 2, config.d_ff, dropout=0.0, layer_norm_eps=config.layer_norm_eps, batch_first=True
+    )
+    ours = dict(layer.named_parameters())
+    with torch.no_grad():
+        for name, ref_name in _LAYER_NAMES.items():
+            ref.get_parameter(ref_name).copy_(ours[name])
+    causal = torch.nn.Transformer.generate_square_subsequent_mask(3)
+    expected = torch_attention_weights(ref, lambda: ref(x, memory, tgt_mask=causal))
+    torch.testing.assert_close(out, ref(x, memory, tgt_mask=causal), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(self_w, expected["self_attn"], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(cross_w, expected["multihead_attn"], rtol=1e-5, atol=1e-6)
 
 
 def test_a_cache_without_an_encoder_part():

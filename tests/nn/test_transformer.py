@@ -29,8 +29,16 @@ def torch_reference(model: Transformer) -> torch.nn.Transformer:
     """torch.nn.Transformer of the same dimensions, carrying a copy of our weights."""
     c = model.config
     ref = torch.nn.Transformer(
-        c.d_model, c.n_heads, c.n_layers, c.decoder_layers, c.d_ff, dropout=0.0, activation=c.activation,
-        layer_norm_eps=c.layer_norm_eps, batch_first=True, norm_first=c.norm_first,
+        c.d_model,
+        c.n_heads,
+        c.n_layers,
+        c.decoder_layers,
+        c.d_ff,
+        dropout=0.0,
+        activation=c.activation,
+        layer_norm_eps=c.layer_norm_eps,
+        batch_first=True,
+        norm_first=c.norm_first,
     )
     ours = dict(model.named_parameters())
     with torch.no_grad():
@@ -148,15 +156,22 @@ def test_fully_padded_source_gives_finite_logits_and_gradients():
     assert all(torch.isfinite(p.grad).all() for p in model.parameters())
 
 
-@pytest.mark.parametrize("overrides", [{}, {"norm_first": True, "activation": "gelu", "positions": "learned"},
-                                       {"share_embeddings": False, "tgt_vocab_size": 40},
-                                       {"share_embeddings": False, "tie_output": False, "tgt_vocab_size": 40}])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {"norm_first": True, "activation": "gelu", "positions": "learned"},
+        {"share_embeddings": False, "tgt_vocab_size": 40},
+        {"share_embeddings": False, "tie_output": False, "tgt_vocab_size": 40},
+    ],
+)
 def test_gradients_reach_every_parameter(overrides):
     model = Transformer(tiny_config(dropout=0.1, **overrides)).train()
     logits = model(random_ids([5, 3]), random_ids([4, 4], vocab=model.config.tgt_vocab_size))
     assert logits.shape == (2, 4, model.config.tgt_vocab_size)
-    torch.nn.functional.cross_entropy(logits.flatten(0, 1), random_ids([8], vocab=model.config.tgt_vocab_size)[0]
-                                      ).backward()
+    torch.nn.functional.cross_entropy(
+        logits.flatten(0, 1), random_ids([8], vocab=model.config.tgt_vocab_size)[0]
+    ).backward()
     for name, p in model.named_parameters():
         assert p.grad is not None and p.grad.abs().sum() > 0, name
 
@@ -164,18 +179,20 @@ def test_gradients_reach_every_parameter(overrides):
 def test_embedding_sharing_follows_the_config():
     shared = Transformer(tiny_config())
     assert shared.encoder.embed.tokens is shared.decoder.embed.tokens
-    assert shared.generator_weight is shared.encoder.embed.tokens.weight
+    assert shared.output_weight is shared.encoder.embed.tokens.weight
     tied = Transformer(tiny_config(share_embeddings=False, tgt_vocab_size=40))
     assert tied.encoder.embed.tokens is not tied.decoder.embed.tokens
-    assert tied.generator_weight is tied.decoder.embed.tokens.weight
+    assert tied.output_weight is tied.decoder.embed.tokens.weight
     untied = Transformer(tiny_config(share_embeddings=False, tie_output=False, tgt_vocab_size=40))
-    assert untied.generator_weight is not untied.decoder.embed.tokens.weight
+    assert untied.output_weight is not untied.decoder.embed.tokens.weight
 
 
-def test_sinusoidal_model_handles_inputs_longer_than_any_table():
-    model = Transformer(tiny_config()).eval()
-    src, tgt_in = random_ids([700]), random_ids([600])
-    assert torch.isfinite(model(src, tgt_in)).all()
+def test_sinusoidal_model_beyond_its_table_equals_one_whose_table_covers_the_input():
+    model = Transformer(tiny_config(max_positions=8)).eval()  # 8 positions tabulated, the rest computed
+    covered = Transformer(tiny_config(max_positions=64)).eval()
+    covered.load_state_dict(model.state_dict())  # the tables are not in the state dict: the same weights
+    src, tgt_in = random_ids([13, 9]), random_ids([11, 5])
+    torch.testing.assert_close(model(src, tgt_in), covered(src, tgt_in), rtol=1e-5, atol=1e-6)
 
 
 def _expected_parameters(c: ModelConfig) -> int:
@@ -196,23 +213,57 @@ def test_parameter_counts_match_the_paper(preset, paper_millions):
     assert abs(model.num_parameters() / 1e6 - paper_millions) / paper_millions < 0.035
 
 
-def test_attention_weights_are_per_layer_per_head_and_normalised():
+def torch_attention_weights(ref: torch.nn.Module, run) -> dict[str, torch.Tensor]:
+    """Per-head weights of every torch.nn.MultiheadAttention in `ref` while `run()` runs, by name: each call is
+    repeated with need_weights=True on the inputs torch's own layer gave it (those layers ask for none)."""
+    weights, handles = {}, []
+
+    def keep(name):
+        def hook(module, args, kwargs, output):
+            again = {**kwargs, "need_weights": True, "average_attn_weights": False}
+            weights[name] = module.forward(*args, **again)[1].detach()
+
+        return hook
+
+    for name, module in ref.named_modules():
+        if isinstance(module, torch.nn.MultiheadAttention):
+            handles.append(module.register_forward_hook(keep(name), with_kwargs=True))
+    try:
+        run()
+    finally:
+        for handle in handles:
+            handle.remove()
+    return weights
+
+
+def test_attention_weights_are_torch_transformers_per_layer_and_head():
     model = Transformer(tiny_config(n_decoder_layers=3)).eval()
     src, tgt_in = random_ids([5, 3]), random_ids([4, 2])
     weights = model.attention_weights(src, tgt_in)
-    assert [w.shape for w in weights.encoder] == [(2, 2, 5, 5)] * 2
-    assert [w.shape for w in weights.decoder_self] == [(2, 2, 4, 4)] * 3
-    assert [w.shape for w in weights.cross] == [(2, 2, 4, 5)] * 3
+    ref = torch_reference(model)
+    expected = torch_attention_weights(ref, lambda: reference_logits(model, ref, src, tgt_in))
+    for ours, names in (
+        (weights.encoder, [f"encoder.layers.{i}.self_attn" for i in range(2)]),
+        (weights.decoder_self, [f"decoder.layers.{i}.self_attn" for i in range(3)]),
+        (weights.cross, [f"decoder.layers.{i}.multihead_attn" for i in range(3)]),
+    ):
+        assert len(ours) == len(names)
+        for w, name in zip(ours, names, strict=True):
+            torch.testing.assert_close(w, expected[name], rtol=1e-5, atol=1e-6, msg=name)
+    assert not torch.allclose(weights.cross[0], weights.cross[1], atol=1e-3)  # layers differ: the order is tested
     torch.testing.assert_close(weights.cross[0].sum(-1), torch.ones(2, 2, 4))
     assert weights.cross[0][1, :, :, 3:].abs().sum() == 0  # padding of sentence 1 gets no attention
     assert weights.decoder_self[0][0].triu(1).abs().sum() == 0  # causal
 
 
-@pytest.mark.parametrize("bad,match", [
-    (torch.zeros(2, 3), "dtype torch.long"),
-    (torch.zeros(3, dtype=torch.long), r"shape \(batch, length\)"),
-    (torch.zeros(2, 0, dtype=torch.long), "length 0"),
-])
+@pytest.mark.parametrize(
+    "bad,match",
+    [
+        (torch.zeros(2, 3), "dtype torch.long"),
+        (torch.zeros(3, dtype=torch.long), r"shape \(batch, length\)"),
+        (torch.zeros(2, 0, dtype=torch.long), "length 0"),
+    ],
+)
 def test_bad_token_ids_raise_a_clear_error(bad, match):
     model = Transformer(tiny_config())
     with pytest.raises(ValueError, match=match):

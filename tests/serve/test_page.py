@@ -14,8 +14,9 @@ import pytest
 from tests.conftest import write_tiny_model_directory
 from tests.serve.test_app import _start_server
 
-CHROMIUM = next((path for name in ("chromium", "chromium-browser", "google-chrome")
-                 if (path := shutil.which(name))), None)
+CHROMIUM = next(
+    (path for name in ("chromium", "chromium-browser", "google-chrome") if (path := shutil.which(name))), None
+)
 playwright_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright to test the page")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no Chromium: apt-get install chromium to test the page")
 
@@ -43,8 +44,9 @@ def test_type_a_sentence_get_the_translation_and_its_heatmap(server, tmp_path):
         page.click("#translate")
         page.wait_for_selector('#heatmap[data-drawn="true"]', timeout=30_000)
 
-        expected = httpx.post(f"{server}/v1/translate",
-                              json={"text": [SENTENCE], "n_best": 3, "attention": True}).json()["translations"][0]
+        expected = httpx.post(
+            f"{server}/v1/translate", json={"text": [SENTENCE], "n_best": 3, "attention": True}
+        ).json()["translations"][0]
         assert page.inner_text("#translation").strip() == expected["text"].strip()
         assert page.locator("#alternatives li").count() == len(expected["n_best"]) == 3
         canvas = page.locator("#heatmap")

@@ -59,8 +59,7 @@ KILLED_SAVE = textwrap.dedent("""
 def test_a_kill_during_a_save_leaves_the_previous_checkpoint_and_training_resumes(tmp_path):
     run = tmp_path / "run"
     Trainer(_config(max_steps=3, valid_every=3), run, _quiet()).train()
-    killed = subprocess.run([sys.executable, "-c", KILLED_SAVE, str(run)], capture_output=True, text=True,
-                            timeout=120)
+    killed = subprocess.run([sys.executable, "-c", KILLED_SAVE, str(run)], capture_output=True, text=True, timeout=120)
     assert killed.returncode == 9, killed.stderr[-2000:]
     assert [p.name for p in ckpt.checkpoint_dirs(run)] == ["step_00000003"]
     assert (run / "checkpoints/.step_00000006.tmp").is_dir()  # the half-written one, never seen as complete
@@ -74,8 +73,10 @@ def test_a_kill_during_a_save_leaves_the_previous_checkpoint_and_training_resume
 
 
 def test_bf16_training_keeps_fp32_weights_and_follows_fp32(tmp_path):
-    states = {p: Trainer(_config(max_steps=6, valid_every=6, precision=p), tmp_path / p, _quiet()).train()
-              for p in ("fp32", "bf16")}
+    states = {
+        p: Trainer(_config(max_steps=6, valid_every=6, precision=p), tmp_path / p, _quiet()).train()
+        for p in ("fp32", "bf16")
+    }
     weights = {p: ckpt.load_weights(tmp_path / p / ckpt.WEIGHTS) for p in states}
     assert all(t.dtype == torch.float32 for t in weights["bf16"].values())
     assert any(not torch.equal(weights["bf16"][n], weights["fp32"][n]) for n in weights["fp32"])  # bf16 was used
@@ -92,8 +93,13 @@ def _recipe(tmp_path, src_lines, tgt_lines, **data):
     _write(tmp_path / "train.de.gz", src_lines)
     _write(tmp_path / "train.en.gz", tgt_lines)
     values = {k: dict(v) for k, v in TOY.items()}
-    values["data"] = {"train_src": str(tmp_path / "train.de.gz"), "train_tgt": str(tmp_path / "train.en.gz"),
-                      "tokenizer": "bpe", "vocab_size": 100, **data}
+    values["data"] = {
+        "train_src": str(tmp_path / "train.de.gz"),
+        "train_tgt": str(tmp_path / "train.en.gz"),
+        "tokenizer": "bpe",
+        "vocab_size": 100,
+        **data,
+    }
     path = tmp_path / "recipe.yaml"
     path.write_text(yaml.safe_dump(values))
     return path

@@ -20,6 +20,7 @@ def _measuring(monkeypatch, speedup):
     def measure(config, device, rows, training):
         calls.append(rows)
         return Measurement(fp32_s=0.01, bf16_s=0.01 / speedup, rows=rows)
+
     monkeypatch.setattr(precision, "measure_matmuls", measure)
     return calls
 
@@ -30,8 +31,9 @@ def _log() -> tuple[Console, io.StringIO]:
 
 
 @pytest.mark.parametrize(("speedup", "expected"), [(1.8, "bf16"), (0.5, "fp32")])
-def test_auto_resolves_by_measurement_and_the_model_directory_keeps_the_result(tmp_path, monkeypatch, speedup,
-                                                                               expected):
+def test_auto_resolves_by_measurement_and_the_model_directory_keeps_the_result(
+    tmp_path, monkeypatch, speedup, expected
+):
     calls = _measuring(monkeypatch, speedup)
     console, log = _log()
     trainer = Trainer(_config(max_steps=2, valid_every=2, precision="auto"), tmp_path / "run", console)
@@ -88,13 +90,13 @@ def test_max_time_stops_validates_and_saves_and_a_resume_counts_the_time_spent(t
     assert "valid_loss" in state.history[-1]
     again = Trainer(config, tmp_path / "run", _quiet()).train()
     assert again.step == state.step  # the budget was already spent
-    longer = Trainer(_config(max_steps=100_000, valid_every=100_000, max_time="2s"), tmp_path / "run",
-                     _quiet()).train()
+    longer = Trainer(_config(max_steps=100_000, valid_every=100_000, max_time="2s"), tmp_path / "run", _quiet()).train()
     assert longer.step > state.step and 2.0 <= longer.elapsed < 3.5
 
 
-@pytest.mark.parametrize(("text", "seconds"), [("90s", 90), ("10m", 600), ("1h30m", 5400), ("1.5h", 5400),
-                                               (45, 45), ("2m30s", 150)])
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("90s", 90), ("10m", 600), ("1h30m", 5400), ("1.5h", 5400), (45, 45), ("2m30s", 150)]
+)
 def test_durations(text, seconds):
     assert parse_duration(text) == seconds
 
@@ -129,8 +131,22 @@ def test_ddp_ranks_stop_together_at_the_time_budget(tmp_path):
     values["train"].update(max_steps=100_000, valid_every=100_000, max_time="3s", lr_decay="linear")
     config.write_text(yaml.safe_dump(values))
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    ddp = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "-m", "vaswani.cli",
-                          "train", str(config), str(tmp_path / "ddp")], capture_output=True, text=True, env=env,
-                         timeout=120)
+    ddp = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node=2",
+            "-m",
+            "vaswani.cli",
+            "train",
+            str(config),
+            str(tmp_path / "ddp"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert ddp.returncode == 0, ddp.stderr[-2000:]
     assert "reached train.max_time (3s" in ddp.stderr

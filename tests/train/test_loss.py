@@ -1,3 +1,5 @@
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -19,8 +21,9 @@ def _inputs(B=4, T=9, D=16, V=29):
 def test_equals_torch_cross_entropy_over_full_logits_in_value_and_gradient(smoothing, chunk_rows):
     hidden, weight, target = _inputs()
     logits = F.linear(hidden, weight)
-    expected = F.cross_entropy(logits.flatten(0, 1), target.flatten(), label_smoothing=smoothing, ignore_index=0,
-                               reduction="sum")
+    expected = F.cross_entropy(
+        logits.flatten(0, 1), target.flatten(), label_smoothing=smoothing, ignore_index=0, reduction="sum"
+    )
     expected.backward()
     expected_grads = hidden.grad.clone(), weight.grad.clone()
     hidden.grad = weight.grad = None
@@ -33,11 +36,17 @@ def test_equals_torch_cross_entropy_over_full_logits_in_value_and_gradient(smoot
     assert hidden.grad[1, 5:].abs().sum() == 0  # padding positions get no gradient
 
 
-def test_smoothing_changes_the_loss():
-    hidden, weight, target = _inputs()
-    plain, _ = label_smoothed_cross_entropy(hidden, weight, target, 0.0)
-    smoothed, _ = label_smoothed_cross_entropy(hidden, weight, target, 0.1)
-    assert not torch.allclose(plain, smoothed)
+@pytest.mark.parametrize("smoothing", [0.0, 0.1, 0.3])
+def test_smoothed_loss_equals_the_hand_computed_cross_entropy_with_the_smoothed_distribution(smoothing):
+    # weight = I, so the logits are the hidden states: softmax(log [1, 2, 5]) = [1/8, 2/8, 5/8], then uniform.
+    hidden = torch.log(torch.tensor([[[1.0, 2.0, 5.0], [1.0, 1.0, 1.0], [3.0, 1.0, 1.0]]]))
+    target = torch.tensor([[2, 1, 0]])  # the last position is padding
+    loss, tokens = label_smoothed_cross_entropy(hidden, torch.eye(3), target, smoothing, pad_id=0)
+    # -sum_k q_k log p_k with q = (1 - eps) onehot(target) + eps / V (§5.4, Szegedy et al.)
+    first = -(1 - smoothing) * math.log(5 / 8) - smoothing / 3 * (math.log(1 / 8) + math.log(2 / 8) + math.log(5 / 8))
+    second = math.log(3)  # a uniform prediction costs log V whatever eps is
+    assert tokens == 2
+    assert loss.item() == pytest.approx(first + second, abs=1e-5)
 
 
 def test_bf16_autocast_keeps_a_float32_loss_and_gradients_close_to_fp32():
@@ -67,8 +76,9 @@ def test_without_gradients_the_value_is_the_same_and_nothing_is_kept():
 def test_a_frozen_weight_gets_no_gradient_and_the_hidden_states_theirs():
     hidden, weight, target = _inputs()
     weight.requires_grad_(False)
-    F.cross_entropy(F.linear(hidden, weight).flatten(0, 1), target.flatten(), label_smoothing=0.1, ignore_index=0,
-                    reduction="sum").backward()
+    F.cross_entropy(
+        F.linear(hidden, weight).flatten(0, 1), target.flatten(), label_smoothing=0.1, ignore_index=0, reduction="sum"
+    ).backward()
     expected = hidden.grad.clone()
     hidden.grad = None
     label_smoothed_cross_entropy(hidden, weight, target, chunk_rows=4)[0].backward()
@@ -95,8 +105,9 @@ def test_shape_errors_name_the_expected_shapes():
 def test_gradient_of_a_scaled_loss_is_scaled():
     """The trainer backpropagates loss / tokens: the written-out backward must apply that factor."""
     hidden, weight, target = _inputs()
-    expected = F.cross_entropy(F.linear(hidden, weight).flatten(0, 1), target.flatten(), label_smoothing=0.1,
-                               ignore_index=0)  # mean over the real tokens
+    expected = F.cross_entropy(
+        F.linear(hidden, weight).flatten(0, 1), target.flatten(), label_smoothing=0.1, ignore_index=0
+    )  # mean over the real tokens
     expected.backward()
     expected_grad = hidden.grad.clone()
     hidden.grad = weight.grad = None

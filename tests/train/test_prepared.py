@@ -15,16 +15,44 @@ import pytest
 import torch
 
 from vaswani.config import Config, DataConfig
-from vaswani.data import store, streaming
+from vaswani.data import parallel, store
 from vaswani.data.batching import collate, epoch_order, token_batches
 from vaswani.data.corpus import DataError, filter_pairs, read_parallel
+from vaswani.data.parallel import ParallelRecipe
+from vaswani.data.prepare import open_or_prepare
 from vaswani.data.tokenizer import Tokenizer
-from vaswani.train.data import EpochBatches, EpochPlan, batch_stream, load_run_data, open_or_prepare, recipe_of
+from vaswani.train.loader import EpochBatches, EpochPlan, batch_stream, load_run_data
 
 MULTI30K = Path(__file__).resolve().parents[2] / "../shared/data/multi30k/raw"
-WORDS = ["a", "man", "woman", "child", "dog", "ball", "street", "water", "red", "blue", "green", "playing",
-         "running", "walking", "holding", "through", "under", "beside", "the", "with", "young", "old", "small",
-         "large", "sitting", "standing", "looking"]
+WORDS = [
+    "a",
+    "man",
+    "woman",
+    "child",
+    "dog",
+    "ball",
+    "street",
+    "water",
+    "red",
+    "blue",
+    "green",
+    "playing",
+    "running",
+    "walking",
+    "holding",
+    "through",
+    "under",
+    "beside",
+    "the",
+    "with",
+    "young",
+    "old",
+    "small",
+    "large",
+    "sitting",
+    "standing",
+    "looking",
+]
 
 
 def write_corpus(directory: Path, n: int = 120, seed: int = 0, name: str = "train") -> dict[str, str]:
@@ -38,7 +66,7 @@ def write_corpus(directory: Path, n: int = 120, seed: int = 0, name: str = "trai
 
 
 def _open(config: DataConfig, directory: Path, workers: int = 2, joint: bool = True):
-    recipe = recipe_of(config, joint, 1)
+    recipe = ParallelRecipe.from_config(config, joint, 1)
     prepared = open_or_prepare(recipe, directory, workers=workers)
     return load_run_data(prepared, Tokenizer.load(directory), config)
 
@@ -46,8 +74,12 @@ def _open(config: DataConfig, directory: Path, workers: int = 2, joint: bool = T
 def _multi30k(tmp_path: Path, gz: bool = False) -> DataConfig:
     """Multi30k de-en as shipped (.gz), or decompressed into plain files."""
     files = {}
-    for key, name in (("train_src", "train.de"), ("train_tgt", "train.en"), ("valid_src", "val.de"),
-                      ("valid_tgt", "val.en")):
+    for key, name in (
+        ("train_src", "train.de"),
+        ("train_tgt", "train.en"),
+        ("valid_src", "val.de"),
+        ("valid_tgt", "val.en"),
+    ):
         path = MULTI30K / f"{name}.gz"
         if not gz:
             target = tmp_path / name
@@ -61,16 +93,18 @@ def test_prepared_batches_equal_the_in_memory_path_on_multi30k(tmp_path, monkeyp
     """Bit-identical batches (ids, order, per seed and epoch): the in-memory reference reads whole files,
     encodes in one call and filters in one pass; the prepared path streams small chunks through two
     worker processes (gzipped too) and maps the arrays back."""
-    monkeypatch.setattr(streaming, "CHUNK_PAIRS", 997)  # many chunks, out of step with everything else
+    monkeypatch.setattr(parallel, "CHUNK_PAIRS", 997)  # many chunks, out of step with everything else
     config = _multi30k(tmp_path)
     data = _open(config, tmp_path / "prepared")
     text = read_parallel(config.train_src, config.train_tgt)
     usable = [(s, t) for s, t in text if s and t]
-    reference_tok = Tokenizer.train([s for s, _ in usable], [t for _, t in usable], config.vocab_size, "bpe", True,
-                                    tmp_path)
+    reference_tok = Tokenizer.train(
+        [s for s, _ in usable], [t for _, t in usable], config.vocab_size, "bpe", True, tmp_path
+    )
     assert (tmp_path / "tokenizer.model").read_bytes() == (tmp_path / "prepared/tokenizer.model").read_bytes()
-    pairs = list(zip(reference_tok.encode_src([s for s, _ in text]), reference_tok.encode_tgt([t for _, t in text]),
-                     strict=True))
+    pairs = list(
+        zip(reference_tok.encode_src([s for s, _ in text]), reference_tok.encode_tgt([t for _, t in text]), strict=True)
+    )
     keep, report = filter_pairs(pairs, config.max_len, config.max_len_ratio)
     assert report.removed and data.report["removed"] == dict(report.removed) and data.report["kept"] == len(keep)
     pairs = [pairs[i] for i in keep]
@@ -109,8 +143,13 @@ def test_loader_workers_give_the_same_batches_as_none(tmp_path):
 
 @pytest.mark.parametrize("src_alpha,tgt_alpha", [(0.1, 0.0), (0.0, 0.3)])
 def test_sampling_segments_each_batch_afresh_reproducibly_and_keeps_the_text(tmp_path, src_alpha, tgt_alpha):
-    config = DataConfig(**write_corpus(tmp_path), vocab_size=120, max_tokens=150, src_sampling_alpha=src_alpha,
-                        tgt_sampling_alpha=tgt_alpha)
+    config = DataConfig(
+        **write_corpus(tmp_path),
+        vocab_size=120,
+        max_tokens=150,
+        src_sampling_alpha=src_alpha,
+        tgt_sampling_alpha=tgt_alpha,
+    )
     data = _open(config, tmp_path / "p")
     plan = EpochPlan(data, config.max_tokens, 1)
     batches = plan.batches(0)
@@ -189,7 +228,7 @@ def test_damaged_or_unfinished_prepared_data_is_never_trusted(tmp_path, monkeypa
 
 def test_an_interrupted_preparation_leaves_nothing_behind(tmp_path, monkeypatch):
     config = DataConfig(**write_corpus(tmp_path, 3000), vocab_size=120)
-    monkeypatch.setattr(streaming, "CHUNK_PAIRS", 100)
+    monkeypatch.setattr(parallel, "CHUNK_PAIRS", 100)
     calls = []
 
     def failing(result_iter):
@@ -199,12 +238,12 @@ def test_an_interrupted_preparation_leaves_nothing_behind(tmp_path, monkeypatch)
                 raise KeyboardInterrupt
             yield result
 
-    original = streaming._in_order
-    monkeypatch.setattr(streaming, "_in_order", lambda *a: failing(original(*a)))
+    original = parallel.in_order
+    monkeypatch.setattr(parallel, "in_order", lambda *a: failing(original(*a)))
     with pytest.raises(KeyboardInterrupt):
         _open(config, tmp_path / "p")
     assert calls and not (tmp_path / "p").exists() and not list(tmp_path.glob(".p.partial-*"))
-    monkeypatch.setattr(streaming, "_in_order", original)
+    monkeypatch.setattr(parallel, "in_order", original)
     assert len(_open(config, tmp_path / "p").prepared.train) == 3000
 
 
@@ -212,18 +251,21 @@ def test_a_killed_preparation_is_remade_by_the_next_run(tmp_path):
     """kill -9 half way: the partial sibling directory is ignored, the target never appears."""
     config = DataConfig(**write_corpus(tmp_path, 20000), vocab_size=120)
     recipe_file = tmp_path / "r.yaml"
-    recipe_file.write_text(json.dumps({"data": {"train_src": config.train_src, "train_tgt": config.train_tgt,
-                                                "vocab_size": 120}}))
-    script = ("import os, sys, vaswani.data.streaming as s\n"
-              "s.CHUNK_PAIRS = 1000\n"
-              "add = s._SplitWriter.add\n"
-              "def kill_at_third(results):\n"
-              "    for i, result in enumerate(results):\n"
-              "        if i == 2:\n"
-              "            os.kill(os.getpid(), 9)\n"
-              "        yield result\n"
-              "s._SplitWriter.add = lambda self, results: add(self, kill_at_third(results))\n"
-              "from vaswani.cli import main; main(['prepare', sys.argv[1], sys.argv[2], '--workers', '1'])\n")
+    recipe_file.write_text(
+        json.dumps({"data": {"train_src": config.train_src, "train_tgt": config.train_tgt, "vocab_size": 120}})
+    )
+    script = (
+        "import os, sys, vaswani.data.parallel as s\n"
+        "s.CHUNK_PAIRS = 1000\n"
+        "add = s._SplitWriter.add\n"
+        "def kill_at_third(results):\n"
+        "    for i, result in enumerate(results):\n"
+        "        if i == 2:\n"
+        "            os.kill(os.getpid(), 9)\n"
+        "        yield result\n"
+        "s._SplitWriter.add = lambda self, results: add(self, kill_at_third(results))\n"
+        "from vaswani.cli import main; main(['prepare', sys.argv[1], sys.argv[2], '--workers', '1'])\n"
+    )
     killed = subprocess.run([sys.executable, "-c", script, str(recipe_file), str(tmp_path / "p")], timeout=120)
     assert killed.returncode == -9
     assert not (tmp_path / "p").exists() and list(tmp_path.glob(".p.partial-*"))
@@ -234,8 +276,10 @@ def test_weighted_corpora_are_sampled_by_weight_and_reported_per_corpus(tmp_path
     a, b = write_corpus(tmp_path, 200, 1, "a"), write_corpus(tmp_path, 300, 2, "b")
     (tmp_path / "b.src").write_text((tmp_path / "b.src").read_text() + "\n")  # one empty pair in b, removed
     (tmp_path / "b.tgt").write_text((tmp_path / "b.tgt").read_text() + "x\n")
-    corpora = [{"name": "a", "src": a["train_src"], "tgt": a["train_tgt"], "weight": 2},
-               {"name": "b", "src": b["train_src"], "tgt": b["train_tgt"], "weight": 0.5}]
+    corpora = [
+        {"name": "a", "src": a["train_src"], "tgt": a["train_tgt"], "weight": 2},
+        {"name": "b", "src": b["train_src"], "tgt": b["train_tgt"], "weight": 0.5},
+    ]
     config = Config.from_dict({"data": {"corpora": corpora, "vocab_size": 150, "max_tokens": 200}}).data
     data = _open(config, tmp_path / "p")
     assert data.report["corpora"]["a"] == {"total": 200, "kept": 200, "removed": {}}
@@ -267,13 +311,18 @@ def test_prepare_errors_name_the_file_and_the_fix(tmp_path):
 def test_cli_prepare_then_train_reuses_it(tmp_path):
     files = write_corpus(tmp_path, 300)
     recipe = tmp_path / "r.yaml"
-    recipe.write_text(json.dumps({"model": {"d_model": 32, "d_ff": 64, "n_heads": 2, "n_layers": 1},
-                                  "data": {**files, "vocab_size": 100, "max_tokens": 300},
-                                  "train": {"max_steps": 2, "valid_every": 2, "precision": "fp32"}}))
+    recipe.write_text(
+        json.dumps(
+            {
+                "model": {"d_model": 32, "d_ff": 64, "n_heads": 2, "n_layers": 1},
+                "data": {**files, "vocab_size": 100, "max_tokens": 300},
+                "train": {"max_steps": 2, "valid_every": 2, "precision": "fp32"},
+            }
+        )
+    )
 
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "vaswani.cli", *args], capture_output=True, text=True,
-                              timeout=300)
+        return subprocess.run([sys.executable, "-m", "vaswani.cli", *args], capture_output=True, text=True, timeout=300)
 
     made = cli("prepare", str(recipe), str(tmp_path / "d"), "--workers", "2")
     assert made.returncode == 0, made.stderr
@@ -283,8 +332,9 @@ def test_cli_prepare_then_train_reuses_it(tmp_path):
     assert "(reused; 300 training pairs)" in trained.stderr and not (tmp_path / "run/prepared").exists()
     assert (tmp_path / "run/tokenizer.model").read_bytes() == (tmp_path / "d/tokenizer.model").read_bytes()
     bad = tmp_path / "bad.yaml"
-    bad.write_text(json.dumps({"data": {"corpora": [{**{"src": files["train_src"], "tgt": files["train_tgt"]},
-                                                     "weight": 0}]}}))
+    bad.write_text(
+        json.dumps({"data": {"corpora": [{**{"src": files["train_src"], "tgt": files["train_tgt"]}, "weight": 0}]}})
+    )
     result = cli("prepare", str(bad), str(tmp_path / "e"))
     assert result.returncode == 2 and result.stderr.count("\n") == 1
     assert "data.corpora[0].weight must be a number above 0" in result.stderr

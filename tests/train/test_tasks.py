@@ -13,7 +13,8 @@ import torch.nn.functional as F
 import yaml
 
 from vaswani.config import Config
-from vaswani.data.text import mask_tokens, read_labelled
+from vaswani.data.labelled import read_labelled
+from vaswani.data.masking import mask_tokens
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.train import checkpoint as ckpt
 from vaswani.train.finetune import finetune
@@ -48,11 +49,22 @@ def labelled(tmp_path_factory) -> tuple[Path, Path]:
 
 
 def _lm_config(text: Path, kind: str = "decoder_only", **train) -> Config:
-    return Config.from_dict({
-        "model": {"type": kind, **MODEL},
-        "data": {"text": str(text), "tokenizer": "char", "vocab_size": 120, "block_size": 32, "batch_size": 4},
-        "train": {"max_steps": 6, "valid_every": 3, "warmup_steps": 4, "lr_schedule": "constant", "peak_lr": 1e-3,
-                  "precision": "fp32", "label_smoothing": 0.0, **train}})
+    return Config.from_dict(
+        {
+            "model": {"type": kind, **MODEL},
+            "data": {"text": str(text), "tokenizer": "char", "vocab_size": 120, "block_size": 32, "batch_size": 4},
+            "train": {
+                "max_steps": 6,
+                "valid_every": 3,
+                "warmup_steps": 4,
+                "lr_schedule": "constant",
+                "peak_lr": 1e-3,
+                "precision": "fp32",
+                "label_smoothing": 0.0,
+                **train,
+            },
+        }
+    )
 
 
 def _same_weights(a: Path, b: Path) -> None:
@@ -76,8 +88,9 @@ def test_language_model_resume_is_exact(tmp_path, text, kind):
 
 
 def test_language_model_learns(tmp_path, text):
-    state = Trainer(_lm_config(text, max_steps=150, valid_every=150, warmup_steps=20, peak_lr=3e-3),
-                    tmp_path / "lm", _quiet()).train()
+    state = Trainer(
+        _lm_config(text, max_steps=150, valid_every=150, warmup_steps=20, peak_lr=3e-3), tmp_path / "lm", _quiet()
+    ).train()
     # a uniform guess over the ~60 characters costs ln(60) = 4.1 nats; unigram frequencies ~3.3
     assert state.history[-1]["valid_loss"] < 3.0
 
@@ -102,11 +115,24 @@ def test_bert_masking_proportions_and_special_tokens():
 
 
 def _finetune_recipe(path: Path, labelled, aux: float, **train) -> Path:
-    path.write_text(yaml.safe_dump({
-        "data": {"labelled_train": str(labelled[0]), "labelled_valid": str(labelled[1]), "batch_size": 8},
-        "train": {"max_steps": 6, "valid_every": 3, "warmup_steps": 4, "lr_schedule": "constant", "peak_lr": 1e-3,
-                  "precision": "fp32", **train},
-        "finetune": {"aux_weight": aux}}), encoding="utf-8")
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "data": {"labelled_train": str(labelled[0]), "labelled_valid": str(labelled[1]), "batch_size": 8},
+                "train": {
+                    "max_steps": 6,
+                    "valid_every": 3,
+                    "warmup_steps": 4,
+                    "lr_schedule": "constant",
+                    "peak_lr": 1e-3,
+                    "precision": "fp32",
+                    **train,
+                },
+                "finetune": {"aux_weight": aux},
+            }
+        ),
+        encoding="utf-8",
+    )
     return path
 
 
@@ -129,8 +155,11 @@ def test_finetune_resume_is_exact_and_classify_writes_a_line_per_line(tmp_path, 
     assert {"valid_accuracy", "valid_loss", "valid_pretrain_loss"} <= set(state.history[-1])
     lines = ["a gorgeous , witty , seductive movie .", "", "the plot is nothing but boilerplate clichés"]
     (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    run = subprocess.run([sys.executable, "-m", "vaswani.cli", "classify", str(tmp_path / "straight"), "-i",
-                          str(tmp_path / "in.txt")], capture_output=True, text=True)
+    run = subprocess.run(
+        [sys.executable, "-m", "vaswani.cli", "classify", str(tmp_path / "straight"), "-i", str(tmp_path / "in.txt")],
+        capture_output=True,
+        text=True,
+    )
     assert run.returncode == 0, run.stderr
     out = run.stdout.splitlines()
     assert len(out) == 3 and "line 2 is empty" in run.stderr
@@ -144,8 +173,30 @@ def test_finetune_resume_is_exact_and_classify_writes_a_line_per_line(tmp_path, 
         torch.testing.assert_close(alone, probs, rtol=1e-4, atol=1e-5)
 
 
+def test_the_task_returns_the_labels_it_finds_and_the_trainer_writes_them(tmp_path, pretrained, labelled, monkeypatch):
+    """finetune.labels given as numbers: the task reads them as the file's label strings and returns them
+    (Task.run_config); the trainer's config, the task's view of it and config.yaml all hold the strings."""
+    recipe = _finetune_recipe(tmp_path / "ft.yaml", labelled, 0.0, max_steps=1, valid_every=1)
+    values = yaml.safe_load(recipe.read_text())
+    values["finetune"]["labels"] = [1, 0]
+    recipe.write_text(yaml.safe_dump(values), encoding="utf-8")
+    seen = {}
+    original = Trainer._build
+
+    def build(trainer, data):
+        original(trainer, data)
+        seen.update(trainer=trainer.config, task=trainer.task.config)
+
+    monkeypatch.setattr(Trainer, "_build", build)
+    finetune(pretrained, recipe, tmp_path / "run", console=_quiet())
+    assert seen["trainer"].finetune.labels == ["1", "0"] and seen["task"] is seen["trainer"]
+    saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    assert saved["finetune"]["labels"] == ["1", "0"] and saved["model"]["n_classes"] == 2
+
+
 def test_aux_weight_zero_gives_exactly_the_task_gradients(tmp_path, pretrained, labelled):
     from vaswani.train.finetune import finetune_config
+    from vaswani.train.tasks.base import RunContext
     from vaswani.train.tasks.classify import Classify
 
     base = Config.load(pretrained / "config.yaml")
@@ -155,15 +206,8 @@ def test_aux_weight_zero_gives_exactly_the_task_gradients(tmp_path, pretrained, 
     for name in Tokenizer.files(True):
         (tmp_path / "run" / name).write_bytes((pretrained / name).read_bytes())
 
-    class Host:  # what a task reads from its trainer
-        model_dir, rank, world, device = tmp_path / "run", 0, 1, torch.device("cpu")
-
-        def log(self, _):
-            pass
-
-    host = Host()
-    host.config = config
-    task = Classify(host)
+    context = RunContext(config, tmp_path / "run")
+    task = Classify(context)
     data = task.prepare(rank0=True)
     from vaswani.nn import build_model
 
@@ -181,9 +225,9 @@ def test_aux_weight_zero_gives_exactly_the_task_gradients(tmp_path, pretrained, 
     assert ours.keys() == reference.keys()
     for name in ours:
         torch.testing.assert_close(ours[name], reference[name], rtol=0, atol=0, msg=name)
-    host.config = finetune_config(base, {**values, "finetune": {"aux_weight": 0.5}})
-    with_aux = grads(Classify(host).loss(model.hidden_states, model, Classify(host).batch(data, "train",
-                                                                                        np.arange(8))))
+    with_weight = finetune_config(base, {**values, "finetune": {"aux_weight": 0.5}})
+    aux_task = Classify(RunContext(with_weight, tmp_path / "run"))
+    with_aux = grads(aux_task.loss(model.hidden_states, model, aux_task.batch(data, "train", np.arange(8))))
     assert any((with_aux[n] - reference[n]).abs().max() > 1e-6 for n in reference)  # λ > 0 does change them
 
 
@@ -202,9 +246,11 @@ def test_bad_text_and_labels_are_one_line_errors(tmp_path, text, labelled):
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert f"{empty} holds no text" in run.stderr
 
-    cases = {"line 3: 3 tab-separated fields, expected 2": "label\tsentence\n1\tfine\n0\tbad\textra\n",
-             "line 3: empty text": "label\tsentence\n1\tfine\n0\t \n",
-             "line 2: 1 tab-separated fields": "1\tfine\nno tab here\n"}
+    cases = {
+        "line 3: 3 tab-separated fields, expected 2": "label\tsentence\n1\tfine\n0\tbad\textra\n",
+        "line 3: empty text": "label\tsentence\n1\tfine\n0\t \n",
+        "line 2: 1 tab-separated fields": "1\tfine\nno tab here\n",
+    }
     for expected, content in cases.items():
         path = tmp_path / "bad.tsv"
         path.write_text(content, encoding="utf-8")
@@ -214,7 +260,8 @@ def test_bad_text_and_labels_are_one_line_errors(tmp_path, text, labelled):
 
 def test_text_kept_as_it_is_and_a_held_out_part_too_small(tmp_path):
     from vaswani.config import DataConfig
-    from vaswani.data.text import prepare_text, split_text
+    from vaswani.data.plain import PlainRecipe, split_text
+    from vaswani.data.prepare import open_or_prepare
 
     path = tmp_path / "odd.txt"
     path.write_bytes(b"  indented line\r\nbad \xff byte\n\tTabbed\n" * 200)
@@ -222,10 +269,11 @@ def test_text_kept_as_it_is_and_a_held_out_part_too_small(tmp_path):
         split_text(DataConfig(text=str(path)))
     train, _ = split_text(DataConfig(text=str(path), invalid_utf8="replace"))
     assert train.startswith("  indented line\nbad \ufffd byte\n\tTabbed\n")  # spaces and tabs kept, CR dropped
-    small = DataConfig(text=str(path), invalid_utf8="replace", tokenizer="char", vocab_size=40, block_size=1000,
-                       valid_fraction=0.1)
+    small = DataConfig(
+        text=str(path), invalid_utf8="replace", tokenizer="char", vocab_size=40, block_size=1000, valid_fraction=0.1
+    )
     with pytest.raises(ValueError, match=r"held-out text has \d+ tokens, fewer than data\.block_size"):
-        prepare_text(small, tmp_path / "prepared", 1)
+        open_or_prepare(PlainRecipe(small, 1), tmp_path / "prepared")
 
 
 def test_a_label_outside_the_training_labels_names_file_and_line(tmp_path, pretrained, labelled):

@@ -14,8 +14,15 @@ from vaswani.train.trainer import Trainer
 
 TOY = {
     "model": {"d_model": 32, "n_heads": 2, "d_ff": 64, "n_layers": 2, "dropout": 0.1},
-    "data": {"toy_task": "reverse", "toy_train_size": 300, "toy_valid_size": 16, "toy_max_len": 6,
-             "tokenizer": "char", "vocab_size": 16, "max_tokens": 120},
+    "data": {
+        "toy_task": "reverse",
+        "toy_train_size": 300,
+        "toy_valid_size": 16,
+        "toy_max_len": 6,
+        "tokenizer": "char",
+        "vocab_size": 16,
+        "max_tokens": 120,
+    },
     # fp32 by name: tests that compare two runs must not depend on a timing-based choice (precision auto)
     "train": {"max_steps": 6, "valid_every": 3, "warmup_steps": 10, "keep_last": 5, "precision": "fp32"},
 }
@@ -49,8 +56,14 @@ def test_interrupted_and_resumed_run_equals_uninterrupted(tmp_path):
 def test_resumed_run_with_subword_sampling_equals_uninterrupted(tmp_path):
     from tests.train.test_prepared import write_corpus
 
-    data = {**write_corpus(tmp_path), "tokenizer": "bpe", "vocab_size": 120, "max_tokens": 400,
-            "src_sampling_alpha": 0.1, "tgt_sampling_alpha": 0.1}
+    data = {
+        **write_corpus(tmp_path),
+        "tokenizer": "bpe",
+        "vocab_size": 120,
+        "max_tokens": 400,
+        "src_sampling_alpha": 0.1,
+        "tgt_sampling_alpha": 0.1,
+    }
 
     def config(steps):
         values = {k: dict(v) for k, v in TOY.items()}
@@ -71,15 +84,27 @@ def test_resumed_run_with_subword_sampling_equals_uninterrupted(tmp_path):
 
 
 def test_model_directory_is_self_contained_and_reported(tmp_path):
-    Trainer(_config(max_steps=3), tmp_path / "run", _quiet()).train()
+    trainer = Trainer(_config(max_steps=3), tmp_path / "run", _quiet())
+    state = trainer.train()
     run = tmp_path / "run"
-    for name in ("config.yaml", "tokenizer.model", "model.safetensors", "vaswani.json", "metrics.jsonl",
-                 "curves.png", "data_report.json"):
+    for name in (
+        "config.yaml",
+        "tokenizer.model",
+        "model.safetensors",
+        "vaswani.json",
+        "metrics.jsonl",
+        "curves.png",
+        "data_report.json",
+    ):
         assert (run / name).is_file(), name
     model, config = ckpt.load_model(run)
     assert config.model.src_vocab_size == model.config.src_vocab_size < 16
+    trained = trainer.model.state_dict()  # the directory holds the trained model, not a fresh one
+    assert model.state_dict().keys() == trained.keys()
+    assert all(torch.equal(value, trained[name]) for name, value in model.state_dict().items())
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert any("valid_loss" in r for r in records) and any("train_loss" in r for r in records)
+    assert [r for r in records if "valid_loss" in r] == state.history  # every validation, as the run saw it
+    assert [r["step"] for r in records if "train_loss" in r] == [1, 2, 3]  # every valid_every // 4 updates, at least 1
     assert json.loads((run / "data_report.json").read_text())["kept"] == 300
 
 
@@ -89,8 +114,9 @@ def _cli(*args):
 
 def test_cli_errors_are_one_line_without_traceback(tmp_path):
     config = tmp_path / "c.yaml"
-    config.write_text(yaml.safe_dump({"data": {"train_src": str(tmp_path / "missing.de"),
-                                               "train_tgt": str(tmp_path / "missing.en")}}))
+    config.write_text(
+        yaml.safe_dump({"data": {"train_src": str(tmp_path / "missing.de"), "train_tgt": str(tmp_path / "missing.en")}})
+    )
     result = _cli("train", str(config), str(tmp_path / "run"))
     assert result.returncode == 2
     assert result.stderr.strip() == f"vaswani: error: {tmp_path / 'missing.de'}: file not found"
@@ -146,10 +172,23 @@ def test_ddp_processes_equal_one_process_on_the_same_global_batch(tmp_path, node
     else:
         assert _cli("prepare", str(config), str(tmp_path / "shared")).returncode == 0
         port = _free_port()
-        launches = [[*run, "--nnodes=2", f"--node_rank={rank}", "--nproc_per_node=1", "--master_addr=127.0.0.1",
-                     f"--master_port={port}", *train, "--prepared", str(tmp_path / "shared")] for rank in (0, 1)]
-    processes = [subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
-                 for cmd in launches]
+        launches = [
+            [
+                *run,
+                "--nnodes=2",
+                f"--node_rank={rank}",
+                "--nproc_per_node=1",
+                "--master_addr=127.0.0.1",
+                f"--master_port={port}",
+                *train,
+                "--prepared",
+                str(tmp_path / "shared"),
+            ]
+            for rank in (0, 1)
+        ]
+    processes = [
+        subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env) for cmd in launches
+    ]
     outputs = [p.communicate(timeout=300)[1] for p in processes]
     for process, stderr in zip(processes, outputs, strict=True):
         # On failure, show the lines that name the cause (a C++ abort is far above torchrun's own traceback).
@@ -169,10 +208,21 @@ def test_toy_copy_task_converges_in_under_a_minute_of_cpu(tmp_path):
     """Training really learns: >= 95% exact match on 200 held-out strings, in ~35 s of CPU time
     (one thread; measured with getrusage, so a busy machine does not make it fail)."""
     recipe = Path(__file__).resolve().parents[2] / "configs" / "toy_reverse.yaml"
-    config = Config.load(recipe, [
-        "data.toy_task=copy", "model.n_layers=2", "model.d_model=64", "model.d_ff=256", "data.toy_max_len=8",
-        "data.max_tokens=600", "train.lr_factor=0.5", "train.warmup_steps=100", "train.max_steps=1200",
-        "train.valid_every=600"])
+    config = Config.load(
+        recipe,
+        [
+            "data.toy_task=copy",
+            "model.n_layers=2",
+            "model.d_model=64",
+            "model.d_ff=256",
+            "data.toy_max_len=8",
+            "data.max_tokens=600",
+            "train.lr_factor=0.5",
+            "train.warmup_steps=100",
+            "train.max_steps=1200",
+            "train.valid_every=600",
+        ],
+    )
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     before = resource.getrusage(resource.RUSAGE_SELF)

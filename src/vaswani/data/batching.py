@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from vaswani.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from vaswani.special import BOS_ID, EOS_ID, PAD_ID
 
 
 @dataclass(frozen=True)
@@ -30,15 +30,23 @@ class Batch:
     tgt_tokens: int = 0
 
     def to(self, device: torch.device, non_blocking: bool = False) -> Batch:
-        return Batch(self.src.to(device, non_blocking=non_blocking), self.tgt_in.to(device, non_blocking=non_blocking),
-                     self.tgt_out.to(device, non_blocking=non_blocking), self.tgt_tokens)
+        return Batch(
+            self.src.to(device, non_blocking=non_blocking),
+            self.tgt_in.to(device, non_blocking=non_blocking),
+            self.tgt_out.to(device, non_blocking=non_blocking),
+            self.tgt_tokens,
+        )
 
     def pin_memory(self) -> Batch:  # called by DataLoader(pin_memory=True)
         return Batch(self.src.pin_memory(), self.tgt_in.pin_memory(), self.tgt_out.pin_memory(), self.tgt_tokens)
 
 
-def collate(pairs: Sequence[tuple[Sequence[int], Sequence[int]]], pad_id: int = PAD_ID, bos_id: int = BOS_ID,
-            eos_id: int = EOS_ID) -> Batch:
+def collate(
+    pairs: Sequence[tuple[Sequence[int], Sequence[int]]],
+    pad_id: int = PAD_ID,
+    bos_id: int = BOS_ID,
+    eos_id: int = EOS_ID,
+) -> Batch:
     """Source gets EOS appended; the target becomes BOS + y (decoder input) and y + EOS (prediction).
     Sides may be lists or numpy arrays of any integer type."""
     S = max(len(s) for s, _ in pairs) + 1

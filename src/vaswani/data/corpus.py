@@ -56,8 +56,9 @@ def read_lines(path: str | Path, invalid_utf8: str = "error") -> list[str]:
     return [decode_line(line, path, number, invalid_utf8) for number, line in enumerate(lines, start=1)]
 
 
-def decode_lines(raw: list[bytes], path: str | Path, first: int, invalid_utf8: str = "error",
-                 lowercase: bool = False) -> list[str]:
+def decode_lines(
+    raw: list[bytes], path: str | Path, first: int, invalid_utf8: str = "error", lowercase: bool = False
+) -> list[str]:
     """Lines' bytes (no line ends; line numbers from `first`) as normalised text, as decode_line
     gives them, decoded and normalised a whole chunk at a time (no Python step per character)."""
     try:
@@ -115,7 +116,10 @@ class FilterReport:
 
 
 def filter_pairs(
-    pairs: Sequence[tuple[list[int], list[int]]], max_len: int, max_ratio: float, min_len_for_ratio: int = 5,
+    pairs: Sequence[tuple[list[int], list[int]]],
+    max_len: int,
+    max_ratio: float,
+    min_len_for_ratio: int = 5,
     on_removed: Callable[[int, str], None] | None = None,
 ) -> tuple[list[int], FilterReport]:
     """Indices of the tokenized pairs to keep: both sides non-empty, at most max_len tokens, and a

@@ -9,7 +9,7 @@
       train.len                 (N, 2) source and target lengths, for batching without touching the ids
       valid.*                   the dev set, and its text (valid.*.txt.bin/.idx, UTF-8 bytes)
       train.*.txt.bin/.idx      the training text, only when subword sampling needs it
-      train.ids, valid.ids      or, for a language model, token streams (data/text.py)
+      train.ids, valid.ids      or, for a language model, token streams (data/plain.py)
 
 Ids use the smallest unsigned type the vocabulary fits (uint16 below 65,536 pieces). Pairs of the
 corpora are stored in corpus order; the manifest gives each corpus's range. fairseq's `.bin/.idx`
@@ -76,17 +76,30 @@ class RaggedWriter:
         for handle in (self.values, self.offsets):
             handle.close()
         counts, dtypes = (self.end, self.count + 1), (self.dtype, np.dtype(np.int64))
-        return {path.name: {"dtype": dtype.str, "count": count, "bytes": count * dtype.itemsize,
-                            "sha256": digest.hexdigest()}
-                for path, dtype, count, digest in zip(self.paths, dtypes, counts, self.hashes, strict=True)}
+        return {
+            path.name: {
+                "dtype": dtype.str,
+                "count": count,
+                "bytes": count * dtype.itemsize,
+                "sha256": digest.hexdigest(),
+            }
+            for path, dtype, count, digest in zip(self.paths, dtypes, counts, self.hashes, strict=True)
+        }
 
 
 def write_array(directory: Path, name: str, array: np.ndarray) -> dict[str, dict]:
     """A whole (small or already built) array as NAME, with its manifest entry."""
     data = np.ascontiguousarray(array)
     (directory / name).write_bytes(data.tobytes())
-    return {name: {"dtype": data.dtype.str, "count": int(data.size), "bytes": data.nbytes,
-                   "sha256": hashlib.sha256(data.tobytes()).hexdigest(), "shape": list(data.shape)}}
+    return {
+        name: {
+            "dtype": data.dtype.str,
+            "count": int(data.size),
+            "bytes": data.nbytes,
+            "sha256": hashlib.sha256(data.tobytes()).hexdigest(),
+            "shape": list(data.shape),
+        }
+    }
 
 
 class Ragged:
@@ -146,13 +159,16 @@ class PreparedData:
         for split in manifest["splits"]:
             text = f"{split}.src.txt.bin" in files
             self.splits[split] = PairSplit(
-                Ragged(directory, f"{split}.src", files), Ragged(directory, f"{split}.tgt", files),
+                Ragged(directory, f"{split}.src", files),
+                Ragged(directory, f"{split}.tgt", files),
                 _map(directory, f"{split}.len", files),
                 Ragged(directory, f"{split}.src.txt", files) if text else None,
-                Ragged(directory, f"{split}.tgt.txt", files) if text else None)
-        # A language model's text: token streams (data/text.py) instead of pairs.
-        self.streams: dict[str, np.ndarray] = {name: _map(directory, f"{name}.ids", files)
-                                               for name in manifest.get("streams", {})}
+                Ragged(directory, f"{split}.tgt.txt", files) if text else None,
+            )
+        # A language model's text: token streams (data/plain.py) instead of pairs.
+        self.streams: dict[str, np.ndarray] = {
+            name: _map(directory, f"{name}.ids", files) for name in manifest.get("streams", {})
+        }
 
     @property
     def train(self) -> PairSplit:
@@ -180,8 +196,9 @@ class PreparedData:
                 raise DataError(f"{path} is missing from the prepared data; {fix}")
             size = path.stat().st_size
             if size != entry["bytes"]:
-                raise DataError(f"{path} has {size:,} bytes, its manifest says {entry['bytes']:,} (truncated or "
-                                f"overwritten); {fix}")
+                raise DataError(
+                    f"{path} has {size:,} bytes, its manifest says {entry['bytes']:,} (truncated or overwritten); {fix}"
+                )
             # Hashed when changed since the manifest was written (its mtime differs): a file left alone is
             # trusted without reading it, so a run over a 10M-pair corpus starts in seconds, not minutes.
             changed = path.stat().st_mtime_ns != entry.get("mtime_ns")
@@ -199,24 +216,28 @@ def read_manifest(directory: Path) -> dict:
     path = directory / MANIFEST
     if not path.is_file():
         hint = " (an interrupted preparation leaves no manifest)" if directory.is_dir() else ""
-        raise DataError(f"{directory} is not prepared data: no {MANIFEST}{hint}; run vaswani prepare CONFIG "
-                        f"{directory}")
+        raise DataError(
+            f"{directory} is not prepared data: no {MANIFEST}{hint}; run vaswani prepare CONFIG {directory}"
+        )
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
         version = manifest["format"]
     except (ValueError, KeyError, TypeError):
         raise DataError(f"{path} is not a valid manifest; delete {directory} and prepare again") from None
     if version != FORMAT:
-        raise DataError(f"{directory} holds prepared data of format {version}; this vaswani reads format {FORMAT}: "
-                        "prepare it again")
+        raise DataError(
+            f"{directory} holds prepared data of format {version}; this vaswani reads format {FORMAT}: prepare it again"
+        )
     return manifest
 
 
 def check_unprepared(directory: Path) -> None:
     """A directory without a manifest may be made: it must be missing or empty (never someone's files)."""
     if directory.is_dir() and any(directory.iterdir()):
-        raise DataError(f"{directory} is not prepared data (no {MANIFEST}) and not empty; delete it or set "
-                        "data.prepared to a new directory")
+        raise DataError(
+            f"{directory} is not prepared data (no {MANIFEST}) and not empty; delete it or set "
+            "data.prepared to a new directory"
+        )
 
 
 @contextlib.contextmanager

@@ -1,71 +1,21 @@
-"""Raw parallel text to a prepared-data directory, streamed: files are read chunk by chunk (plain or
-.gz), never whole; the tokenizer learns from SentencePiece's own sample of the lines; encoding and
-filtering run in worker processes on every core, and the chunks are written back in input order.
+"""Text streamed: files are read chunk by chunk (plain or .gz), never whole; each chunk is worked on in a
+worker process (data/parallel.py: decoded, normalised, encoded, filtered), results coming back in input order.
 
-    raw text ──stream──► tokenizer (N workers) ──► DATA_DIR/{*.bin, *.idx, *.len, manifest.json}
+    files ──chunks──► N worker processes ──in order──► results
 """
 
 from __future__ import annotations
 
 import gzip
 import itertools
-import json
 import multiprocessing
-import os
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import numpy as np
-import sentencepiece as spm
+from vaswani.data.corpus import DataError
 
-from vaswani.data import store
-from vaswani.data.corpus import DataError, FilterReport, decode_lines, filter_pairs
-from vaswani.data.tokenizer import SAMPLE_SENTENCES, Tokenizer
-
-CHUNK_PAIRS = 4096  # pairs per job sent to a worker
-
-
-@dataclass(frozen=True)
-class Corpus:
-    """One training corpus: parallel files, and how often its pairs are sampled (1.0: once per epoch)."""
-
-    name: str
-    src: str
-    tgt: str
-    weight: float = 1.0
-
-
-@dataclass(frozen=True)
-class Recipe:
-    """Everything that decides the prepared arrays (a corpus's weight does not: it acts when batching)."""
-
-    corpora: tuple[Corpus, ...] = ()
-    valid: tuple[str, str] | None = None
-    toy: dict | None = None  # generated pairs instead of files: {"train": [...], "valid": [...], settings}
-    tokenizer: str = "bpe"
-    vocab_size: int = 8000
-    joint: bool = True
-    max_len: int = 256
-    max_len_ratio: float = 4.0
-    lowercase: bool = False
-    invalid_utf8: str = "error"
-    keep_text: bool = False  # store the training text too (subword sampling segments it per batch)
-    inputs: list[Path] = field(default_factory=list, compare=False)
-
-    def key(self) -> dict:
-        """The settings compared with a manifest: the corpora by name and content, not by path."""
-        values = asdict(self)
-        values["corpora"] = [c.name for c in self.corpora]
-        values["valid"] = self.valid is not None
-        values["toy"] = {k: v for k, v in (self.toy or {}).items() if k not in ("train", "valid")} or None
-        values.pop("inputs")
-        return values
-
-    def input_files(self) -> list[Path]:
-        files = [Path(p) for c in self.corpora for p in (c.src, c.tgt)]
-        return files + ([Path(p) for p in self.valid] if self.valid else [])
+Chunk = tuple[int, list[bytes], list[bytes]]  # (number of the first line, source lines, target lines)
 
 
 # -- reading ------------------------------------------------------------------------------------
@@ -96,10 +46,9 @@ class _Reader:
         self.raw.close()
 
 
-def _raw_chunks(src: Path, tgt: Path, size: int, progress: Callable[[int], None] | None = None
-                ) -> Iterator[tuple[int, list[bytes], list[bytes]]]:
-    """(number of the first line, source lines, target lines), `size` aligned lines at a time; a
-    different number of lines is a DataError naming both files with their counts."""
+def raw_chunks(src: Path, tgt: Path, size: int, progress: Callable[[int], None] | None = None) -> Iterator[Chunk]:
+    """`size` aligned lines of two files at a time; a different number of lines is a DataError naming both
+    files with their counts. `progress(n)` is advanced by the bytes read (compressed bytes for .gz)."""
     a, b = _Reader(src), _Reader(tgt)
     try:
         lines_a, lines_b, first, done = iter(a), iter(b), 1, 0
@@ -109,8 +58,9 @@ def _raw_chunks(src: Path, tgt: Path, size: int, progress: Callable[[int], None]
             if len(chunk_a) != len(chunk_b):
                 n_a = first - 1 + len(chunk_a) + sum(1 for _ in lines_a)
                 n_b = first - 1 + len(chunk_b) + sum(1 for _ in lines_b)
-                raise DataError(f"{src} has {n_a} lines but {tgt} has {n_b}; parallel files need one sentence "
-                                "per line, aligned")
+                raise DataError(
+                    f"{src} has {n_a} lines but {tgt} has {n_b}; parallel files need one sentence per line, aligned"
+                )
             if not chunk_a:
                 return
             if progress is not None:
@@ -124,193 +74,33 @@ def _raw_chunks(src: Path, tgt: Path, size: int, progress: Callable[[int], None]
         b.close()
 
 
-def _text_chunks(pairs: list[tuple[str, str]], size: int) -> Iterator[tuple[int, list[bytes], list[bytes]]]:
+def text_chunks(pairs: list[tuple[str, str]], size: int) -> Iterator[Chunk]:
+    """Pairs already in memory (a toy task's), as `raw_chunks` gives files."""
     for start in range(0, len(pairs), size):
         part = pairs[start : start + size]
         yield start + 1, [s.encode() for s, _ in part], [t.encode() for _, t in part]
 
 
-# -- the work of one chunk (in a worker process) ------------------------------------------------
-_WORKER: dict = {}
-
-
-def _init_worker(protos: list[bytes], recipe: Recipe) -> None:
-    processors = [spm.SentencePieceProcessor(model_proto=p) for p in protos]
-    _WORKER.update(tokenizer=Tokenizer(*processors), recipe=recipe)
-
-
-def _flat(ids: list[list[int]], dtype) -> tuple[np.ndarray, np.ndarray]:
-    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
-    flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=dtype, count=int(lengths.sum()))
-    return flat, lengths
-
-
-def _encode_chunk(job: tuple) -> dict:
-    """Decode, normalise, encode and filter one chunk; returns arrays of the kept pairs, in order."""
-    split, paths, first, raw_src, raw_tgt = job
-    tokenizer, r = _WORKER["tokenizer"], _WORKER["recipe"]
-    src_text, tgt_text = (decode_lines(raw, path, first, r.invalid_utf8, r.lowercase)
-                          for path, raw in zip(paths, (raw_src, raw_tgt), strict=True))
-    if split == "valid":  # the dev set: pairs with an empty side removed, the rest cut to max_len, as before
-        kept = [i for i, (s, t) in enumerate(zip(src_text, tgt_text, strict=True)) if s and t]
-        src = [ids[: r.max_len] for ids in tokenizer.encode_src([src_text[i] for i in kept])]
-        tgt = [ids[: r.max_len] for ids in tokenizer.encode_tgt([tgt_text[i] for i in kept])]
-        report = FilterReport(total=len(src_text), kept=len(kept))
-    else:
-        src, tgt = tokenizer.encode_src(src_text), tokenizer.encode_tgt(tgt_text)
-        kept, report = filter_pairs(list(zip(src, tgt, strict=True)), r.max_len, r.max_len_ratio)
-        src, tgt = [src[i] for i in kept], [tgt[i] for i in kept]
-    dtype = store.id_dtype(max(tokenizer.src_vocab_size, tokenizer.tgt_vocab_size))
-    out = {"src": _flat(src, dtype), "tgt": _flat(tgt, dtype), "total": report.total, "removed": report.removed}
-    if split == "valid" or r.keep_text:
-        for name, lines in (("src.txt", src_text), ("tgt.txt", tgt_text)):
-            encoded = [lines[i].encode() for i in kept]
-            out[name] = (np.frombuffer(b"".join(encoded), dtype=np.uint8),
-                         np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)))
-    return out
-
-
-def _in_order(jobs: Iterator[tuple], workers: int, initargs: tuple) -> Iterator[dict]:
-    """Results of `jobs` in input order; with workers > 1 on a process pool holding at most
-    2 x workers chunks in flight, so reading never runs ahead of encoding (bounded memory)."""
+def in_order(
+    jobs: Iterator[tuple],
+    workers: int,
+    work: Callable[[tuple], dict],
+    initializer: Callable[..., None],
+    initargs: tuple,
+) -> Iterator[dict]:
+    """`work(job)` of each job, in input order; with workers > 1 on a process pool (each process set up by
+    `initializer(*initargs)`) holding at most 2 x workers chunks in flight, so reading never runs ahead of
+    encoding (bounded memory). `work` and `initializer` are module-level functions (spawned processes import them)."""
     if workers <= 1:
-        _init_worker(*initargs)
-        yield from map(_encode_chunk, jobs)
+        initializer(*initargs)
+        yield from map(work, jobs)
         return
     context = multiprocessing.get_context("spawn")  # no fork of a process that may hold torch's threads
-    with context.Pool(workers, initializer=_init_worker, initargs=initargs) as pool:
+    with context.Pool(workers, initializer=initializer, initargs=initargs) as pool:
         pending: deque = deque()
         for job in jobs:
-            pending.append(pool.apply_async(_encode_chunk, (job,)))
+            pending.append(pool.apply_async(work, (job,)))
             if len(pending) >= 2 * workers:
                 yield pending.popleft().get()
         while pending:
             yield pending.popleft().get()
-
-
-# -- the whole preparation ----------------------------------------------------------------------
-def _training_text(recipe: Recipe, side: int) -> Iterator[str]:
-    """One side of the training pairs whose both sides are non-empty, streamed (for the tokenizer)."""
-    if recipe.toy is not None:
-        yield from (pair[side] for pair in recipe.toy["train"] if pair[0] and pair[1])
-        return
-    for corpus in recipe.corpora:
-        for first, src, tgt in _raw_chunks(Path(corpus.src), Path(corpus.tgt), CHUNK_PAIRS):
-            src_text, tgt_text = (decode_lines(raw, path, first, recipe.invalid_utf8, recipe.lowercase)
-                                  for path, raw in ((corpus.src, src), (corpus.tgt, tgt)))
-            yield from ((s, t)[side] for s, t in zip(src_text, tgt_text, strict=True) if s and t)
-
-
-class _SplitWriter:
-    """The arrays of one split, appended chunk by chunk (several corpora append to the training split)."""
-
-    def __init__(self, directory: Path, split: str, dtype, text: bool) -> None:
-        self.directory, self.split = directory, split
-        self.names = ["src", "tgt"] + (["src.txt", "tgt.txt"] if text else [])
-        self.writers = {name: store.RaggedWriter(directory, f"{split}.{name}", np.uint8 if "txt" in name else dtype)
-                        for name in self.names}
-        self.lengths: list[np.ndarray] = []
-        self.count = 0
-
-    def add(self, results: Iterator[dict]) -> FilterReport:
-        report = FilterReport()
-        for result in results:
-            for name in self.names:
-                self.writers[name].append(*result[name])
-            self.lengths.append(np.stack([result["src"][1], result["tgt"][1]], axis=1).astype(np.uint32))
-            report.total += result["total"]
-            report.removed.update(result["removed"])
-            report.kept += len(result["src"][1])
-        self.count += report.kept
-        return report
-
-    def close(self) -> dict[str, dict]:
-        files = {k: v for writer in self.writers.values() for k, v in writer.close().items()}
-        lengths = np.concatenate(self.lengths, axis=0) if self.lengths else np.zeros((0, 2), dtype=np.uint32)
-        small = np.uint16 if lengths.size == 0 or lengths.max() < 2**16 else np.uint32
-        files.update(store.write_array(self.directory, f"{self.split}.len", lengths.astype(small)))
-        return files
-
-
-def _corpus_jobs(recipe: Recipe, advance: Callable[[int], None] | None) -> Iterator[tuple[str, Iterator[tuple]]]:
-    """(corpus name, its jobs for the workers) for each training corpus."""
-    if recipe.toy is not None:
-        yield "toy", (("train", ("toy", "toy"), *c) for c in _text_chunks(recipe.toy["train"], CHUNK_PAIRS))
-        return
-    for corpus in recipe.corpora:
-        paths = (corpus.src, corpus.tgt)
-        chunks = _raw_chunks(Path(corpus.src), Path(corpus.tgt), CHUNK_PAIRS, advance)
-        yield corpus.name, (("train", paths, *c) for c in chunks)
-
-
-def _valid_jobs(recipe: Recipe) -> Iterator[tuple]:
-    if recipe.toy is not None:
-        return (("valid", ("toy", "toy"), *c) for c in _text_chunks(recipe.toy["valid"], CHUNK_PAIRS))
-    src, tgt = recipe.valid
-    return (("valid", (src, tgt), *c) for c in _raw_chunks(Path(src), Path(tgt), CHUNK_PAIRS))
-
-
-def prepare_data(recipe: Recipe, directory: str | Path, workers: int | None = None,
-                 tokenizer: Tokenizer | None = None, log: Callable[[str], None] = lambda _: None,
-                 progress: Callable[[int], Callable[[int], None]] | None = None) -> store.PreparedData:
-    """Make the prepared-data directory for `recipe` (it must not exist, or be empty): written into a
-    temporary sibling directory and renamed into place when complete, so that an interrupted
-    preparation leaves nothing a later run trusts. `tokenizer`: use this one instead of training one.
-    `progress(total_bytes)` returns a callback advanced by the bytes read."""
-    directory = Path(directory)
-    workers = workers or os.cpu_count() or 1
-    if directory.exists() and any(directory.iterdir()):
-        raise DataError(f"{directory} exists and is not empty; prepared data goes into a new directory")
-    for path in recipe.input_files():
-        if not path.is_file():
-            raise DataError(f"{path}: file not found")
-    inputs = [store.describe_input(p) for p in recipe.input_files()]
-    with store.building(directory) as partial:
-        if tokenizer is None:
-            log(f"training a {recipe.tokenizer} tokenizer ({recipe.vocab_size} pieces, "
-                f"{'joint' if recipe.joint else 'separate'}) on a sample of up to {SAMPLE_SENTENCES:,} lines")
-            tokenizer = Tokenizer.train(_training_text(recipe, 0), _training_text(recipe, 1), recipe.vocab_size,
-                                        recipe.tokenizer, recipe.joint, partial)
-        else:
-            tokenizer.save(partial)
-        protos = [tokenizer.src.serialized_model_proto()]
-        if not tokenizer.joint:
-            protos.append(tokenizer.tgt.serialized_model_proto())
-        dtype = store.id_dtype(max(tokenizer.src_vocab_size, tokenizer.tgt_vocab_size))
-        log(f"encoding with {workers} worker process{'es' if workers > 1 else ''}")
-        total_bytes = sum(path.stat().st_size for c in recipe.corpora for path in (Path(c.src), Path(c.tgt)))
-        advance = progress(total_bytes) if progress is not None and total_bytes else None
-        train = _SplitWriter(partial, "train", dtype, recipe.keep_text)
-        corpora, reports = [], {}
-        for name, jobs in _corpus_jobs(recipe, advance):
-            first = train.count
-            reports[name] = train.add(_in_order(jobs, workers, (protos, recipe)))
-            corpora.append({"name": name, "first": first, "end": train.count})
-            log(f"{name}: {reports[name].lines()[0]}")
-        files = train.close()
-        if train.count == 0:
-            raise DataError("no training pairs left after filtering; check the files, data.max_len and "
-                            "data.max_len_ratio")
-        splits = ["train"]
-        if recipe.valid is not None or (recipe.toy is not None and recipe.toy.get("valid")):
-            valid = _SplitWriter(partial, "valid", dtype, text=True)
-            valid.add(_in_order(_valid_jobs(recipe), 1, (protos, recipe)))
-            files.update(valid.close())
-            splits.append("valid")
-        total = FilterReport()
-        for r in reports.values():
-            total.total, total.kept = total.total + r.total, total.kept + r.kept
-            total.removed.update(r.removed)
-        report = {**total.to_dict(), "corpora": {name: r.to_dict() for name, r in reports.items()}}
-        (partial / "report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-        store.write_manifest(partial, {
-            "vaswani": _version(), "recipe": recipe.key(), "inputs": inputs,
-            "tokenizer": {name: store.file_sha256(partial / name) for name in Tokenizer.files(tokenizer.joint)},
-            "files": files, "splits": splits, "corpora": corpora, "report": report})
-    return store.PreparedData.open(directory, verify=False)
-
-
-def _version() -> str:
-    from vaswani import __version__
-
-    return __version__

@@ -10,10 +10,9 @@ from pathlib import Path
 import sentencepiece as spm
 
 from vaswani.data.corpus import DataError
+from vaswani.special import BOS_ID, EOS_ID, MASK, PAD_ID, UNK_ID
 
-PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3  # the fixed ids of every vocabulary, the same as ModelConfig's
 _SPECIAL = {"pad_id": PAD_ID, "bos_id": BOS_ID, "eos_id": EOS_ID, "unk_id": UNK_ID}
-MASK = "<mask>"  # a text tokenizer's fifth special piece (id 4), for masked language models
 
 
 class Tokenizer:
@@ -62,8 +61,15 @@ class Tokenizer:
 
     @classmethod
     def train(
-        cls, src_lines: Iterable[str], tgt_lines: Iterable[str], vocab_size: int, model_type: str, joint: bool,
-        directory: str | Path, seed: int = 1, text: bool = False,
+        cls,
+        src_lines: Iterable[str],
+        tgt_lines: Iterable[str],
+        vocab_size: int,
+        model_type: str,
+        joint: bool,
+        directory: str | Path,
+        seed: int = 1,
+        text: bool = False,
     ) -> Tokenizer:
         """Train on the training text and write the model(s) into `directory`. The lines may be
         streamed (generators): SentencePiece samples data.SAMPLE_SENTENCES of them as they pass.
@@ -104,20 +110,34 @@ def _train_one(lines: Iterable[str], vocab_size: int, model_type: str, path: Pat
     lines = iter(lines)
     first = next(lines, None)
     if first is None:
-        raise DataError("no training pairs left after filtering: every pair has an empty source or target, so "
-                        "there is no text to train the tokenizer on; check the training files")
+        raise DataError(
+            "no training pairs left after filtering: every pair has an empty source or target, so "
+            "there is no text to train the tokenizer on; check the training files"
+        )
     model = io.BytesIO()
     spm.set_random_generator_seed(seed)
     options = dict(
-        sentence_iterator=itertools.chain([first], lines), model_writer=model, vocab_size=vocab_size,
-        model_type=model_type, character_coverage=1.0, input_sentence_size=SAMPLE_SENTENCES,
-        shuffle_input_sentence=True, num_threads=2, minloglevel=2, **_SPECIAL,
+        sentence_iterator=itertools.chain([first], lines),
+        model_writer=model,
+        vocab_size=vocab_size,
+        model_type=model_type,
+        character_coverage=1.0,
+        input_sentence_size=SAMPLE_SENTENCES,
+        shuffle_input_sentence=True,
+        num_threads=2,
+        minloglevel=2,
+        **_SPECIAL,
     )
     if model_type != "char":
         options["hard_vocab_limit"] = True
     if text:
-        options.update(normalization_rule_name="identity", remove_extra_whitespaces=False, add_dummy_prefix=False,
-                       user_defined_symbols=[MASK], split_digits=False)
+        options.update(
+            normalization_rule_name="identity",
+            remove_extra_whitespaces=False,
+            add_dummy_prefix=False,
+            user_defined_symbols=[MASK],
+            split_digits=False,
+        )
     try:
         spm.SentencePieceTrainer.train(**options)
     except RuntimeError as error:

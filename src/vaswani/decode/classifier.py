@@ -1,7 +1,7 @@
 """Classification with a fine-tuned model: lines in, `label<TAB>probability` out, one per line, in order.
 
-    classifier = Classifier.load("runs/sst2_lm")
-    classifier.classify(["a gorgeous , witty , seductive movie ."])   # [('1', 0.97)]
+classifier = Classifier.load("runs/sst2_lm")
+classifier.classify(["a gorgeous , witty , seductive movie ."])   # [('1', 0.97)]
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from vaswani.config import Config
-from vaswani.data.text import classifier_inputs, pad
+from vaswani.data.labelled import classifier_inputs, pad
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.model_dir import CheckpointError, load_model
 from vaswani.runtime import pick_device
@@ -36,12 +36,13 @@ class Classifier:
     @torch.inference_mode()
     def probabilities(self, texts: Sequence[str], batch_size: int = 64) -> torch.Tensor:
         """Class probabilities of each text, in input order. Shape: -> (N, n_classes)"""
-        inputs = classifier_inputs(self.tokenizer, list(texts), self.config.model, self.config.data.block_size,
-                              self.config.data.lowercase)
+        inputs = classifier_inputs(
+            self.tokenizer, list(texts), self.config.model, self.config.data.block_size, self.config.data.lowercase
+        )
         order = sorted(range(len(inputs)), key=lambda i: len(inputs[i]))  # similar lengths batch together
         out = torch.empty(len(inputs), len(self.labels))
         for start in range(0, len(order), batch_size):
-            chunk = order[start:start + batch_size]
+            chunk = order[start : start + batch_size]
             ids = pad([inputs[i] for i in chunk]).to(self.device)
             out[chunk] = self.model.classify(ids).float().softmax(-1).cpu()
         return out

@@ -4,7 +4,7 @@
     generator.generate("ROMEO:", max_new_tokens=300, temperature=0.8, top_k=40, seed=1)
 
 The same search code as translation (decode/search.py: the step protocol on the KV cache). EOS is the
-language model's line break (data/text.py): generation goes on through it, writing a newline.
+language model's line break (data/plain.py): generation goes on through it, writing a newline.
 """
 
 from __future__ import annotations
@@ -15,11 +15,13 @@ from pathlib import Path
 import torch
 
 from vaswani.config import Config
-from vaswani.data.tokenizer import EOS_ID, Tokenizer
-from vaswani.decode.search import greedy, sample
-from vaswani.model_dir import CheckpointError, load_model
+from vaswani.data.tokenizer import Tokenizer
+from vaswani.decode.search import decoding, greedy, sample
+from vaswani.families import GENERATE, family
+from vaswani.model_dir import load_model
 from vaswani.precision import check
-from vaswani.runtime import autocast, pick_device
+from vaswani.runtime import pick_device
+from vaswani.special import EOS_ID
 
 
 class Generator:
@@ -27,9 +29,7 @@ class Generator:
 
     def __init__(self, model, tokenizer: Tokenizer, config: Config, precision: str = "fp32") -> None:
         check(precision)
-        if config.model.type != "decoder_only":
-            raise CheckpointError(f"generation needs a decoder_only model; this one is {config.model.type} (use "
-                                  "vaswani translate for an encoder_decoder model)")
+        family(config.model.type).check(GENERATE, "this model directory")
         self.model, self.tokenizer, self.config = model.eval(), tokenizer, config
         self.precision = "fp32" if precision == "auto" else precision
         self.device = next(model.parameters()).device
@@ -62,10 +62,19 @@ class Generator:
         lines.append(current)
         return "\n".join(self.tokenizer.src.decode(line) for line in lines)
 
-    def generate_ids(self, prompt: list[int], max_new_tokens: int, temperature: float = 1.0, top_k: int = 0,
-                     top_p: float = 1.0, seed: int | None = 1, n: int = 1, greedy_search: bool = False,
-                     cache: bool = True,
-                     on_token: Callable[[int, int], None] | None = None) -> list[list[int]]:
+    def generate_ids(
+        self,
+        prompt: list[int],
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int | None = 1,
+        n: int = 1,
+        greedy_search: bool = False,
+        cache: bool = True,
+        on_token: Callable[[int, int], None] | None = None,
+    ) -> list[list[int]]:
         """`n` continuations of `prompt` (ids), each `max_new_tokens` long, drawn one after the other from one
         generator seeded with `seed` (the same seed, the same samples). `on_token(sample, id)` sees each
         token as it is chosen."""
@@ -76,18 +85,18 @@ class Generator:
         if seed is not None:
             generator.manual_seed(seed)
         out = []
-        with torch.inference_mode(), autocast(self.device, self.precision):
+        with decoding(self.device, self.precision):
             for k in range(n):
                 step = None if on_token is None else (lambda tokens, k=k: on_token(k, int(tokens[0])))
                 if greedy_search:
                     hyp = greedy(self.model, src, stop_at_eos=False, on_step=step, **limits)[0]
                 else:
-                    hyp = sample(self.model, src, temperature, top_k, top_p, generator, stop_at_eos=False,
-                                 on_step=step, **limits)[0]
+                    hyp = sample(
+                        self.model, src, temperature, top_k, top_p, generator, stop_at_eos=False, on_step=step, **limits
+                    )[0]
                 out.append(hyp.tokens)
         return out
 
     def generate(self, prompt: str, max_new_tokens: int = 300, **options) -> list[str]:
         """Continuations of `prompt` as text (see generate_ids for the options)."""
         return [self.decode(ids) for ids in self.generate_ids(self.encode(prompt), max_new_tokens, **options)]
-

@@ -9,7 +9,8 @@ instead: the reference the cached search is tested and benchmarked against.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -18,6 +19,7 @@ from torch import Tensor
 
 from vaswani.config import DecodeConfig, ModelConfig
 from vaswani.data.batching import collate
+from vaswani.families import GENERATE, TRANSLATE, family
 from vaswani.nn import KVCache, Transformer
 from vaswani.runtime import autocast
 
@@ -150,7 +152,7 @@ class DecoderOnlySteps(Steps):
         self.start = 0 if self.context is None else max(0, self.prompt_length - self.context)  # first one seen
         self.cache: KVCache | None = None
         if cache and self.history.size(1) > self.start:
-            _, self.cache = model.decode_step(self.history[:, self.start:])
+            _, self.cache = model.decode_step(self.history[:, self.start :])
 
     def limits(self, a: float, b: int) -> Tensor:
         """a * prompt length + b new tokens. Shape: (B,)"""
@@ -163,9 +165,9 @@ class DecoderOnlySteps(Steps):
         if moved:
             self.start = t - max(1, self.context // 2)
         if not self.use_cache:
-            return self.model.decode_step(self.history[:, self.start:])[0][:, -1]
+            return self.model.decode_step(self.history[:, self.start :])[0][:, -1]
         if moved:
-            self.cache = None if t - 1 == self.start else self.model.decode_step(self.history[:, self.start:-1])[1]
+            self.cache = None if t - 1 == self.start else self.model.decode_step(self.history[:, self.start : -1])[1]
         logits, self.cache = self.model.decode_step(tokens, self.cache)
         return logits
 
@@ -178,17 +180,23 @@ class DecoderOnlySteps(Steps):
 def start_steps(model, src: Tensor, beam: int = 1, cache: bool = True, context: int | None = None) -> Steps:
     """The steps of `model` over `src` (sources of a Transformer, prompts of a CausalLM, which sees at most
     `context` tokens), `beam` rows each."""
-    if model.config.type == "decoder_only":
-        return DecoderOnlySteps(model, src, beam, cache, context)
-    if model.config.type == "encoder_only":
-        raise ValueError("an encoder-only model (a masked LM) does not generate text; use a decoder_only or "
-                         "encoder_decoder model")
-    return EncoderDecoderSteps(model, src, beam, cache)
+    kind = family(model.config.type)
+    if TRANSLATE in kind.can:
+        return EncoderDecoderSteps(model, src, beam, cache)
+    kind.check(GENERATE, "this search's model")
+    return DecoderOnlySteps(model, src, beam, cache, context)
 
 
 def _one_best(
-    model, src: Tensor, choose: Callable[[Tensor], Tensor], max_len_a: float, max_len_b: int,
-    cache: bool, min_len: int = 0, stop_at_eos: bool = True, on_step: Callable[[Tensor], None] | None = None,
+    model,
+    src: Tensor,
+    choose: Callable[[Tensor], Tensor],
+    max_len_a: float,
+    max_len_b: int,
+    cache: bool,
+    min_len: int = 0,
+    stop_at_eos: bool = True,
+    on_step: Callable[[Tensor], None] | None = None,
     context: int | None = None,
 ) -> list[Hypothesis]:
     """One token per step picked by `choose(logits) -> (rows,)`, rows dropped as their input ends.
@@ -227,20 +235,47 @@ def _one_best(
 
 
 @torch.no_grad()
-def greedy(model, src: Tensor, max_len_a: float = 1.0, max_len_b: int = 50, cache: bool = True,
-           min_len: int = 0, stop_at_eos: bool = True, on_step: Callable[[Tensor], None] | None = None,
-           context: int | None = None) -> list[Hypothesis]:
+def greedy(
+    model,
+    src: Tensor,
+    max_len_a: float = 1.0,
+    max_len_b: int = 50,
+    cache: bool = True,
+    min_len: int = 0,
+    stop_at_eos: bool = True,
+    on_step: Callable[[Tensor], None] | None = None,
+    context: int | None = None,
+) -> list[Hypothesis]:
     """The most probable token at each step; EOS is not allowed before `min_len` tokens.
     `src`: a Transformer's sources, or a CausalLM's prompts (equal lengths). Shape: src (B, S) -> B hypotheses"""
-    return _one_best(model, src, lambda logits: logits.argmax(-1), max_len_a, max_len_b, cache, min_len,
-                     stop_at_eos, on_step, context)
+    return _one_best(
+        model,
+        src,
+        lambda logits: logits.argmax(-1),
+        max_len_a,
+        max_len_b,
+        cache,
+        min_len,
+        stop_at_eos,
+        on_step,
+        context,
+    )
 
 
 @torch.no_grad()
 def sample(
-    model, src: Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
-    generator: torch.Generator | None = None, max_len_a: float = 1.0, max_len_b: int = 50, cache: bool = True,
-    stop_at_eos: bool = True, on_step: Callable[[Tensor], None] | None = None, context: int | None = None,
+    model,
+    src: Tensor,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    generator: torch.Generator | None = None,
+    max_len_a: float = 1.0,
+    max_len_b: int = 50,
+    cache: bool = True,
+    stop_at_eos: bool = True,
+    on_step: Callable[[Tensor], None] | None = None,
+    context: int | None = None,
 ) -> list[Hypothesis]:
     """Ancestral sampling from softmax(logits / temperature), restricted to the `top_k` most probable
     tokens (0: all) and to the smallest set whose probability reaches `top_p` (nucleus sampling,
@@ -248,12 +283,14 @@ def sample(
     Transformer or prompts of a CausalLM. Shape: src (B, S) -> B hypotheses
     """
     choose = sampler(temperature, top_k, top_p, generator)
-    return _one_best(model, src, choose, max_len_a, max_len_b, cache, stop_at_eos=stop_at_eos, on_step=on_step,
-                     context=context)
+    return _one_best(
+        model, src, choose, max_len_a, max_len_b, cache, stop_at_eos=stop_at_eos, on_step=on_step, context=context
+    )
 
 
-def sampler(temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
-            generator: torch.Generator | None = None) -> Callable[[Tensor], Tensor]:
+def sampler(
+    temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, generator: torch.Generator | None = None
+) -> Callable[[Tensor], Tensor]:
     """`choose(logits) -> tokens` drawing from the filtered distribution (see `sample`)."""
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0 (got {temperature}); use greedy search for temperature 0")
@@ -286,8 +323,16 @@ def filtered_probs(logits: Tensor, temperature: float = 1.0, top_k: int = 0, top
 
 @torch.no_grad()
 def beam_search(
-    model, src: Tensor, beam_size: int = 4, alpha: float = 0.6, max_len_a: float = 1.0,
-    max_len_b: int = 50, n_best: int = 1, cache: bool = True, min_len: int = 0, early_stopping: bool = False,
+    model,
+    src: Tensor,
+    beam_size: int = 4,
+    alpha: float = 0.6,
+    max_len_a: float = 1.0,
+    max_len_b: int = 50,
+    n_best: int = 1,
+    cache: bool = True,
+    min_len: int = 0,
+    early_stopping: bool = False,
 ) -> list[list[Hypothesis]]:
     """Beam search for a whole batch in one tensor of B x beam_size rows (§6.1: beam 4, alpha 0.6).
 
@@ -348,7 +393,8 @@ def beam_search(
             best_live = top_scores_c.gather(1, live_c[:, :1]).squeeze(1)  # (n,)
             reachable = (best_live / largest_penalty[active]).tolist()
             done = at_limit | torch.tensor(
-                [_cannot_improve(finished[s], n_best, r) for s, r in zip(sentence, reachable, strict=True)])
+                [_cannot_improve(finished[s], n_best, r) for s, r in zip(sentence, reachable, strict=True)]
+            )
         if done.all():
             break
         keep = (~done).nonzero().squeeze(1)  # (n',)
@@ -381,6 +427,13 @@ def _cannot_improve(hyps: list[Hypothesis], n_best: int, reachable: float) -> bo
     return len(hyps) >= n_best and sorted(h.score for h in hyps)[-n_best] >= reachable
 
 
+@contextlib.contextmanager
+def decoding(device: torch.device, precision: str) -> Iterator[None]:
+    """Where decoding runs a model, the one place it enters: no autograd; bf16 autocast when `precision` is bf16."""
+    with torch.inference_mode(), autocast(device, precision):
+        yield
+
+
 def length_batches(sources: Sequence[Sequence[int]], batch_size: int) -> list[list[int]]:
     """Indices of `sources` in batches of `batch_size`, longest first, so each batch pads little."""
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]), reverse=True)
@@ -388,8 +441,12 @@ def length_batches(sources: Sequence[Sequence[int]], batch_size: int) -> list[li
 
 
 def search_ids(
-    model: Transformer, sources: Sequence[Sequence[int]], decode: DecodeConfig, n_best: int = 1,
-    precision: str = "fp32", progress: Callable[[int], None] | None = None,
+    model: Transformer,
+    sources: Sequence[Sequence[int]],
+    decode: DecodeConfig,
+    n_best: int = 1,
+    precision: str = "fp32",
+    progress: Callable[[int], None] | None = None,
 ) -> list[list[Hypothesis]]:
     """Translate tokenized sources (without EOS) in batches of similar length; results in input order.
 
@@ -402,16 +459,25 @@ def search_ids(
     limits = dict(max_len_a=decode.max_len_a, max_len_b=decode.max_len_b)
     for chunk in length_batches(sources, decode.batch_size):
         src = collate([(sources[i], []) for i in chunk], c.pad_id, c.bos_id, c.eos_id).src.to(device)
-        with torch.inference_mode(), autocast(device, precision):
+        with decoding(device, precision):
             if decode.sampling:
-                draws = [sample(model, src, decode.temperature, decode.top_k, decode.top_p, generator, **limits)
-                         for _ in range(n_best)]
+                draws = [
+                    sample(model, src, decode.temperature, decode.top_k, decode.top_p, generator, **limits)
+                    for _ in range(n_best)
+                ]
                 results = [sorted(hyps, key=lambda h: -h.score) for hyps in zip(*draws, strict=True)]
             elif decode.beam_size == 1 and n_best == 1:
                 results = [[h] for h in greedy(model, src, **limits)]
             else:
-                results = beam_search(model, src, decode.beam_size, decode.length_penalty, n_best=n_best,
-                                      early_stopping=decode.early_stopping, **limits)
+                results = beam_search(
+                    model,
+                    src,
+                    decode.beam_size,
+                    decode.length_penalty,
+                    n_best=n_best,
+                    early_stopping=decode.early_stopping,
+                    **limits,
+                )
         for i, hyps in zip(chunk, results, strict=True):
             out[i] = hyps
         if progress is not None:

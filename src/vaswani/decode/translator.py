@@ -1,14 +1,13 @@
 """Translator: raw text in, detokenized text out, from a model directory.
 
-    translator = Translator.load("runs/multi30k_de_en")
-    translator.translate(["Ein Mann fährt Fahrrad."])            # ['A man rides a bike.']
-    translator.translate_with_details(lines, n_best=4, attention=True)  # texts, scores, attention
+translator = Translator.load("runs/multi30k_de_en")
+translator.translate(["Ein Mann fährt Fahrrad."])            # ['A man rides a bike.']
+translator.translate_with_details(lines, n_best=4, attention=True)  # texts, scores, attention
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -19,15 +18,16 @@ import torch
 
 from vaswani.config import Config, ConfigError, DecodeConfig
 from vaswani.data.tokenizer import Tokenizer
-from vaswani.decode.ct2_engine import CTranslate2Search
-from vaswani.decode.search import Hypothesis, search_ids
+from vaswani.decode.ct2_engine import CTranslate2Engine
+from vaswani.decode.engine import ENGINES, Engine, TorchEngine
+from vaswani.decode.search import Hypothesis
+from vaswani.families import TRANSLATE, family
 from vaswani.model_dir import load_model
 from vaswani.nn import Transformer
 from vaswani.nn.transformer import AttentionWeights
-from vaswani.precision import Choice, check, choose
+from vaswani.precision import Choice, check
 from vaswani.runtime import pick_device
 
-ENGINES = ("torch", "ctranslate2")
 Warn = Callable[[int, str], None]  # (index of the input sentence, message)
 
 
@@ -58,25 +58,40 @@ class Translation:
     def text(self) -> str:
         return self.candidates[0].text if self.candidates else ""
 
+    def n_best_record(self, decimals: int = 4) -> list[dict[str, Any]]:
+        """The candidates, best first, as plain dicts for JSON: text, score and log_prob (rounded; None
+        where not finite). `vaswani translate --n-best/--scores` writes one such list per input line."""
+        return [
+            {"text": c.text, "score": _round(c.score, decimals), "log_prob": _round(c.log_prob, decimals)}
+            for c in self.candidates
+        ]
+
     def to_dict(self, kinds: Sequence[str] = ("cross",), decimals: int = 4) -> dict[str, Any]:
         """Plain lists and numbers for JSON: the best text and its scores, the n-best, and (when computed)
         the attention weights of `kinds` ("cross", "encoder", "decoder") indexed [layer][head][row][column]."""
         best = self.candidates[0] if self.candidates else None
         out: dict[str, Any] = {
-            "text": self.text, "score": _round(best.score if best else 0.0, decimals),
-            "log_prob": _round(best.log_prob if best else 0.0, decimals), "truncated": self.truncated,
-            "n_best": [{"text": c.text, "score": _round(c.score, decimals), "log_prob": _round(c.log_prob, decimals)}
-                       for c in self.candidates],
+            "text": self.text,
+            "score": _round(best.score if best else 0.0, decimals),
+            "log_prob": _round(best.log_prob if best else 0.0, decimals),
+            "truncated": self.truncated,
+            "n_best": self.n_best_record(decimals),
         }
         if self.attention is not None:
-            groups = {"encoder": self.attention.encoder, "decoder": self.attention.decoder_self,
-                      "cross": self.attention.cross}
+            groups = {
+                "encoder": self.attention.encoder,
+                "decoder": self.attention.decoder_self,
+                "cross": self.attention.cross,
+            }
             unknown = sorted(set(kinds) - set(groups))
             if unknown:
                 raise ValueError(f"attention kinds are {', '.join(groups)}, not {', '.join(unknown)}")
-            out["attention"] = {"source_pieces": self.src_pieces, "target_pieces": self.tgt_pieces,
-                                "decoder_pieces": self.decoder_pieces,
-                                **{kind: [w.round(decimals=decimals).tolist() for w in groups[kind]] for kind in kinds}}
+            out["attention"] = {
+                "source_pieces": self.src_pieces,
+                "target_pieces": self.tgt_pieces,
+                "decoder_pieces": self.decoder_pieces,
+                **{kind: [w.round(decimals=decimals).tolist() for w in groups[kind]] for kind in kinds},
+            }
         return out
 
     @property
@@ -87,52 +102,51 @@ class Translation:
 
 
 class Translator:
-    """A trained model, its tokenizer and its decoding settings.
+    """A trained model, its tokenizer, its decoding settings and the engine that decodes with them.
 
-    `precision`: "auto" (bf16 autocast only where it measures clearly faster for this model, device and
-    batch shape: vaswani/precision.py), "fp32" or "bf16". `engine`: None for our own search on the
-    model, or a search with the same signature as `search_ids` (CTranslate2Search)."""
+    `engine`: our own search on the model (TorchEngine, the default) or another with the same interface
+    (decode/engine.py: CTranslate2Engine). The torch model is kept for what only it answers: attention
+    weights and the scores of given targets."""
 
-    def __init__(self, model: Transformer, tokenizer: Tokenizer, config: Config, precision: str = "auto",
-                 engine: CTranslate2Search | None = None) -> None:
-        check(precision)
-        self.model, self.tokenizer, self.config, self.precision = model.eval(), tokenizer, config, precision
-        self.engine = engine
-        self._choices: dict[int, Choice] = {}
+    def __init__(self, model: Transformer, tokenizer: Tokenizer, config: Config, engine: Engine | None = None) -> None:
+        self.model, self.tokenizer, self.config = model.eval(), tokenizer, config
+        self.engine: Engine = engine or TorchEngine(self.model)
 
     @classmethod
-    def load(cls, model_dir: str | Path, device: str = "auto", precision: str = "auto", engine: str = "torch",
-             compute_type: str = "float32") -> Translator:
+    def load(
+        cls,
+        model_dir: str | Path,
+        device: str = "auto",
+        precision: str = "auto",
+        engine: str = "torch",
+        compute_type: str = "float32",
+    ) -> Translator:
         """The model in `model_dir` (written by `vaswani train`, or averaged by `vaswani average`).
 
-        `engine="ctranslate2"` decodes with CTranslate2 in `compute_type` (float32 gives our outputs; int8
-        is faster), converting the model into `model_dir`/ctranslate2 the first time."""
+        `precision` (engine torch): "auto" (bf16 autocast only where it measures clearly faster), "fp32" or
+        "bf16". `engine="ctranslate2"` decodes with CTranslate2 in `compute_type` (float32 gives our outputs;
+        int8 is faster) the model converted into `model_dir`/ctranslate2 (vaswani.export.ctranslate2.converted)."""
         check(precision)
         if engine not in ENGINES:
             raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
         if engine != "torch" and precision != "auto":
-            raise ValueError(f"--precision {precision} applies to --engine torch; for CTranslate2 use --compute-type "
-                             "(float32, int8, bfloat16, ...)")
+            raise ValueError(
+                f"--precision {precision} applies to --engine torch; for CTranslate2 use --compute-type "
+                "(float32, int8, bfloat16, ...)"
+            )
         device = pick_device(device)
         # With CTranslate2 the torch model only answers attention requests: it stays on the CPU.
         model, config = load_model(model_dir, device if engine == "torch" else "cpu")
-        kind = config.model.type
-        if kind != "encoder_decoder":
-            use = "vaswani generate" if kind == "decoder_only" else "vaswani finetune, then vaswani classify"
-            raise ConfigError(f"{model_dir} holds a {kind} model, which does not translate; use {use}")
+        family(config.model.type).check(TRANSLATE, str(model_dir))
         tokenizer = Tokenizer.load(model_dir)
-        search = CTranslate2Search(model_dir, model, tokenizer, device, compute_type) if engine != "torch" else None
-        return cls(model, tokenizer, config, precision, search)
+        if engine == "torch":
+            return cls(model, tokenizer, config, TorchEngine(model, precision))
+        ct2 = CTranslate2Engine(model_dir, config.model, tokenizer, device, compute_type)
+        return cls(model, tokenizer, config, ct2)
 
     def choose_precision(self, decode: DecodeConfig) -> Choice:
         """The precision these decoding settings run in (measured once per batch shape for "auto")."""
-        if self.engine is not None:
-            return Choice("fp32", "fp32")  # the engine's compute type decides
-        rows = decode.batch_size * (1 if decode.sampling else decode.beam_size)
-        if rows not in self._choices:
-            device = next(self.model.parameters()).device
-            self._choices[rows] = choose(self.precision, self.model.config, device, rows, training=False)
-        return self._choices[rows]
+        return self.engine.choose_precision(decode)
 
     @property
     def max_source_tokens(self) -> int:
@@ -157,15 +171,21 @@ class Translator:
         """Source token ids as the model reads them (stripped, lowercased where it was trained so), before EOS."""
         return self.tokenizer.encode_src([self._normalise(s) for s in sentences])
 
-    def translate(self, sentences: Sequence[str], progress: Callable[[int], None] | None = None,
-                  **options: Any) -> list[str]:
+    def translate(
+        self, sentences: Sequence[str], progress: Callable[[int], None] | None = None, **options: Any
+    ) -> list[str]:
         """One translation per sentence, in order; an empty sentence gives an empty translation.
         `options`: any DecodeConfig field (beam_size, length_penalty, sampling, top_p, ...)."""
         return [t.text for t in self.translate_with_details(sentences, progress=progress, **options)]
 
     def translate_with_details(
-        self, sentences: Sequence[str], n_best: int = 1, attention: bool = False, warn: Warn | None = None,
-        progress: Callable[[int], None] | None = None, **options: Any,
+        self,
+        sentences: Sequence[str],
+        n_best: int = 1,
+        attention: bool = False,
+        warn: Warn | None = None,
+        progress: Callable[[int], None] | None = None,
+        **options: Any,
     ) -> list[Translation]:
         """Like `translate`, with the `n_best` candidates and their scores, and with `attention`
         the attention weights of the best candidate. Over-long sentences are cut to
@@ -184,17 +204,16 @@ class Translator:
         todo = [i for i, x in enumerate(ids) if x]  # empty lines stay empty, without running the model
         if progress is not None and len(todo) < len(ids):
             progress(len(ids) - len(todo))
-        precision = self.choose_precision(decode).precision if todo else "fp32"
-        search = self.engine or functools.partial(search_ids, self.model)
-        found = search([ids[i] for i in todo], decode, n_best, precision, progress)
+        found = self.engine([ids[i] for i in todo], decode, n_best, progress)
         results: list[list[Hypothesis]] = [[] for _ in sentences]
         for i, hyps in zip(todo, found, strict=True):
             results[i] = hyps
         texts = self.tokenizer.decode_tgt([h.tokens for hyps in results for h in hyps])
         translations, position = [], 0
         for i, (sentence, hyps) in enumerate(zip(sentences, results, strict=True)):
-            candidates = [Candidate(_one_line(texts[position + j]), h.tokens, h.log_prob, h.score)
-                          for j, h in enumerate(hyps)]
+            candidates = [
+                Candidate(_one_line(texts[position + j]), h.tokens, h.log_prob, h.score) for j, h in enumerate(hyps)
+            ]
             position += len(hyps)
             translation = Translation(sentence, candidates, truncated=i in truncated)
             if attention and hyps:
@@ -219,8 +238,10 @@ class Translator:
 
     def _pair(self, src_ids: list[int], tgt_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         c, device = self.model.config, next(self.model.parameters()).device
-        return (torch.tensor([[*src_ids, c.eos_id]], device=device),
-                torch.tensor([[c.bos_id, *tgt_ids]], device=device))
+        return (
+            torch.tensor([[*src_ids, c.eos_id]], device=device),
+            torch.tensor([[c.bos_id, *tgt_ids]], device=device),
+        )
 
     @torch.inference_mode()
     def _log_prob(self, src_ids: list[int], tgt_ids: list[int], eos: bool = True) -> float:

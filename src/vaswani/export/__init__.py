@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from vaswani.families import FAMILIES, family
+
 TARGETS = ("ctranslate2", "huggingface")
-# CTranslate2's weight and compute types (`--quantization`, `--compute-type`); float32 gives our outputs
-CT2_TYPES = ("float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16")
-NEVER_GENERATED = ("<pad>", "<s>")  # as in our search; CTranslate2 and Marian are told to suppress them too
 
 
 class ExportError(ValueError):
@@ -27,10 +26,13 @@ def export(model_dir: str | Path, out_dir: str | Path, to: str, quantization: st
     if config.is_file():
         from vaswani.config import Config
 
-        kind = Config.load(config).model.type
-        if kind != "encoder_decoder":
-            raise ExportError(f"{model_dir} holds a {kind} model; export writes translation models (Marian, "
-                              "CTranslate2's TransformerSpec) and takes encoder_decoder models only")
+        kind = family(Config.load(config).model.type)
+        if to in TARGETS and to not in kind.exports:
+            takes = [f.type for f in FAMILIES.values() if to in f.exports]
+            raise ExportError(
+                f"{model_dir} holds a {kind.type} model ({kind.about}); --to {to} writes translation "
+                f"models and takes {' or '.join(takes)} models only"
+            )
     if to == "ctranslate2":
         from vaswani.export.ctranslate2 import export_ctranslate2
 

@@ -15,7 +15,11 @@ needs nothing from vaswani. Needs the `ctranslate2` package: pip install 'vaswan
 
 from __future__ import annotations
 
+import fcntl
+import json
+import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -23,10 +27,13 @@ import torch
 
 from vaswani.config import ModelConfig
 from vaswani.data.tokenizer import Tokenizer
-from vaswani.export import CT2_TYPES, ExportError, pieces, prepare_output
+from vaswani.decode.ct2_engine import DIRECTORY, STAMP, current, stamp
+from vaswani.decode.engine import CT2_TYPES
+from vaswani.export import ExportError, pieces, prepare_output
 from vaswani.model_dir import load_model
 from vaswani.nn import Transformer
 from vaswani.nn.embedding import sinusoid_table
+from vaswani.special import BOS, EOS, PAD
 
 
 def _ctranslate2():
@@ -83,8 +90,12 @@ def build_spec(model: Transformer, tokenizer: Tokenizer):
     c = model.config
     activation = common_spec.Activation.RELU if c.activation == "relu" else common_spec.Activation.GELU
     spec = transformer_spec.TransformerSpec.from_config(
-        (c.n_layers, c.decoder_layers), c.n_heads, pre_norm=c.norm_first, no_final_norm=not c.norm_first,
-        activation=activation)
+        (c.n_layers, c.decoder_layers),
+        c.n_heads,
+        pre_norm=c.norm_first,
+        no_final_norm=not c.norm_first,
+        activation=activation,
+    )
     encoder, decoder = model.encoder, model.decoder
     spec.encoder.embeddings[0].weight = _array(encoder.embed.tokens.weight)
     spec.encoder.scale_embeddings = True  # §3.4: embeddings times sqrt(d_model)
@@ -96,7 +107,7 @@ def build_spec(model: Transformer, tokenizer: Tokenizer):
     spec.decoder.embeddings.weight = _array(decoder.embed.tokens.weight)
     spec.decoder.scale_embeddings = True
     spec.decoder.position_encodings.encodings = _positions(decoder, c)
-    spec.decoder.projection.weight = _array(model.generator_weight)
+    spec.decoder.projection.weight = _array(model.output_weight)
     for layer_spec, layer in zip(spec.decoder.layer, decoder.layers, strict=True):
         _attention_self(layer_spec.self_attention, layer.self_attn)
         _norm(layer_spec.self_attention.layer_norm, layer.norms[0])
@@ -109,14 +120,14 @@ def build_spec(model: Transformer, tokenizer: Tokenizer):
 
     src_vocab, tgt_vocab = pieces(tokenizer.src), pieces(tokenizer.tgt)
     for name, vocab in (("source", src_vocab), ("target", tgt_vocab)):
-        expected = {c.pad_id: "<pad>", c.bos_id: "<s>", c.eos_id: "</s>"}
+        expected = {c.pad_id: PAD, c.bos_id: BOS, c.eos_id: EOS}
         wrong = {i: vocab[i] for i, piece in expected.items() if i >= len(vocab) or vocab[i] != piece}
         if wrong:
             raise ExportError(f"the {name} vocabulary has {wrong} where CTranslate2 needs {expected}")
     spec.register_source_vocabulary(src_vocab)
     spec.register_target_vocabulary(tgt_vocab)
     spec.config.add_source_eos = True  # our encoder reads every source with EOS appended
-    spec.config.decoder_start_token = "<s>"
+    spec.config.decoder_start_token = BOS
     spec.config.layer_norm_epsilon = c.layer_norm_eps
     return spec
 
@@ -136,3 +147,31 @@ def export_ctranslate2(model_dir: str | Path, out_dir: str | Path, quantization:
     for name in Tokenizer.files(tokenizer.joint):
         shutil.copyfile(Path(model_dir) / name, out / name)
     return out
+
+
+def converted(model_dir: str | Path) -> Path:
+    """MODEL_DIR/ctranslate2 (what `--engine ctranslate2` runs), converted in float32 where it is missing or was
+    made from other weights or by other versions (decode.ct2_engine.stamp).
+
+    Processes converting at once take turns (a lock file); a directory there that this function did not
+    make (no stamp) is left alone and reported."""
+    model_dir = Path(model_dir)
+    target = model_dir / DIRECTORY
+    with open(model_dir / ".ctranslate2.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if target.exists() and not (target / STAMP).is_file():
+            raise ValueError(
+                f"{target} exists but was not made by --engine ctranslate2; move it elsewhere (export "
+                "into a directory of your own with `vaswani export`)"
+            )
+        if current(model_dir) is not None:
+            return target
+        tmp = Path(tempfile.mkdtemp(prefix=".ctranslate2-", dir=model_dir))
+        try:
+            export_ctranslate2(model_dir, tmp)
+            (tmp / STAMP).write_text(json.dumps(stamp(model_dir)) + "\n")
+            shutil.rmtree(target, ignore_errors=True)
+            os.replace(tmp, target)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target

@@ -56,11 +56,15 @@ def marian_permutation(d_model: int) -> torch.Tensor:
 def check_exportable(config: Config) -> None:
     c = config.model
     if c.norm_first:
-        raise ExportError("model.norm_first: true (pre-norm) has no Marian equivalent: Marian is post-norm; "
-                          "export with --to ctranslate2, which supports pre-norm")
+        raise ExportError(
+            "model.norm_first: true (pre-norm) has no Marian equivalent: Marian is post-norm; "
+            "export with --to ctranslate2, which supports pre-norm"
+        )
     if c.positions != "sinusoidal":
-        raise ExportError(f"model.positions: {c.positions} has no Marian equivalent: Marian computes sinusoids; "
-                          "export with --to ctranslate2, which takes any position table")
+        raise ExportError(
+            f"model.positions: {c.positions} has no Marian equivalent: Marian computes sinusoids; "
+            "export with --to ctranslate2, which takes any position table"
+        )
     if c.d_model % 2:
         raise ExportError(f"model.d_model {c.d_model} is odd: Marian's sinusoids need an even d_model")
 
@@ -69,13 +73,27 @@ def marian_config(config: Config):
     c = config.model
     transformers = _transformers()
     return transformers.MarianConfig(
-        vocab_size=c.src_vocab_size, decoder_vocab_size=c.tgt_vocab_size, d_model=c.d_model,
-        encoder_layers=c.n_layers, decoder_layers=c.decoder_layers, encoder_attention_heads=c.n_heads,
-        decoder_attention_heads=c.n_heads, encoder_ffn_dim=c.d_ff, decoder_ffn_dim=c.d_ff,
-        activation_function=c.activation, dropout=c.dropout, attention_dropout=c.attention_dropout,
-        activation_dropout=0.0, scale_embedding=True, max_position_embeddings=c.max_positions,
-        share_encoder_decoder_embeddings=c.share_embeddings, tie_word_embeddings=c.share_embeddings or c.tie_output,
-        pad_token_id=c.pad_id, eos_token_id=c.eos_id, bos_token_id=c.bos_id, decoder_start_token_id=c.bos_id,
+        vocab_size=c.src_vocab_size,
+        decoder_vocab_size=c.tgt_vocab_size,
+        d_model=c.d_model,
+        encoder_layers=c.n_layers,
+        decoder_layers=c.decoder_layers,
+        encoder_attention_heads=c.n_heads,
+        decoder_attention_heads=c.n_heads,
+        encoder_ffn_dim=c.d_ff,
+        decoder_ffn_dim=c.d_ff,
+        activation_function=c.activation,
+        dropout=c.dropout,
+        attention_dropout=c.attention_dropout,
+        activation_dropout=0.0,
+        scale_embedding=True,
+        max_position_embeddings=c.max_positions,
+        share_encoder_decoder_embeddings=c.share_embeddings,
+        tie_word_embeddings=c.share_embeddings or c.tie_output,
+        pad_token_id=c.pad_id,
+        eos_token_id=c.eos_id,
+        bos_token_id=c.bos_id,
+        decoder_start_token_id=c.bos_id,
         forced_eos_token_id=None,
     )
 
@@ -85,8 +103,13 @@ def generation_config(config: Config):
     is Hugging Face's own, length^alpha, so it is left at its default)."""
     c, decode = config.model, config.decode
     return _transformers().GenerationConfig(
-        decoder_start_token_id=c.bos_id, bos_token_id=c.bos_id, eos_token_id=c.eos_id, pad_token_id=c.pad_id,
-        forced_eos_token_id=None, bad_words_ids=[[c.pad_id], [c.bos_id]], num_beams=decode.beam_size,
+        decoder_start_token_id=c.bos_id,
+        bos_token_id=c.bos_id,
+        eos_token_id=c.eos_id,
+        pad_token_id=c.pad_id,
+        forced_eos_token_id=None,
+        bad_words_ids=[[c.pad_id], [c.bos_id]],
+        num_beams=decode.beam_size,
         max_length=c.max_positions,
     )
 
@@ -145,7 +168,7 @@ def marian_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
         out["model.shared.weight"] = src_embed
     out["model.encoder.embed_tokens.weight"] = src_embed
     out["model.decoder.embed_tokens.weight"] = tgt_embed
-    out["lm_head.weight"] = reads(model.generator_weight, 1.0)
+    out["lm_head.weight"] = reads(model.output_weight, 1.0)
     out["final_logits_bias"] = torch.zeros(1, c.tgt_vocab_size)
     return out
 
@@ -177,12 +200,18 @@ def export_huggingface(model_dir: str | Path, out_dir: str | Path) -> Path:
     shutil.copyfile(model_dir / names[-1], out / "target.spm")
     vocab = {piece: i for i, piece in enumerate(pieces(tokenizer.src))}
     (out / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False, indent=0) + "\n", encoding="utf-8")
-    tokenizer_config = {"tokenizer_class": "MarianTokenizer", "model_max_length": config.model.max_positions,
-                        "unk_token": "<unk>", "eos_token": "</s>", "pad_token": "<pad>",
-                        "separate_vocabs": not tokenizer.joint}
+    tokenizer_config = {
+        "tokenizer_class": "MarianTokenizer",
+        "model_max_length": config.model.max_positions,
+        "unk_token": "<unk>",
+        "eos_token": "</s>",
+        "pad_token": "<pad>",
+        "separate_vocabs": not tokenizer.joint,
+    }
     if not tokenizer.joint:
         target = {piece: i for i, piece in enumerate(pieces(tokenizer.tgt))}
-        (out / "target_vocab.json").write_text(json.dumps(target, ensure_ascii=False, indent=0) + "\n",
-                                               encoding="utf-8")
+        (out / "target_vocab.json").write_text(
+            json.dumps(target, ensure_ascii=False, indent=0) + "\n", encoding="utf-8"
+        )
     (out / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2) + "\n", encoding="utf-8")
     return out

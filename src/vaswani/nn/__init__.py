@@ -1,8 +1,9 @@
 """The model, and nothing else: never imports data, training, decoding or the CLI."""
 
 from vaswani.nn.attention import MultiHeadAttention, fused_attention, reference_attention
+from vaswani.nn.build import build_model
 from vaswani.nn.cache import KVCache
-from vaswani.nn.language_model import CausalLM, MaskedLM, build_model
+from vaswani.nn.language_model import CausalLM, MaskedLM
 from vaswani.nn.transformer import AttentionWeights, Decoder, Encoder, Transformer
 
 __all__ = [

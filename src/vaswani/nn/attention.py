@@ -113,7 +113,12 @@ class MultiHeadAttention(nn.Module):
         return self._split(F.linear(memory, self.in_proj.weight[D:], self.in_proj.bias[D:]), 2)
 
     def attend(
-        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causal: bool = False,
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Tensor | None = None,
+        causal: bool = False,
         need_weights: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
         """Attention of projected heads, concatenated and projected by W^O.
@@ -130,7 +135,11 @@ class MultiHeadAttention(nn.Module):
         return self.out_proj(out), weights
 
     def forward(
-        self, x: Tensor, memory: Tensor | None = None, mask: Tensor | None = None, causal: bool = False,
+        self,
+        x: Tensor,
+        memory: Tensor | None = None,
+        mask: Tensor | None = None,
+        causal: bool = False,
         need_weights: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
         """Self-attention over `x`, or encoder-decoder attention from `x` to `memory`.

@@ -43,23 +43,23 @@ def sinusoid_table(length: int, d_model: int, start: int = 0) -> Tensor:
 
 
 class SinusoidalPositions(nn.Module):
-    """Fixed sinusoidal positions for any length: the table grows when a longer input arrives.
+    """Fixed sinusoidal positions for any length: the first `length` (model.max_positions) are tabulated once,
+    later ones (a language model generating past its context) computed for the call and not kept.
 
-    Not part of the state dict; nothing about it is learned or bounded.
+    `forward` never changes the module, so threads may share it (vaswani serve). Not part of the state dict;
+    nothing about it is learned or bounded.
     """
 
-    def __init__(self, d_model: int, initial_length: int = 256) -> None:
+    def __init__(self, d_model: int, length: int = 1024) -> None:
         super().__init__()
         self.d_model = d_model
-        self.register_buffer("table", sinusoid_table(initial_length, d_model), persistent=False)
+        self.register_buffer("table", sinusoid_table(length, d_model), persistent=False)
 
     def forward(self, start: int, length: int) -> Tensor:
         """Shape: -> (length, D)"""
-        end = start + length
-        if end > self.table.size(0):
-            size = max(end, 2 * self.table.size(0))
-            self.table = sinusoid_table(size, self.d_model).to(self.table.device)
-        return self.table[start:end]
+        if start + length <= self.table.size(0):
+            return self.table[start : start + length]
+        return sinusoid_table(length, self.d_model, start).to(self.table.device)
 
 
 class LearnedPositions(nn.Module):

@@ -17,7 +17,7 @@ from vaswani.nn.cache import KVCache
 from vaswani.nn.dropout import Dropout
 from vaswani.nn.embedding import TokenEmbedding
 from vaswani.nn.masks import padding_mask
-from vaswani.nn.transformer import Decoder, Encoder, Transformer, check_ids, init_weights
+from vaswani.nn.transformer import Decoder, Encoder, check_ids, init_weights
 
 
 class _LanguageModel(nn.Module):
@@ -36,13 +36,13 @@ class _LanguageModel(nn.Module):
         raise NotImplementedError
 
     @property
-    def generator_weight(self) -> Tensor:
+    def output_weight(self) -> Tensor:
         """The pre-softmax matrix: the token embedding. Shape: (V, D)"""
         return self.stack.embed.tokens.weight
 
     def logits(self, hidden: Tensor) -> Tensor:
         """Shape: hidden (..., D) -> logits (..., V)"""
-        return F.linear(hidden, self.generator_weight)
+        return F.linear(hidden, self.output_weight)
 
     def forward(self, ids: Tensor) -> Tensor:
         """Shape: ids (B, T) -> logits (B, T, V)"""
@@ -136,8 +136,3 @@ class MaskedLM(_LanguageModel):
         check_ids(ids, "ids")
         hidden, _ = self.encoder(ids, padding_mask(ids, self.config.pad_id))
         return hidden
-
-
-def build_model(config: ModelConfig) -> nn.Module:
-    """The model of `config.type`: Transformer, CausalLM or MaskedLM."""
-    return {"encoder_decoder": Transformer, "decoder_only": CausalLM, "encoder_only": MaskedLM}[config.type](config)

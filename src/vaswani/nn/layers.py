@@ -49,8 +49,9 @@ class TransformerLayer(nn.Module):
         self.dropout = Dropout(config.dropout)  # §5.4: residual dropout on each sub-layer's output
         self.self_attn = MultiHeadAttention(config.d_model, config.n_heads, config.attention_dropout)
         # The decoder's encoder-decoder attention (§3.2.3); None in encoder and decoder-only layers.
-        self.cross_attn = (MultiHeadAttention(config.d_model, config.n_heads, config.attention_dropout) if cross
-                           else None)
+        self.cross_attn = (
+            MultiHeadAttention(config.d_model, config.n_heads, config.attention_dropout) if cross else None
+        )
         self.feed_forward = FeedForward(config.d_model, config.d_ff, config.activation)
 
     def _pre(self, x: Tensor, i: int) -> Tensor:
@@ -59,8 +60,9 @@ class TransformerLayer(nn.Module):
     def _post(self, x: Tensor, i: int) -> Tensor:
         return x if self.norm_first else self.norms[i](x)
 
-    def _sa_block(self, x: Tensor, mask: Tensor | None, causal: bool, past: KeyValue | None,
-                  need_weights: bool) -> tuple[Tensor, Tensor | None, KeyValue]:
+    def _sa_block(
+        self, x: Tensor, mask: Tensor | None, causal: bool, past: KeyValue | None, need_weights: bool
+    ) -> tuple[Tensor, Tensor | None, KeyValue]:
         q, k, v = self.self_attn.project_self(x)
         if past is not None:
             k = torch.cat([past[0], k], dim=2)  # (B, H, t + T, Dh)
@@ -68,8 +70,9 @@ class TransformerLayer(nn.Module):
         h, weights = self.self_attn.attend(q, k, v, mask, causal, need_weights)
         return h, weights, (k, v)
 
-    def _mha_block(self, x: Tensor, memory_kv: KeyValue, memory_mask: Tensor | None,
-                   need_weights: bool) -> tuple[Tensor, Tensor | None]:
+    def _mha_block(
+        self, x: Tensor, memory_kv: KeyValue, memory_mask: Tensor | None, need_weights: bool
+    ) -> tuple[Tensor, Tensor | None]:
         q = self.cross_attn.project_query(x)
         return self.cross_attn.attend(q, *memory_kv, mask=memory_mask, need_weights=need_weights)
 
@@ -77,8 +80,14 @@ class TransformerLayer(nn.Module):
         return self.feed_forward(x)
 
     def forward(
-        self, x: Tensor, mask: Tensor | None = None, causal: bool = False, past: KeyValue | None = None,
-        memory_kv: KeyValue | None = None, memory_mask: Tensor | None = None, need_weights: bool = False,
+        self,
+        x: Tensor,
+        mask: Tensor | None = None,
+        causal: bool = False,
+        past: KeyValue | None = None,
+        memory_kv: KeyValue | None = None,
+        memory_mask: Tensor | None = None,
+        need_weights: bool = False,
     ) -> tuple[Tensor, KeyValue, tuple[Tensor | None, Tensor | None]]:
         """`mask` (bool, True = may attend) and/or `causal` for the self-attention; `memory_kv` the
         encoder-decoder keys/values of a layer built with `cross`.

@@ -19,7 +19,7 @@ from vaswani.nn.masks import padding_mask
 def _positions(config: ModelConfig) -> nn.Module:
     if config.positions == "learned":
         return LearnedPositions(config.d_model, config.max_positions)
-    return SinusoidalPositions(config.d_model)
+    return SinusoidalPositions(config.d_model, config.max_positions)
 
 
 def _final_norm(config: ModelConfig) -> nn.Module:
@@ -80,7 +80,11 @@ class Decoder(nn.Module):
         return KVCache(KVCache.empty_self_kv(like, len(self.layers)))
 
     def forward(
-        self, tgt: Tensor, memory_mask: Tensor, cache: KVCache, self_mask: Tensor | None = None,
+        self,
+        tgt: Tensor,
+        memory_mask: Tensor,
+        cache: KVCache,
+        self_mask: Tensor | None = None,
         need_weights: bool = False,
     ) -> tuple[Tensor, KVCache, list[tuple[Tensor | None, Tensor | None]]]:
         """Decode `tgt` as the positions after the `cache.length` already in the cache.
@@ -91,8 +95,15 @@ class Decoder(nn.Module):
         self_kv, weights = [], []
         cross = cache.cross_kv or (None,) * len(self.layers)
         for layer, past, cross_kv in zip(self.layers, cache.self_kv, cross, strict=True):
-            x, kv, w = layer(x, mask=self_mask, causal=self_mask is None, past=past if cache.length else None,
-                             memory_kv=cross_kv, memory_mask=memory_mask, need_weights=need_weights)
+            x, kv, w = layer(
+                x,
+                mask=self_mask,
+                causal=self_mask is None,
+                past=past if cache.length else None,
+                memory_kv=cross_kv,
+                memory_mask=memory_mask,
+                need_weights=need_weights,
+            )
             self_kv.append(kv)
             weights.append(w)
         return self.norm(x), KVCache(tuple(self_kv), cache.cross_kv), weights if need_weights else []
@@ -114,16 +125,19 @@ class Transformer(nn.Module):
         self.encoder = Encoder(config, src_tokens)
         self.decoder = Decoder(config, tgt_tokens)
         tied = config.share_embeddings or config.tie_output
-        # §3.4: the pre-softmax linear shares the embedding matrix (no bias).
-        self.output_weight = None if tied else nn.Parameter(torch.empty(config.tgt_vocab_size, config.d_model))
+        # §3.4: the pre-softmax linear shares the embedding matrix (no bias). Untied, it is a matrix of its own,
+        # registered under the name every reader uses (the property below), so the state dict calls it that too.
+        own = None if tied else nn.Parameter(torch.empty(config.tgt_vocab_size, config.d_model))
+        self._parameters["output_weight"] = own
         init_weights(self)
-        if self.output_weight is not None:
-            nn.init.normal_(self.output_weight, mean=0.0, std=self.config.d_model**-0.5)
+        if own is not None:
+            nn.init.normal_(own, mean=0.0, std=self.config.d_model**-0.5)
 
     @property
-    def generator_weight(self) -> Tensor:
-        """The pre-softmax matrix. Shape: (V_tgt, D)"""
-        return self.decoder.embed.tokens.weight if self.output_weight is None else self.output_weight
+    def output_weight(self) -> Tensor:
+        """The pre-softmax matrix: the target embedding when tied, else its own. Shape: (V_tgt, D)"""
+        own = self._parameters["output_weight"]
+        return self.decoder.embed.tokens.weight if own is None else own
 
     def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
         """Shape: src (B, S) -> memory (B, S, D), memory_mask (B, 1, 1, S)"""
@@ -153,7 +167,7 @@ class Transformer(nn.Module):
 
     def logits(self, hidden: Tensor) -> Tensor:
         """Shape: hidden (..., D) -> logits (..., V)"""
-        return F.linear(hidden, self.generator_weight)
+        return F.linear(hidden, self.output_weight)
 
     def decode_step(
         self, tokens: Tensor, memory: Tensor, memory_mask: Tensor, cache: KVCache | None = None

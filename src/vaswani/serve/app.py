@@ -51,8 +51,16 @@ class Settings:
     cors_origins: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        for name in ("max_texts", "max_chars", "max_body", "max_beam", "max_attention_texts", "max_batch_tokens",
-                     "max_batch_sentences", "max_queued"):
+        for name in (
+            "max_texts",
+            "max_chars",
+            "max_body",
+            "max_beam",
+            "max_attention_texts",
+            "max_batch_tokens",
+            "max_batch_sentences",
+            "max_queued",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         if self.max_wait < 0:
@@ -90,8 +98,9 @@ def create_app(translator: Translator, model_dir: str | Path, settings: Settings
             if self.n_best > beam:
                 raise ValueError(f"n_best ({self.n_best}) must be at most the beam size ({beam})")
             if self.attention and len(self.text) > s.max_attention_texts:
-                raise ValueError(f"attention is returned for at most {s.max_attention_texts} texts per request, "
-                                 f"got {len(self.text)}")
+                raise ValueError(
+                    f"attention is returned for at most {s.max_attention_texts} texts per request, got {len(self.text)}"
+                )
             return self
 
     batcher: MicroBatcher | None = None
@@ -105,24 +114,34 @@ def create_app(translator: Translator, model_dir: str | Path, settings: Settings
         yield
         batcher.close()  # uvicorn has let the requests in flight finish
 
-    app = FastAPI(title="vaswani", version=__version__, lifespan=lifespan,
-                  description="Translation with a Transformer trained by vaswani.")
+    app = FastAPI(
+        title="vaswani",
+        version=__version__,
+        lifespan=lifespan,
+        description="Translation with a Transformer trained by vaswani.",
+    )
     app.add_middleware(BodyLimit, limit=s.max_body)
     if s.api_key:  # checked before the body is read
         app.add_middleware(ApiKey, key=s.api_key)
     if s.cors_origins:
-        app.add_middleware(CORSMiddleware, allow_origins=list(s.cors_origins), allow_methods=["GET", "POST"],
-                           allow_headers=["Authorization", "Content-Type"])
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(s.cors_origins),
+            allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Content-Type"],
+        )
     _add_error_handlers(app)
     info = model_info(translator, model_dir, s)
 
     @app.get("/health")
     async def health() -> JSONResponse:
-        """"ok" while the translation worker runs (else 503), with what it has done."""
+        """ "ok" while the translation worker runs (else 503), with what it has done."""
         stats = dataclasses.asdict(batcher.stats) if batcher else {}
         ok = batcher is not None and batcher.alive
-        return JSONResponse({"status": "ok" if ok else "unavailable", "queued_sentences": batcher.queued if ok else 0,
-                             **stats}, 200 if ok else 503)
+        return JSONResponse(
+            {"status": "ok" if ok else "unavailable", "queued_sentences": batcher.queued if ok else 0, **stats},
+            200 if ok else 503,
+        )
 
     @app.get("/v1/model")
     async def model() -> dict[str, Any]:
@@ -133,16 +152,26 @@ def create_app(translator: Translator, model_dir: str | Path, settings: Settings
         started = time.perf_counter()
         tokens = batcher.count_tokens(request.text)
         if tokens > s.max_batch_tokens:
-            return JSONResponse({"error": f"text has {tokens} source tokens in all, more than the {s.max_batch_tokens} "
-                                          "a request may have: send fewer or shorter texts per request"}, 422)
+            return JSONResponse(
+                {
+                    "error": f"text has {tokens} source tokens in all, more than the {s.max_batch_tokens} "
+                    "a request may have: send fewer or shorter texts per request"
+                },
+                422,
+            )
         options = {"beam_size": request.beam} if request.beam is not None else {}
         try:
-            results = await batcher.translate(request.text, n_best=request.n_best, attention=request.attention,
-                                              tokens=tokens, **options)
+            results = await batcher.translate(
+                request.text, n_best=request.n_best, attention=request.attention, tokens=tokens, **options
+            )
         except BusyError as error:
             return JSONResponse({"error": str(error)}, 503, headers={"Retry-After": "1"})
-        return JSONResponse({"translations": [r.to_dict() for r in results],
-                             "elapsed_ms": round((time.perf_counter() - started) * 1000, 1)})
+        return JSONResponse(
+            {
+                "translations": [r.to_dict() for r in results],
+                "elapsed_ms": round((time.perf_counter() - started) * 1000, 1),
+            }
+        )
 
     @app.get("/", include_in_schema=False)
     async def page() -> FileResponse:
@@ -155,8 +184,14 @@ def create_app(translator: Translator, model_dir: str | Path, settings: Settings
 def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, error: RequestValidationError) -> JSONResponse:
-        details = [{"loc": [str(part) for part in e.get("loc", ())], "msg": str(e.get("msg", "")),
-                    "type": str(e.get("type", ""))} for e in error.errors()]
+        details = [
+            {
+                "loc": [str(part) for part in e.get("loc", ())],
+                "msg": str(e.get("msg", "")),
+                "type": str(e.get("type", "")),
+            }
+            for e in error.errors()
+        ]
         first = details[0] if details else {"loc": [], "msg": "invalid request"}
         where = ".".join(part for part in first["loc"] if part != "body")
         message = first["msg"].removeprefix("Value error, ")
@@ -174,12 +209,12 @@ def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def internal(request: Request, error: Exception) -> JSONResponse:
         # Our own failure, never the client's input (which is validated first): said in JSON, logged by uvicorn.
-        return JSONResponse({"error": f"internal error ({type(error).__name__}); the server log has the details"},
-                            500)
+        return JSONResponse({"error": f"internal error ({type(error).__name__}); the server log has the details"}, 500)
 
 
 def languages(config) -> tuple[str | None, str | None]:
     """Source and target languages from the training files' names (train.de.gz -> "de"), if they say."""
+
     def language(path: str | None) -> str | None:
         match = re.search(r"\.([a-z]{2,3})(\.gz)?$", path or "")
         return match.group(1) if match else None
@@ -199,9 +234,11 @@ def training_summary(model_dir: Path) -> dict[str, Any] | None:
     if not rows:
         return None
     valid = [r for r in rows if "valid_loss" in r]
-    summary: dict[str, Any] = {"steps": max(r.get("step", 0) for r in rows),
-                               "epochs": max(r.get("epoch", 0) for r in rows),
-                               "elapsed_s": max((r.get("elapsed_s", 0) for r in rows), default=None)}
+    summary: dict[str, Any] = {
+        "steps": max(r.get("step", 0) for r in rows),
+        "epochs": max(r.get("epoch", 0) for r in rows),
+        "elapsed_s": max((r.get("elapsed_s", 0) for r in rows), default=None),
+    }
     if valid:
         summary["valid_loss"] = round(min(r["valid_loss"] for r in valid), 4)
         bleus = [r["valid_bleu"] for r in valid if r.get("valid_bleu") is not None]
@@ -215,16 +252,36 @@ def model_info(translator: Translator, model_dir: str | Path, settings: Settings
     source, target = languages(config)
     decode = config.decode
     return {
-        "name": model_dir.resolve().name, "source_language": source, "target_language": target,
-        "parameters": translator.model.num_parameters(), "layers": c.n_layers, "decoder_layers": c.decoder_layers,
-        "heads": c.n_heads, "d_model": c.d_model, "d_ff": c.d_ff,
-        "vocabulary": {"source": c.src_vocab_size, "target": c.tgt_vocab_size, "shared": c.share_embeddings,
-                       "type": config.data.tokenizer},
+        "name": model_dir.resolve().name,
+        "source_language": source,
+        "target_language": target,
+        "parameters": translator.model.num_parameters(),
+        "layers": c.n_layers,
+        "decoder_layers": c.decoder_layers,
+        "heads": c.n_heads,
+        "d_model": c.d_model,
+        "d_ff": c.d_ff,
+        "vocabulary": {
+            "source": c.src_vocab_size,
+            "target": c.tgt_vocab_size,
+            "shared": c.share_embeddings,
+            "type": config.data.tokenizer,
+        },
         "lowercase": config.data.lowercase,
-        "decode": {"beam_size": decode.beam_size, "length_penalty": decode.length_penalty,
-                   "max_len_a": decode.max_len_a, "max_len_b": decode.max_len_b},
-        "limits": {"max_texts": settings.max_texts, "max_chars": settings.max_chars,
-                   "max_body_bytes": settings.max_body, "max_beam": settings.max_beam,
-                   "max_source_tokens": translator.max_source_tokens},
-        "training": training_summary(model_dir), "auth": settings.api_key is not None, "vaswani": __version__,
+        "decode": {
+            "beam_size": decode.beam_size,
+            "length_penalty": decode.length_penalty,
+            "max_len_a": decode.max_len_a,
+            "max_len_b": decode.max_len_b,
+        },
+        "limits": {
+            "max_texts": settings.max_texts,
+            "max_chars": settings.max_chars,
+            "max_body_bytes": settings.max_body,
+            "max_beam": settings.max_beam,
+            "max_source_tokens": translator.max_source_tokens,
+        },
+        "training": training_summary(model_dir),
+        "auth": settings.api_key is not None,
+        "vaswani": __version__,
     }

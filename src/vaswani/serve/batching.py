@@ -54,10 +54,20 @@ class MicroBatcher:
     concurrent requests; `max_sentences=1` with `max_wait=0` serves one request at a time. At most
     `max_queued` sentences wait; more are refused with `BusyError` rather than queued without bound."""
 
-    def __init__(self, translator: Translator, max_wait: float = 0.005, max_tokens: int = 4096,
-                 max_sentences: int = 256, max_queued: int = 4096) -> None:
+    def __init__(
+        self,
+        translator: Translator,
+        max_wait: float = 0.005,
+        max_tokens: int = 4096,
+        max_sentences: int = 256,
+        max_queued: int = 4096,
+    ) -> None:
         self.translator, self.max_wait, self.max_tokens, self.max_sentences = (
-            translator, max_wait, max_tokens, max_sentences)
+            translator,
+            max_wait,
+            max_tokens,
+            max_sentences,
+        )
         self.max_queued = max_queued
         self.stats = BatchStats()
         self._pending: deque[_Job] = deque()
@@ -80,8 +90,9 @@ class MicroBatcher:
         with self._ready:
             return sum(len(job.texts) for job in self._pending)
 
-    async def translate(self, texts: list[str], n_best: int = 1, attention: bool = False, tokens: int | None = None,
-                        **options: Any) -> list[Translation]:
+    async def translate(
+        self, texts: list[str], n_best: int = 1, attention: bool = False, tokens: int | None = None, **options: Any
+    ) -> list[Translation]:
         """The translations of `texts`, in order, decoded together with other requests' sentences.
         `tokens`: their source tokens, when the caller has counted them already."""
         loop = asyncio.get_running_loop()
@@ -118,8 +129,9 @@ class MicroBatcher:
             batch, sentences, tokens, kept = [], 0, 0, deque()
             while self._pending:
                 job = self._pending.popleft()
-                fits = not batch or (sentences + len(job.texts) <= self.max_sentences
-                                     and tokens + job.tokens <= self.max_tokens)
+                fits = not batch or (
+                    sentences + len(job.texts) <= self.max_sentences and tokens + job.tokens <= self.max_tokens
+                )
                 if job.key == first.key and fits:
                     batch.append(job)
                     sentences, tokens = sentences + len(job.texts), tokens + job.tokens
@@ -130,8 +142,10 @@ class MicroBatcher:
 
     def _full(self, key: Hashable) -> bool:
         jobs = [job for job in self._pending if job.key == key]
-        return (sum(len(job.texts) for job in jobs) >= self.max_sentences
-                or sum(job.tokens for job in jobs) >= self.max_tokens)
+        return (
+            sum(len(job.texts) for job in jobs) >= self.max_sentences
+            or sum(job.tokens for job in jobs) >= self.max_tokens
+        )
 
     def _run(self) -> None:
         try:

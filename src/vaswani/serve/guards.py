@@ -11,8 +11,9 @@ class _TooLarge(HTTPException):
     """Raised from `receive`: FastAPI passes HTTPExceptions on to the app's error handler (a JSON 413)."""
 
     def __init__(self, limit: int) -> None:
-        super().__init__(413, f"the request body is larger than the {limit} bytes allowed: send fewer or shorter "
-                              "texts per request")
+        super().__init__(
+            413, f"the request body is larger than the {limit} bytes allowed: send fewer or shorter texts per request"
+        )
 
 
 class BodyLimit:
@@ -29,8 +30,12 @@ class BodyLimit:
                 await _reply(send, 400, "the Content-Length header is not a number")
                 return
             if int(declared) > self.limit:
-                await _reply(send, 413, f"the request body has {int(declared)} bytes, more than the {self.limit} "
-                                        "allowed: send fewer or shorter texts per request")
+                await _reply(
+                    send,
+                    413,
+                    f"the request body has {int(declared)} bytes, more than the {self.limit} "
+                    "allowed: send fewer or shorter texts per request",
+                )
                 return
         received, started = 0, False
 
@@ -57,9 +62,17 @@ class BodyLimit:
 
 async def _reply(send, status: int, message: str, headers: list | None = None) -> None:
     body = json.dumps({"error": message}).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                            *(headers or [])]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *(headers or []),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
@@ -74,7 +87,11 @@ class ApiKey:
             given = dict(scope["headers"]).get(b"authorization", b"")
             scheme, _, token = given.partition(b" ")
             if scheme.lower() != b"bearer" or not hmac.compare_digest(token.strip(), self.key):
-                await _reply(send, 401, "this server needs an API key: send the header Authorization: Bearer KEY",
-                             [(b"www-authenticate", b"Bearer")])
+                await _reply(
+                    send,
+                    401,
+                    "this server needs an API key: send the header Authorization: Bearer KEY",
+                    [(b"www-authenticate", b"Bearer")],
+                )
                 return
         await self.app(scope, receive, send)

@@ -1,7 +1,7 @@
 """`vaswani serve` in a subprocess, ready when its /health answers: for tests, benchmarks and notebooks.
 
-    with launch("runs/quick") as server:
-        urllib.request.urlopen(server.url + "/health")
+with launch("runs/quick") as server:
+    urllib.request.urlopen(server.url + "/health")
 """
 
 from __future__ import annotations
@@ -54,8 +54,11 @@ def launch(model_dir: str | Path, *args: str, port: int | None = None, timeout: 
     port = port or free_port()
     log = Path(tempfile.mkstemp(prefix="vaswani-serve-", suffix=".log")[1])
     with open(log, "w", encoding="utf-8") as handle:
-        process = subprocess.Popen([sys.executable, "-m", "vaswani.cli", "serve", str(model_dir), "--port", str(port),
-                                    *args], stdout=handle, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "vaswani.cli", "serve", str(model_dir), "--port", str(port), *args],
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+        )
     server = Server(process, f"http://127.0.0.1:{port}", log)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and process.poll() is None:

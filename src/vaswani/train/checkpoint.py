@@ -40,8 +40,9 @@ def checkpoint_dirs(directory: Path) -> list[Path]:
     return sorted(p for p in root.iterdir() if p.name.startswith("step_") and (p / STATE).is_file())
 
 
-def save_checkpoint(directory: Path, step: int, weights: dict[str, torch.Tensor], state: dict[str, Any],
-                    score: float | None = None) -> Path:
+def save_checkpoint(
+    directory: Path, step: int, weights: dict[str, torch.Tensor], state: dict[str, Any], score: float | None = None
+) -> Path:
     """checkpoints/step_N with weights, training state and validation score (higher is better),
     written into a temporary directory and renamed into place when complete: a kill at any moment
     leaves the earlier checkpoints intact, and the incomplete one is invisible to checkpoint_dirs."""

@@ -14,8 +14,9 @@ from pathlib import Path
 import yaml
 
 from vaswani.config import Config, ConfigError, apply_overrides
-from vaswani.data.text import read_labelled
+from vaswani.data.labelled import read_labelled
 from vaswani.data.tokenizer import Tokenizer
+from vaswani.families import FAMILIES, family
 from vaswani.model_dir import CheckpointError
 from vaswani.train.trainer import Trainer
 
@@ -24,19 +25,26 @@ _MODEL_KEYS = ("dropout", "attention_dropout", "pool")  # what a fine-tuning con
 
 def finetune_config(pretrained: Config, values: dict) -> Config:
     """The run's config: the pretrained model and data settings, the fine-tuning config's sections."""
-    if pretrained.model.type not in ("decoder_only", "encoder_only"):
-        raise CheckpointError(f"fine-tuning needs a pretrained decoder_only or encoder_only model; this one is "
-                              f"{pretrained.model.type}")
+    kind = family(pretrained.model.type)
+    if "classify" not in kind.tasks:
+        takes = [f.type for f in FAMILIES.values() if "classify" in f.tasks]
+        raise CheckpointError(
+            f"fine-tuning needs a pretrained {' or '.join(takes)} model; this one is {kind.type} ({kind.about})"
+        )
     unknown = set(values) - {"model", "data", "train", "finetune"}
     if unknown:
-        raise ConfigError(f"a fine-tuning config has the sections data, train, finetune (and model.dropout / "
-                          f"model.pool); remove {', '.join(sorted(unknown))}")
+        raise ConfigError(
+            f"a fine-tuning config has the sections data, train, finetune (and model.dropout / "
+            f"model.pool); remove {', '.join(sorted(unknown))}"
+        )
     base = pretrained.to_dict()
     model = dict(base["model"])
     for key, value in (values.get("model") or {}).items():
         if key not in _MODEL_KEYS:
-            raise ConfigError(f"model.{key} is the pretrained model's; a fine-tuning config may set only "
-                              f"{', '.join('model.' + k for k in _MODEL_KEYS)}")
+            raise ConfigError(
+                f"model.{key} is the pretrained model's; a fine-tuning config may set only "
+                f"{', '.join('model.' + k for k in _MODEL_KEYS)}"
+            )
         model[key] = value
     data = {**base["data"], "prepared": "", **(values.get("data") or {})}
     finetune = dict(values.get("finetune") or {})
@@ -44,16 +52,19 @@ def finetune_config(pretrained: Config, values: dict) -> Config:
     if not labelled:
         raise ConfigError("data.labelled_train must name the labelled training file (TSV of label and text)")
     if not finetune.get("labels"):
-        finetune["labels"] = sorted({label for _, label, _ in read_labelled(labelled, data.get("invalid_utf8",
-                                                                                                   "error"))})
+        finetune["labels"] = sorted(
+            {label for _, label, _ in read_labelled(labelled, data.get("invalid_utf8", "error"))}
+        )
     model["n_classes"] = len(finetune["labels"])
     train = {**(values.get("train") or {}), "task": "classify"}
-    return Config.from_dict({"model": model, "data": data, "train": train, "decode": base["decode"],
-                             "finetune": finetune})
+    return Config.from_dict(
+        {"model": model, "data": data, "train": train, "decode": base["decode"], "finetune": finetune}
+    )
 
 
-def finetune(pretrained_dir: str | Path, config_path: str | Path, out_dir: str | Path,
-             overrides: list[str] = (), console=None):
+def finetune(
+    pretrained_dir: str | Path, config_path: str | Path, out_dir: str | Path, overrides: list[str] = (), console=None
+):
     """Fine-tune the model in `pretrained_dir` with the recipe `config_path` into `out_dir` (resumed when it
     holds a run). Returns the final TrainState."""
     pretrained_dir, out_dir = Path(pretrained_dir), Path(out_dir)

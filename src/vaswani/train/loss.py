@@ -12,7 +12,11 @@ CHUNK_ROWS = 256
 
 
 def label_smoothed_cross_entropy(
-    hidden: Tensor, weight: Tensor, target: Tensor, smoothing: float = 0.1, pad_id: int = 0,
+    hidden: Tensor,
+    weight: Tensor,
+    target: Tensor,
+    smoothing: float = 0.1,
+    pad_id: int = 0,
     chunk_rows: int = CHUNK_ROWS,
 ) -> tuple[Tensor, Tensor]:
     """Summed label-smoothed cross-entropy of `softmax(hidden @ weight.T)`, and how many tokens it sums.
@@ -37,8 +41,9 @@ def label_smoothed_cross_entropy(
     device = hidden.device.type
     dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else hidden.dtype
     with_grad = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
-    loss = _ProjectedSmoothedCrossEntropy.apply(hidden[real], weight, target[real], smoothing, dtype, chunk_rows,
-                                                with_grad)
+    loss = _ProjectedSmoothedCrossEntropy.apply(
+        hidden[real], weight, target[real], smoothing, dtype, chunk_rows, with_grad
+    )
     return loss, real.sum()
 
 
@@ -54,15 +59,23 @@ class _ProjectedSmoothedCrossEntropy(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, hidden: Tensor, weight: Tensor, target: Tensor, smoothing: float, dtype: torch.dtype,
-                chunk_rows: int, with_grad: bool) -> Tensor:
+    def forward(
+        ctx,
+        hidden: Tensor,
+        weight: Tensor,
+        target: Tensor,
+        smoothing: float,
+        dtype: torch.dtype,
+        chunk_rows: int,
+        with_grad: bool,
+    ) -> Tensor:
         h, w = hidden.to(dtype), weight.to(dtype)  # (N, D), (V, D)
         V = w.size(0)
         total = torch.zeros((), dtype=torch.float32, device=h.device)
         grad_h = torch.empty_like(h) if with_grad else None
         grad_w = torch.zeros(w.shape, dtype=torch.float32, device=w.device) if with_grad else None
         for start in range(0, h.size(0), chunk_rows):
-            rows, t = h[start:start + chunk_rows], target[start:start + chunk_rows, None]
+            rows, t = h[start : start + chunk_rows], target[start : start + chunk_rows, None]
             x = (rows @ w.T).float()  # (n, V) logits; a fresh float32 tensor, changed in place below
             mean = x.mean(dim=-1)
             picked = x.gather(1, t).squeeze(1)
@@ -75,7 +88,7 @@ class _ProjectedSmoothedCrossEntropy(torch.autograd.Function):
                 g = e.mul_(norm.reciprocal()[:, None]).sub_(smoothing / V)  # softmax - ε / V
                 g.scatter_add_(1, t, g.new_full(t.shape, smoothing - 1.0))
                 g = g.to(dtype)
-                grad_h[start:start + chunk_rows] = g @ w
+                grad_h[start : start + chunk_rows] = g @ w
                 grad_w += g.T @ rows
         if with_grad:
             ctx.save_for_backward(grad_h, grad_w)

@@ -1,4 +1,7 @@
-"""The training loop: progress, validation, early stopping, checkpoints, exact resume, DDP."""
+"""The training loop: progress, validation, early stopping, checkpoints, exact resume, DDP.
+
+The trainer alone writes the run's config (tasks return what they learn: `Task.run_config`) and alone
+enters autocast in training: around each step's forward and loss, and around the task's validation."""
 
 from __future__ import annotations
 
@@ -15,10 +18,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from vaswani.config import Config, ConfigError
-from vaswani.console import format_duration
+from vaswani.console import format_duration, progress_bar, stderr_console
 from vaswani.data import store
 from vaswani.model_dir import (
     WEIGHTS,
@@ -35,7 +37,7 @@ from vaswani.train import checkpoint as ckpt
 from vaswani.train.plot import plot_metrics
 from vaswani.train.schedule import learning_rate, progress
 from vaswani.train.tasks import make_task
-from vaswani.train.tasks.base import HiddenStates
+from vaswani.train.tasks.base import HiddenStates, RunContext
 
 
 @dataclass
@@ -56,23 +58,38 @@ class Trainer:
     run found there. `init_from`: a model directory whose weights a fresh run starts from (fine-tuning; the
     classifier, which it lacks, starts fresh). `origin`: what the model came from, kept in vaswani.json."""
 
-    def __init__(self, config: Config, model_dir: str | Path, console: Console | None = None,
-                 init_from: str | Path | None = None, origin: dict | None = None) -> None:
-        self.config = config
+    def __init__(
+        self,
+        config: Config,
+        model_dir: str | Path,
+        console: Console | None = None,
+        init_from: str | Path | None = None,
+        origin: dict | None = None,
+    ) -> None:
         self.model_dir = Path(model_dir)
         self.init_from = Path(init_from) if init_from else None
         self.origin = origin
         self.rank = dist.get_rank() if dist.is_initialized() else 0
         self.world = dist.get_world_size() if dist.is_initialized() else 1
-        self.console = console or Console(stderr=True, soft_wrap=True)  # a log keeps one line per message
+        self.console = console or stderr_console()
         self.device = pick_device(config.train.device)
         if self.device.type == "cuda" and self.world > 1:
             self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-        self.task = make_task(self)
+        self.context = RunContext(config, self.model_dir, self.rank, self.world, self.device, self.console)
+        self.task = make_task(self.context)
+
+    @property
+    def config(self) -> Config:
+        """The run's config, as far as it is known: completed from the data, then with the precision resolved."""
+        return self.context.config
+
+    def _set_config(self, config: Config) -> None:
+        """The one place the run's config changes; the task sees the new one in the context it is handed."""
+        self.context = dataclasses.replace(self.context, config=config)
+        self.task.context = self.context
 
     def log(self, message: str) -> None:
-        if self.rank == 0:
-            self.console.print(message, highlight=False)
+        self.context.log(message)
 
     # -- set-up -------------------------------------------------------------------------------
     def _prepare_directory(self) -> Config | None:
@@ -93,27 +110,30 @@ class Trainer:
                 f"{self.model_dir} holds a run with a different 'data' section; use a new model "
                 "directory, or the same config to resume"
             )
-        ours = dataclasses.replace(self.config.model, src_vocab_size=saved.model.src_vocab_size,
-                                   tgt_vocab_size=saved.model.tgt_vocab_size)
+        ours = dataclasses.replace(
+            self.config.model, src_vocab_size=saved.model.src_vocab_size, tgt_vocab_size=saved.model.tgt_vocab_size
+        )
         if ours != saved.model:
             raise ConfigError(f"{self.model_dir} holds a run with a different model; use a new model directory")
 
     def _build(self, data) -> None:
+        self._set_config(self.task.run_config(data))
         c = self.config
-        model_config = self.task.model_config(data)
-        self.config = dataclasses.replace(c, model=model_config)
         torch.manual_seed(c.train.seed)
-        self.model = self.task.build_model(model_config).to(self.device)
+        self.model = self.task.build_model(c.model).to(self.device)
         fused = self.device.type in ("cpu", "cuda")
         betas = (c.train.adam_beta1, c.train.adam_beta2)
         if c.train.weight_decay:  # AdamW's decoupled decay, on matrices only (GPT-2, nanoGPT), not biases and norms
             params = [p for p in self.model.parameters() if p.requires_grad]
-            groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": c.train.weight_decay},
-                      {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+            groups = [
+                {"params": [p for p in params if p.dim() >= 2], "weight_decay": c.train.weight_decay},
+                {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+            ]
             self.optimizer = torch.optim.AdamW(groups, lr=0.0, betas=betas, eps=c.train.adam_eps, fused=fused)
         else:  # the paper's Adam
-            self.optimizer = torch.optim.Adam(self.model.parameters(), lr=0.0, betas=betas, eps=c.train.adam_eps,
-                                              fused=fused)
+            self.optimizer = torch.optim.Adam(
+                self.model.parameters(), lr=0.0, betas=betas, eps=c.train.adam_eps, fused=fused
+            )
         self.wrapped: torch.nn.Module = HiddenStates(self.model)
         if self.world > 1:
             ids = [self.device.index] if self.device.type == "cuda" else None
@@ -155,8 +175,9 @@ class Trainer:
         missing, unexpected = self.model.load_state_dict(weights, strict=False)
         missing = [n for n in missing if not n.startswith("classifier.")]
         if missing or unexpected:
-            raise CheckpointError(f"{directory / WEIGHTS} does not fit this model (missing {missing[:3]}, "
-                                  f"unexpected {unexpected[:3]})")
+            raise CheckpointError(
+                f"{directory / WEIGHTS} does not fit this model (missing {missing[:3]}, unexpected {unexpected[:3]})"
+            )
         self.log(f"starting from the weights of {directory}")
 
     def _resume(self) -> TrainState:
@@ -199,7 +220,7 @@ class Trainer:
         for i, batch in enumerate(batches):
             batch = batch.to(self.device, non_blocking=True)
             sync = i == len(batches) - 1 or self.world == 1
-            with (contextlib.nullcontext() if sync else self.wrapped.no_sync()), self._autocast():
+            with contextlib.nullcontext() if sync else self.wrapped.no_sync(), self._autocast():
                 loss = self.task.loss(self.wrapped, self.model, batch)
             # DDP averages gradients over ranks: scale by world so the result is sum / global tokens.
             (loss * self.world / tokens).backward()
@@ -229,8 +250,10 @@ class Trainer:
             write_model_directory(self.model_dir, self.config, self.origin)
         self.log_config()
         self.task.describe(data)
-        self.log(f"task {self.task.name}; {self.model.num_parameters():,} parameters; device {self.device}, "
-                 f"{self.world} process(es)")
+        self.log(
+            f"task {self.task.name}; {self.model.num_parameters():,} parameters; device {self.device}, "
+            f"{self.world} process(es)"
+        )
         state = self._resume()
         stream = self.task.stream(data, state.epoch, state.position)
         try:
@@ -251,10 +274,10 @@ class Trainer:
                 self.log(f"precision {precision}: kept from the run being resumed")
             else:
                 if saved is not None and t.precision != saved.train.precision:
-                    self.log(f"note: this run started in {saved.train.precision} and goes on in {t.precision}, "
-                             "as asked")
-                choice = choose(t.precision, self.config.model, self.device, self.config.data.max_tokens,
-                                training=True)
+                    self.log(
+                        f"note: this run started in {saved.train.precision} and goes on in {t.precision}, as asked"
+                    )
+                choice = choose(t.precision, self.config.model, self.device, self.config.data.max_tokens, training=True)
                 precision = choice.precision
                 self.log(choice.describe())
                 if choice.warning():
@@ -263,7 +286,7 @@ class Trainer:
             box = [precision if self.rank == 0 else None]
             dist.broadcast_object_list(box, src=0)
             precision = box[0]
-        self.config = dataclasses.replace(self.config, train=dataclasses.replace(t, precision=precision))
+        self._set_config(dataclasses.replace(self.config, train=dataclasses.replace(t, precision=precision)))
 
     def _check_same_data(self, data) -> None:
         """Every rank must read the same bytes (a node that prepared its own copy from other files would not)."""
@@ -274,9 +297,11 @@ class Trainer:
         dist.all_gather_object(everyone, mine)
         for rank, theirs in enumerate(everyone):
             if theirs != mine:
-                raise store.DataError(f"rank {rank} reads other prepared data than rank {self.rank} "
-                                      f"({data.prepared.directory}); prepare once on a shared filesystem, or on "
-                                      "every node with the same files and the same command")
+                raise store.DataError(
+                    f"rank {rank} reads other prepared data than rank {self.rank} "
+                    f"({data.prepared.directory}); prepare once on a shared filesystem, or on "
+                    "every node with the same files and the same command"
+                )
 
     def log_config(self) -> None:
         if self.rank == 0:
@@ -287,20 +312,25 @@ class Trainer:
     def _loop(self, data, state: TrainState, stream) -> None:
         """Train until max_steps, max_epochs, max_time or early stopping; the log says which ended it.
 
-        Progress: a live bar on a terminal; otherwise (a log file, nohup, a scheduler, CI) a plain line
-        every `log_every` updates, so a run shows signs of life before its first validation."""
+        Progress (console.progress_bar): a live bar on a terminal; otherwise (a log file, nohup, a scheduler,
+        CI) a plain line every `log_every` updates, so a run shows signs of life before its first validation."""
         t = self.config.train
         metrics_path = self.model_dir / "metrics.jsonl"
         budget = t.max_seconds
         log_every = max(1, min(100, t.valid_every // 4))
-        live = self.rank == 0 and self.console.is_terminal
-        columns = [TextColumn("step"), MofNCompleteColumn(), BarColumn(), TextColumn("{task.fields[info]}")]
         window_loss = window_tokens = 0.0
         window_start = started = time.perf_counter()
         elapsed_before, steps_before = state.elapsed, state.step
         ended = self._limit_reached(state, budget)
-        with Progress(*columns, console=self.console, disable=not live, transient=False) as bar:
-            task = bar.add_task("train", total=t.max_steps, completed=state.step, info="")
+        with progress_bar(
+            self.console,
+            "step",
+            t.max_steps,
+            enabled=self.rank == 0,
+            completed=state.step,
+            timed=False,
+            transient=False,
+        ) as report:
             while ended is None:
                 state.step += 1  # the schedule sees the budget spent when the step begins (elapsed of the last)
                 lr = learning_rate(state.step, t, self.config.model.d_model, progress(state.step - 1, state.elapsed, t))
@@ -313,21 +343,27 @@ class Trainer:
                 now = time.perf_counter()
                 state.elapsed = self._agreed(elapsed_before + now - started)
                 ended = self._limit_reached(state, budget)
+                report(1)
                 if state.step % log_every == 0 or state.step % t.valid_every == 0 or ended:
                     window_loss = float(window_loss)  # the one host sync of the loss, per logged window
-                    record = {"step": state.step, "epoch": state.epoch + 1, "train_loss": window_loss / window_tokens,
-                              "lr": lr, "tokens_per_s": window_tokens * self.world / (now - window_start),
-                              "elapsed_s": round(state.elapsed, 1)}
+                    record = {
+                        "step": state.step,
+                        "epoch": state.epoch + 1,
+                        "train_loss": window_loss / window_tokens,
+                        "lr": lr,
+                        "tokens_per_s": window_tokens * self.world / (now - window_start),
+                        "elapsed_s": round(state.elapsed, 1),
+                    }
                     per_step = (now - started) / (state.step - steps_before)
                     left = (t.max_steps - state.step) * per_step
                     if budget is not None:
                         left = min(left, budget - state.elapsed)
-                    info = (f"epoch {record['epoch']} loss {record['train_loss']:.3f} lr {lr:.2e} "
-                            f"{record['tokens_per_s']:,.0f} tok/s, {format_duration(state.elapsed)} elapsed, "
-                            f"~{format_duration(max(0.0, left))} left")
-                    bar.update(task, completed=state.step, info=info)
-                    if not live:
-                        self.log(f"step {state.step}/{t.max_steps} {info}")
+                    info = (
+                        f"epoch {record['epoch']} loss {record['train_loss']:.3f} lr {lr:.2e} "
+                        f"{record['tokens_per_s']:,.0f} tok/s, {format_duration(state.elapsed)} elapsed, "
+                        f"~{format_duration(max(0.0, left))} left"
+                    )
+                    report.show(info)
                     self._append(metrics_path, record)
                     window_loss = window_tokens = 0.0
                     window_start = time.perf_counter()
@@ -336,7 +372,6 @@ class Trainer:
                         ended = f"early stopping: no improvement in {t.patience} validations"
                     state.elapsed = self._agreed(elapsed_before + time.perf_counter() - started)
                     window_start = time.perf_counter()  # tokens/s counts training steps only
-                bar.update(task, completed=state.step)
         self.log(f"training ended at step {state.step} after {format_duration(state.elapsed)}: {ended}")
 
     def _limit_reached(self, state: TrainState, budget: float | None) -> str | None:
@@ -383,8 +418,11 @@ class Trainer:
         record = {"step": state.step, "epoch": state.epoch + 1, **{f"valid_{k}": v for k, v in result.items()}}
         state.history.append(record)
         self._append(metrics_path, record)
-        self.log(f"step {state.step}: " + ", ".join(f"{k} {v:.3f}" for k, v in result.items())
-                 + (" (best)" if improved else ""))
+        self.log(
+            f"step {state.step}: "
+            + ", ".join(f"{k} {v:.3f}" for k, v in result.items())
+            + (" (best)" if improved else "")
+        )
         self._save(state, score)
         if self.rank == 0:
             plot_metrics(metrics_path, self.model_dir / "curves.png")
@@ -393,5 +431,6 @@ class Trainer:
     @torch.no_grad()
     def validate(self, data) -> dict[str, float]:
         """The task's validation metrics (translation: loss, perplexity, BLEU; lm: loss per token and per
-        character; mlm: masked-token loss and accuracy; classify: accuracy and loss)."""
-        return self.task.validate(self.model.eval(), data)
+        character; mlm: masked-token loss and accuracy; classify: accuracy and loss), in the run's precision."""
+        with self._autocast():
+            return self.task.validate(self.model.eval(), data)

@@ -2,23 +2,23 @@
 
 from __future__ import annotations
 
-from vaswani.train.tasks.base import Task
+from vaswani.train.tasks.base import RunContext, Task
 
 
-def make_task(trainer) -> Task:
-    """The task of `trainer.config` (train.task, or model.type's)."""
-    name = trainer.config.task
+def make_task(context: RunContext) -> Task:
+    """The task of `context.config` (train.task, or model.type's)."""
+    name = context.config.task
     if name == "translation":
         from vaswani.train.tasks.translation import Translation
 
-        return Translation(trainer)
+        return Translation(context)
     if name == "classify":
         from vaswani.train.tasks.classify import Classify
 
-        return Classify(trainer)
+        return Classify(context)
     from vaswani.train.tasks.language import LanguageModelling, MaskedLanguageModelling
 
-    return LanguageModelling(trainer) if name == "lm" else MaskedLanguageModelling(trainer)
+    return LanguageModelling(context) if name == "lm" else MaskedLanguageModelling(context)
 
 
-__all__ = ["Task", "make_task"]
+__all__ = ["RunContext", "Task", "make_task"]

@@ -1,18 +1,26 @@
 """The task seam: what a task supplies to the shared training loop.
 
 The trainer owns everything tasks share (the model directory, DDP, the optimizer and schedule,
-checkpoints and exact resume, max_time, progress, metrics.jsonl, early stopping). A task owns its
-data (made or reused by rank 0, opened by the others), the model it trains, the batches of each
-step (a function of seed, epoch and position, so resume is exact), its loss and its validation.
+checkpoints and exact resume, max_time, precision and autocast, progress, metrics.jsonl, early
+stopping) and the run's config. A task owns its data (made or reused by rank 0, opened by the others),
+the model it trains, the batches of each step (a function of seed, epoch and position, so resume is
+exact), its loss and its validation.
+
+A task sees the run through a `RunContext`, never the trainer: it reads the config and never writes
+it. What it learns from the data that belongs in the config (vocabulary sizes, a classifier's labels)
+it returns from `run_config`; the trainer applies that, saves it, and hands the task a new context.
+Its loss and validation run under the trainer's autocast: a task never enters autocast itself.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import torch
+from rich.console import Console
 from torch import Tensor
 
 from vaswani.config import Config, ModelConfig
@@ -31,6 +39,22 @@ class HiddenStates(torch.nn.Module):
 
 
 @dataclass(frozen=True)
+class RunContext:
+    """What a task knows of the run it serves. Made by the trainer, and made again when it changes the config."""
+
+    config: Config
+    model_dir: Path
+    rank: int = 0
+    world: int = 1
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    console: Console | None = None  # where rank 0 reports; None: nowhere
+
+    def log(self, message: str) -> None:
+        if self.rank == 0 and self.console is not None:
+            self.console.print(message, highlight=False)
+
+
+@dataclass(frozen=True)
 class TextBatch:
     """One batch of a language-model or classification task, right-padded.
 
@@ -46,24 +70,25 @@ class TextBatch:
 
     def to(self, device: torch.device, non_blocking: bool = False) -> TextBatch:
         move = lambda t: None if t is None else t.to(device, non_blocking=non_blocking)  # noqa: E731
-        return TextBatch(move(self.ids), move(self.targets), self.count, move(self.labels), move(self.masked),
-                         self.aux_count)
+        return TextBatch(
+            move(self.ids), move(self.targets), self.count, move(self.labels), move(self.masked), self.aux_count
+        )
 
 
 class Task:
-    """Base class: see the module's docstring. `trainer` gives config, model_dir, rank, world, device, log."""
+    """Base class: see the module's docstring."""
 
     name = ""
 
-    def __init__(self, trainer) -> None:
-        self.trainer = trainer
+    def __init__(self, context: RunContext) -> None:
+        self.context = context
 
     @property
     def config(self) -> Config:
-        return self.trainer.config
+        return self.context.config
 
     def log(self, message: str) -> None:
-        self.trainer.log(message)
+        self.context.log(message)
 
     # -- data ----------------------------------------------------------------------------------
     def prepare(self, rank0: bool) -> Any:
@@ -81,6 +106,11 @@ class Task:
     def stream(self, data: Any, epoch: int, position: int) -> Iterator[tuple[int, int, Any]]:
         """(epoch, position after this batch, batch) of this rank from (epoch, position) on, for ever."""
         raise NotImplementedError
+
+    def run_config(self, data: Any) -> Config:
+        """The run's config completed from what `prepare` found: the model section (`model_config`), and
+        whatever else the data decides (classify: the labels). The trainer applies and saves it."""
+        return replace(self.config, model=self.model_config(data))
 
     # -- model ---------------------------------------------------------------------------------
     def model_config(self, data: Any) -> ModelConfig:
@@ -100,4 +130,5 @@ class Task:
 
     @torch.no_grad()
     def validate(self, model: torch.nn.Module, data: Any) -> dict[str, float]:
+        """Metrics of `model` (in eval mode, under the trainer's autocast) on the held-out data."""
         raise NotImplementedError

@@ -18,11 +18,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from vaswani.config import ModelConfig
+from vaswani.config import Config, ModelConfig
 from vaswani.data.corpus import DataError
-from vaswani.data.text import classifier_inputs, mask_tokens, pad, read_labelled
-from vaswani.data.tokenizer import PAD_ID, Tokenizer
-from vaswani.runtime import autocast
+from vaswani.data.labelled import classifier_inputs, pad, read_labelled
+from vaswani.data.masking import mask_tokens
+from vaswani.data.tokenizer import Tokenizer
+from vaswani.families import family
+from vaswani.special import PAD_ID
 from vaswani.train.loss import label_smoothed_cross_entropy
 from vaswani.train.tasks.base import Task, TextBatch
 
@@ -42,11 +44,12 @@ class Classify(Task):
     name = "classify"
 
     def prepare(self, rank0: bool) -> LabelledData:
-        c, model_dir = self.config, self.trainer.model_dir
+        c, model_dir = self.config, self.context.model_dir
         d = c.data
         if not d.labelled_train or not d.labelled_valid:
-            raise DataError("train.task classify needs data.labelled_train and data.labelled_valid (TSV files of "
-                            "label and text)")
+            raise DataError(
+                "train.task classify needs data.labelled_train and data.labelled_valid (TSV files of label and text)"
+            )
         tokenizer = Tokenizer.load(model_dir)  # the pretrained model's, copied by vaswani finetune
         train = read_labelled(d.labelled_train, d.invalid_utf8)
         valid = read_labelled(d.labelled_valid, d.invalid_utf8)
@@ -57,32 +60,50 @@ class Classify(Task):
         for path, rows in ((d.labelled_train, train), (d.labelled_valid, valid)):
             for number, label, _ in rows:
                 if label not in index:
-                    raise DataError(f"{path}, line {number}: label {label!r} is not one of {labels} (the labels of "
-                                    f"{d.labelled_train}, or finetune.labels)")
-        self.trainer.config = dataclasses.replace(c, finetune=dataclasses.replace(c.finetune, labels=labels))
-        if len(train) < self.trainer.world * self.rows:
-            raise DataError(f"{d.labelled_train} has {len(train)} lines, fewer than one batch per process "
-                            f"({self.trainer.world} x data.batch_size {self.rows}); lower data.batch_size")
-        if c.finetune.aux_weight and c.model.type == "encoder_only" and tokenizer.mask_id is None:
-            raise DataError("the tokenizer has no <mask> piece for the masked-token auxiliary loss; set "
-                            "finetune.aux_weight: 0")
+                    raise DataError(
+                        f"{path}, line {number}: label {label!r} is not one of {labels} (the labels of "
+                        f"{d.labelled_train}, or finetune.labels)"
+                    )
+        if len(train) < self.context.world * self.rows:
+            raise DataError(
+                f"{d.labelled_train} has {len(train)} lines, fewer than one batch per process "
+                f"({self.context.world} x data.batch_size {self.rows}); lower data.batch_size"
+            )
+        if c.finetune.aux_weight and family(c.model.type).task == "mlm" and tokenizer.mask_id is None:
+            raise DataError(
+                "the tokenizer has no <mask> piece for the masked-token auxiliary loss; set finetune.aux_weight: 0"
+            )
         length = d.block_size
 
         def inputs(rows):
             return classifier_inputs(tokenizer, [t for _, _, t in rows], c.model, length, d.lowercase)
 
-        fingerprint = {str(p): hashlib.sha256(Path(p).read_bytes()).hexdigest()
-                       for p in (d.labelled_train, d.labelled_valid)}
-        return LabelledData(tokenizer, labels, inputs(train), np.asarray([index[x] for _, x, _ in train]),
-                            inputs(valid), np.asarray([index[x] for _, x, _ in valid]), fingerprint)
+        fingerprint = {
+            str(p): hashlib.sha256(Path(p).read_bytes()).hexdigest() for p in (d.labelled_train, d.labelled_valid)
+        }
+        return LabelledData(
+            tokenizer,
+            labels,
+            inputs(train),
+            np.asarray([index[x] for _, x, _ in train]),
+            inputs(valid),
+            np.asarray([index[x] for _, x, _ in valid]),
+            fingerprint,
+        )
 
     def fingerprint(self, data: LabelledData) -> dict:
         return data.fingerprint
 
     def model_config(self, data: LabelledData) -> ModelConfig:
         size = data.tokenizer.src_vocab_size
-        return dataclasses.replace(self.config.model, src_vocab_size=size, tgt_vocab_size=size,
-                                   n_classes=len(data.labels))
+        return dataclasses.replace(
+            self.config.model, src_vocab_size=size, tgt_vocab_size=size, n_classes=len(data.labels)
+        )
+
+    def run_config(self, data: LabelledData) -> Config:
+        """The model's classes, and the labels they stand for (as strings, in the order of the classes)."""
+        config = super().run_config(data)
+        return dataclasses.replace(config, finetune=dataclasses.replace(config.finetune, labels=data.labels))
 
     @property
     def rows(self) -> int:
@@ -96,21 +117,30 @@ class Classify(Task):
     def describe(self, data: LabelledData) -> None:
         counts = np.bincount(data.train_labels, minlength=len(data.labels))
         per_label = ", ".join(f"{label} {n:,}" for label, n in zip(data.labels, counts, strict=True))
-        self.log(f"{len(data.train):,} labelled training lines ({per_label}), {len(data.valid):,} to validate; "
-                 f"batches of {self.rows}; aux_weight (λ) {self.aux_weight:g}")
+        self.log(
+            f"{len(data.train):,} labelled training lines ({per_label}), {len(data.valid):,} to validate; "
+            f"batches of {self.rows}; aux_weight (λ) {self.aux_weight:g}"
+        )
 
     def stream(self, data: LabelledData, epoch: int, position: int):
-        rank, world, B = self.trainer.rank, self.trainer.world, self.rows
+        rank, world, B = self.context.rank, self.context.world, self.rows
         per_epoch = max(world, len(data.train) // B)
         while True:
             order = np.random.default_rng([self.config.train.seed, epoch]).permutation(len(data.train))
             for p in range(position, per_epoch - world + 1, world):
                 number = p + rank
-                yield epoch, p + world, self.batch(data, "train", order[number * B:(number + 1) * B], epoch, number)
+                yield epoch, p + world, self.batch(data, "train", order[number * B : (number + 1) * B], epoch, number)
             epoch, position = epoch + 1, 0
 
-    def batch(self, data: LabelledData, split: str, indices: np.ndarray, epoch: int = 0, number: int = 0,
-              aux: bool | None = None) -> TextBatch:
+    def batch(
+        self,
+        data: LabelledData,
+        split: str,
+        indices: np.ndarray,
+        epoch: int = 0,
+        number: int = 0,
+        aux: bool | None = None,
+    ) -> TextBatch:
         """The examples `indices` of `split`, their labels, and (when λ > 0) what the auxiliary loss predicts:
         the next tokens (decoder_only), or a masked copy of the inputs and the masked tokens (encoder_only).
         Masking is drawn for (seed, epoch, batch number): the same on resume."""
@@ -120,14 +150,16 @@ class Classify(Task):
         aux = self.aux_weight > 0 if aux is None else aux
         if not aux:
             return TextBatch(ids, ids.new_zeros(0), len(indices), labels)
-        if self.config.model.type == "decoder_only":
+        if family(self.config.model.type).task == "lm":  # the auxiliary loss is the pretraining objective
             targets = torch.cat([ids[:, 1:], ids.new_full((ids.size(0), 1), PAD_ID)], dim=1)
             return TextBatch(ids, targets, len(indices), labels, aux_count=int((targets != PAD_ID).sum()))
         rng = np.random.default_rng([self.config.train.seed, epoch, number, int(split == "valid")])
-        masked, targets, count = mask_tokens(ids.numpy(), rng, data.tokenizer.mask_id, data.tokenizer.src_vocab_size,
-                                             self.config.data.mask_prob)
-        return TextBatch(ids, torch.from_numpy(targets), len(indices), labels, masked=torch.from_numpy(masked),
-                         aux_count=count)
+        masked, targets, count = mask_tokens(
+            ids.numpy(), rng, data.tokenizer.mask_id, data.tokenizer.src_vocab_size, self.config.data.mask_prob
+        )
+        return TextBatch(
+            ids, torch.from_numpy(targets), len(indices), labels, masked=torch.from_numpy(masked), aux_count=count
+        )
 
     def losses(self, wrapped, model, batch: TextBatch) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
         """Summed task loss, the auxiliary (pretraining) loss per predicted token times the examples (None
@@ -143,8 +175,9 @@ class Classify(Task):
         task = F.cross_entropy(logits, batch.labels, reduction="sum")
         if not batch.targets.numel():
             return task, None, logits
-        aux, _ = label_smoothed_cross_entropy(hidden[B:] if both else hidden, model.generator_weight, batch.targets,
-                                              0.0, self.config.model.pad_id)
+        aux, _ = label_smoothed_cross_entropy(
+            hidden[B:] if both else hidden, model.output_weight, batch.targets, 0.0, self.config.model.pad_id
+        )
         return task, aux * B / max(1, batch.aux_count), logits
 
     def loss(self, wrapped, model, batch: TextBatch) -> torch.Tensor:
@@ -154,14 +187,13 @@ class Classify(Task):
     @torch.no_grad()
     def validate(self, model, data: LabelledData) -> dict[str, float]:
         """Accuracy and loss of the classifier on the labelled dev lines, and the pretraining loss on their text."""
-        device, precision = self.trainer.device, self.config.train.precision
+        device = self.context.device
         correct = task_total = aux_total = 0.0
         n = len(data.valid)
         for start in range(0, n, 64):
             indices = np.arange(start, min(n, start + 64))
             batch = self.batch(data, "valid", indices, 0, start, aux=True).to(device)
-            with autocast(device, precision):
-                task, aux, logits = self.losses(model.hidden_states, model, batch)
+            task, aux, logits = self.losses(model.hidden_states, model, batch)
             correct += (logits.argmax(-1) == batch.labels).sum().item()
             task_total, aux_total = task_total + task.item(), aux_total + aux.item()
         return {"accuracy": correct / n, "loss": task_total / n, "pretrain_loss": aux_total / n}

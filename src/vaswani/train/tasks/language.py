@@ -17,10 +17,11 @@ import torch
 
 from vaswani.data import store
 from vaswani.data.corpus import DataError
-from vaswani.data.text import mask_tokens, prepare_text
-from vaswani.data.tokenizer import BOS_ID, Tokenizer
-from vaswani.runtime import autocast
-from vaswani.train.data import install_tokenizer
+from vaswani.data.masking import mask_tokens
+from vaswani.data.plain import PlainRecipe
+from vaswani.data.prepare import install_tokenizer, open_or_prepare
+from vaswani.data.tokenizer import Tokenizer
+from vaswani.special import BOS_ID
 from vaswani.train.loss import label_smoothed_cross_entropy
 from vaswani.train.tasks.base import Task, TextBatch
 
@@ -41,17 +42,18 @@ class TextData:
 
 def open_text(task: Task, rank0: bool) -> TextData:
     """The run's prepared text (made or reused by rank 0; a model directory's own tokenizer is kept)."""
-    c, model_dir = task.config, task.trainer.model_dir
+    c, model_dir = task.config, task.context.model_dir
     directory = Path(c.data.prepared) if c.data.prepared else model_dir / "prepared"
     if rank0:
         existing = Tokenizer.load(model_dir) if (model_dir / "tokenizer.model").is_file() else None
-        prepared = prepare_text(c.data, directory, c.train.seed, existing, task.log)
+        prepared = open_or_prepare(PlainRecipe(c.data, c.train.seed), directory, existing, log=task.log)
         install_tokenizer(prepared, model_dir)
     else:
         prepared = store.PreparedData.open(directory)
     if "train" not in prepared.streams:
-        raise DataError(f"{directory} holds parallel text, not a language model's text; set data.prepared to "
-                        "another directory")
+        raise DataError(
+            f"{directory} holds parallel text, not a language model's text; set data.prepared to another directory"
+        )
     return TextData(prepared, Tokenizer.load(directory))
 
 
@@ -63,8 +65,10 @@ class _Blocks(Task):
             raise DataError("data.block_size must be at least 3 for mlm (BOS and tokens to mask)")
         data = open_text(self, rank0)
         if len(data.train) <= self.config.data.block_size:
-            raise DataError(f"the training text has {len(data.train)} tokens; data.block_size "
-                            f"({self.config.data.block_size}) must be smaller")
+            raise DataError(
+                f"the training text has {len(data.train)} tokens; data.block_size "
+                f"({self.config.data.block_size}) must be smaller"
+            )
         return data
 
     @property
@@ -73,21 +77,23 @@ class _Blocks(Task):
         return d.batch_size or max(1, d.max_tokens // d.block_size)
 
     def batches_per_epoch(self, data: TextData) -> int:
-        return max(self.trainer.world, len(data.train) // (self.rows * self.config.data.block_size))
+        return max(self.context.world, len(data.train) // (self.rows * self.config.data.block_size))
 
     def describe(self, data: TextData) -> None:
         d = self.config.data
-        self.log(f"{len(data.train):,} training tokens, {len(data.valid):,} held out; batches of {self.rows} x "
-                 f"{d.block_size} tokens; {self.batches_per_epoch(data):,} batches an epoch")
+        self.log(
+            f"{len(data.train):,} training tokens, {len(data.valid):,} held out; batches of {self.rows} x "
+            f"{d.block_size} tokens; {self.batches_per_epoch(data):,} batches an epoch"
+        )
 
     def blocks(self, stream: np.ndarray, epoch: int, number: int, length: int) -> np.ndarray:
         """`rows` blocks of `length` tokens at offsets drawn for (seed, epoch, batch number). Shape: (rows, length)"""
         rng = np.random.default_rng([self.config.train.seed, epoch, number])
         starts = rng.integers(0, len(stream) - length + 1, size=self.rows)
-        return np.stack([stream[s:s + length] for s in starts.tolist()]).astype(np.int64)
+        return np.stack([stream[s : s + length] for s in starts.tolist()]).astype(np.int64)
 
     def stream(self, data: TextData, epoch: int, position: int):
-        rank, world = self.trainer.rank, self.trainer.world
+        rank, world = self.context.rank, self.context.world
         per_epoch = self.batches_per_epoch(data)
         while True:
             for p in range(position, per_epoch - world + 1, world):
@@ -98,8 +104,13 @@ class _Blocks(Task):
         raise NotImplementedError
 
     def loss(self, wrapped, model, batch: TextBatch) -> torch.Tensor:
-        loss, _ = label_smoothed_cross_entropy(wrapped(batch.ids), model.generator_weight, batch.targets,
-                                               self.config.train.label_smoothing, self.config.model.pad_id)
+        loss, _ = label_smoothed_cross_entropy(
+            wrapped(batch.ids),
+            model.output_weight,
+            batch.targets,
+            self.config.train.label_smoothing,
+            self.config.model.pad_id,
+        )
         return loss
 
     def held_out_blocks(self, data: TextData) -> list[TextBatch]:
@@ -107,20 +118,18 @@ class _Blocks(Task):
 
     @torch.no_grad()
     def validate(self, model, data: TextData) -> dict[str, float]:
-        return held_out_loss(model, self.held_out_blocks(data), self.trainer.device, self.config.train.precision)
+        return held_out_loss(model, self.held_out_blocks(data), self.context.device)
 
 
-def held_out_loss(model, batches: list[TextBatch], device: torch.device, precision: str = "fp32") -> dict[str, float]:
+def held_out_loss(model, batches: list[TextBatch], device: torch.device) -> dict[str, float]:
     """Loss (nats per predicted token, no smoothing), perplexity and accuracy of the predicted tokens."""
     total = tokens = correct = 0.0
     for batch in batches:
         batch = batch.to(device)
-        with autocast(device, precision):
-            hidden = model.hidden_states(batch.ids)
-            loss, n = label_smoothed_cross_entropy(hidden, model.generator_weight, batch.targets, 0.0,
-                                                   model.config.pad_id)
-            real = batch.targets != model.config.pad_id
-            correct += (model.logits(hidden[real]).argmax(-1) == batch.targets[real]).sum().item()
+        hidden = model.hidden_states(batch.ids)
+        loss, n = label_smoothed_cross_entropy(hidden, model.output_weight, batch.targets, 0.0, model.config.pad_id)
+        real = batch.targets != model.config.pad_id
+        correct += (model.logits(hidden[real]).argmax(-1) == batch.targets[real]).sum().item()
         total, tokens = total + loss.item(), tokens + n.item()
     loss = total / tokens
     return {"loss": loss, "ppl": math.exp(min(loss, 50)), "accuracy": correct / tokens}
@@ -139,9 +148,9 @@ class LanguageModelling(_Blocks):
         """The whole held-out stream in consecutive blocks (each predicts block_size tokens)."""
         T, stream = self.config.data.block_size, torch.from_numpy(data.valid.astype(np.int64))
         n = (len(stream) - 1) // T
-        x, y = stream[:n * T].view(n, T), stream[1:n * T + 1].view(n, T)
+        x, y = stream[: n * T].view(n, T), stream[1 : n * T + 1].view(n, T)
         rows = max(self.rows, 32)
-        return [TextBatch(x[i:i + rows], y[i:i + rows], y[i:i + rows].numel()) for i in range(0, n, rows)]
+        return [TextBatch(x[i : i + rows], y[i : i + rows], y[i : i + rows].numel()) for i in range(0, n, rows)]
 
     @torch.no_grad()
     def validate(self, model, data: TextData) -> dict[str, float]:
@@ -160,8 +169,9 @@ class MaskedLanguageModelling(_Blocks):
 
     def _masked(self, data: TextData, x: np.ndarray, rng: np.random.Generator) -> TextBatch:
         x = np.concatenate([np.full((x.shape[0], 1), BOS_ID, dtype=np.int64), x], axis=1)
-        inputs, targets, count = mask_tokens(x, rng, self.mask_id(data), data.tokenizer.src_vocab_size,
-                                             self.config.data.mask_prob)
+        inputs, targets, count = mask_tokens(
+            x, rng, self.mask_id(data), data.tokenizer.src_vocab_size, self.config.data.mask_prob
+        )
         return TextBatch(torch.from_numpy(inputs), torch.from_numpy(targets), count)
 
     def mask_id(self, data: TextData) -> int:
@@ -177,6 +187,6 @@ class MaskedLanguageModelling(_Blocks):
         """The held-out stream in consecutive blocks, masked the same way at every validation."""
         T, stream = self.config.data.block_size - 1, data.valid.astype(np.int64)
         n = len(stream) // T
-        x = stream[:n * T].reshape(n, T)
+        x = stream[: n * T].reshape(n, T)
         rows, rng = max(self.rows, 32), np.random.default_rng(0)
-        return [self._masked(data, x[i:i + rows], rng) for i in range(0, n, rows)]
+        return [self._masked(data, x[i : i + rows], rng) for i in range(0, n, rows)]

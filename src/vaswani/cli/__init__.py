@@ -1,0 +1,47 @@
+"""The `vaswani` command: thin argument parsing over the library; errors are one line, no traceback.
+
+Each module registers its family of verbs next to the code that runs them:
+train.py (model, train, prepare, finetune, average), lm.py (generate, classify),
+translate.py (translate, evaluate, attention), serve.py (serve, export); lines.py is what they share.
+Nothing here imports torch: the command functions import the library when they run."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from vaswani.cli import lm, serve, train, translate
+from vaswani.config import ConfigError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="vaswani", description="The Transformer of 'Attention Is All You Need'.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    commands = parser.add_subparsers(dest="command", required=True)
+    for family in (train, lm, translate, serve):
+        family.register(commands)
+    return parser
+
+
+def _version() -> str:
+    from vaswani import __version__
+
+    return __version__
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.run(args)
+    except (ConfigError, ValueError, OSError, ImportError) as error:  # DataError, CheckpointError are ValueErrors
+        message = (
+            str(error)
+            if not isinstance(error, OSError) or not error.filename
+            else (f"{error.filename}: {error.strerror}")
+        )
+        print(f"vaswani: error: {message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("vaswani: interrupted", file=sys.stderr)
+        return 130
+    return 0

@@ -1,0 +1,117 @@
+"""Deploying a model: `vaswani serve` (HTTP) and `export` (CTranslate2, Hugging Face)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from vaswani.cli.lines import stderr_console
+from vaswani.cli.translate import report_precision
+from vaswani.config import PRECISIONS
+from vaswani.decode.engine import CT2_TYPES
+
+
+def _serve(args: argparse.Namespace) -> None:
+    import os
+
+    try:
+        import uvicorn
+
+        from vaswani.serve.app import Settings, create_app
+    except ImportError as error:
+        raise ImportError(f"vaswani serve needs FastAPI and uvicorn ({error}): pip install 'vaswani[serve]'") from None
+    from vaswani.decode.translator import Translator
+
+    translator = Translator.load(args.model_dir, args.device, args.precision)
+    console = stderr_console()
+    report_precision(translator, translator.options(), console)  # measured once, before the first request
+    api_key = args.api_key or os.environ.get("VASWANI_API_KEY") or None
+    if api_key is None and args.host not in ("127.0.0.1", "localhost", "::1"):
+        console.print(
+            f"vaswani: warning: serving on {args.host} without an API key: anyone who can reach this "
+            "machine can use it (--api-key, or VASWANI_API_KEY)"
+        )
+    batching = (
+        dict(max_wait=0.0, max_batch_sentences=1)
+        if args.no_batching
+        else dict(max_wait=args.max_wait_ms / 1000, max_batch_tokens=args.max_batch_tokens)
+    )
+    settings = Settings(
+        max_texts=args.max_texts,
+        max_chars=args.max_chars,
+        api_key=api_key,
+        cors_origins=tuple(args.cors_origin or ()),
+        **batching,
+    )
+    app = create_app(translator, args.model_dir, settings)
+    where = f"http://{args.host}:{args.port}"
+    console.print(
+        f"vaswani: serving {args.model_dir} at {where}/ (API docs: {where}/docs"
+        f"{'; API key required' if api_key else ''}); Ctrl+C stops"
+    )
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=30)
+
+
+def _export(args: argparse.Namespace) -> None:
+    from vaswani.config import Config
+    from vaswani.export import export
+
+    out = export(args.model_dir, args.out_dir, args.to, args.quantization)
+    loader = {"ctranslate2": "ctranslate2.Translator", "huggingface": "MarianMTModel.from_pretrained"}[args.to]
+    print(
+        f"exported {args.model_dir} to {out} ({args.to}{', ' + args.quantization if args.quantization else ''}); "
+        f"load it with {loader}({str(out)!r})"
+    )
+    if Config.load(f"{args.model_dir}/config.yaml").data.lowercase:
+        print(
+            "note: this model was trained on lowercased text (data.lowercase): lowercase its inputs before "
+            "translating with the exported model",
+            file=sys.stderr,
+        )
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    serve = commands.add_parser("serve", help="serve a model over HTTP: a JSON API and a web page")
+    serve.add_argument("model_dir")
+    serve.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1: this machine only; 0.0.0.0 opens it to the network)",
+    )
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument(
+        "--api-key",
+        help="require 'Authorization: Bearer KEY' on /v1/ (better: set VASWANI_API_KEY, "
+        "which other users of this machine cannot read in the process list)",
+    )
+    serve.add_argument(
+        "--cors-origin",
+        action="append",
+        metavar="ORIGIN",
+        help="allow browser requests from this origin, e.g. https://example.org (repeatable; default: none)",
+    )
+    serve.add_argument("--max-texts", type=int, default=64, help="sentences per request (default 64)")
+    serve.add_argument("--max-chars", type=int, default=2000, help="characters per sentence (default 2000)")
+    serve.add_argument(
+        "--max-wait-ms",
+        type=float,
+        default=5.0,
+        help="how long a request waits for others to be translated with (default 5 ms)",
+    )
+    serve.add_argument("--max-batch-tokens", type=int, default=4096, help="source tokens per batch (default 4096)")
+    serve.add_argument("--no-batching", action="store_true", help="translate one request at a time")
+    serve.add_argument("--device", default="auto", help="cpu, cuda, ... (default: the GPU if any)")
+    serve.add_argument("--precision", choices=PRECISIONS, default="auto", help="as for vaswani translate")
+    serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    serve.set_defaults(run=_serve)
+
+    export = commands.add_parser("export", help="write the model for CTranslate2 or Hugging Face transformers")
+    export.add_argument("model_dir")
+    export.add_argument("out_dir", help="directory to write (new or empty)")
+    export.add_argument("--to", required=True, choices=["ctranslate2", "huggingface"])
+    export.add_argument(
+        "--quantization",
+        choices=CT2_TYPES,
+        help="CTranslate2 weight type (default float32; int8 is smaller and faster on CPUs)",
+    )
+    export.set_defaults(run=_export)

@@ -1,0 +1,239 @@
+"""Using a translation model: `vaswani translate`, `evaluate` and `attention`, and the search options they share."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, Any
+
+from vaswani.cli.lines import Lines, stderr_console
+from vaswani.config import PRECISIONS
+from vaswani.decode.engine import CT2_TYPES
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from vaswani.config import DecodeConfig
+    from vaswani.decode.translator import Translator
+
+
+def decode_options(args: argparse.Namespace) -> dict[str, Any]:
+    """DecodeConfig overrides given on the command line (None: the model's own setting)."""
+    return dict(
+        beam_size=args.beam,
+        length_penalty=args.length_penalty,
+        max_len_a=args.max_len_a,
+        max_len_b=args.max_len_b,
+        early_stopping=args.early_stopping or None,
+        batch_size=args.batch_size,
+        sampling=args.sample or None,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
+    )
+
+
+def _precision(args: argparse.Namespace) -> str:
+    return "bf16" if args.bf16 else args.precision
+
+
+def _load_translator(args: argparse.Namespace) -> Translator:
+    from vaswani.decode.translator import Translator
+
+    if args.compute_type and args.engine != "ctranslate2":
+        raise ValueError("--compute-type applies to --engine ctranslate2; for --engine torch use --precision")
+    if args.engine == "ctranslate2":  # converted once into MODEL_DIR/ctranslate2, again when the weights change
+        from vaswani.export.ctranslate2 import converted
+
+        converted(args.model_dir)
+    return Translator.load(args.model_dir, args.device, _precision(args), args.engine, args.compute_type or "float32")
+
+
+def report_precision(translator: Translator, decode: DecodeConfig, console: Console) -> None:
+    """The precision decoding runs in, with its measurement; a warning where an explicit bf16 is slower."""
+    if translator.engine.describe() is not None:
+        console.print(f"vaswani: {translator.engine.describe()}")
+        if decode.length_penalty and not decode.sampling and decode.beam_size > 1:
+            console.print(
+                f"vaswani: note: CTranslate2 divides scores by length^{decode.length_penalty}, not by GNMT's "
+                f"((5 + length) / 6)^{decode.length_penalty}; --length-penalty 0 gives --engine torch's "
+                "output exactly"
+            )
+        return
+    choice = translator.choose_precision(decode)
+    if choice.measurement is not None or choice.reason:
+        console.print(f"vaswani: {choice.describe()}")
+    if choice.warning():
+        console.print(f"vaswani: warning: {choice.warning()}")
+
+
+def _translate(args: argparse.Namespace) -> None:
+    import json
+
+    from vaswani.console import progress_bar
+
+    translator = _load_translator(args)
+    overrides = decode_options(args)
+    decode = translator.options(**overrides)  # validated once, before reading any input
+    detailed = args.n_best > 1 or args.scores
+    console = stderr_console()
+    report_precision(translator, decode, console)
+    with (
+        Lines(args.input, args.output, console) as lines,
+        progress_bar(console, "translating", lines.total, enabled=lines.total is not None) as advance,
+    ):
+        for first, chunk in lines.chunks(16 * decode.batch_size):
+
+            def warn(index: int, message: str, first: int = first) -> None:
+                console.print(f"vaswani: warning: line {first + index + 1}: {message}")
+
+            results = translator.translate_with_details(
+                chunk, n_best=args.n_best, warn=warn, progress=advance, **overrides
+            )
+            lines.write(
+                json.dumps(result.n_best_record(), ensure_ascii=False) if detailed else result.text
+                for result in results
+            )
+
+
+def _evaluate(args: argparse.Namespace) -> None:
+    from vaswani import evaluate
+    from vaswani.data.corpus import read_lines
+
+    references = read_lines(args.ref, "replace")
+    if args.hyp:
+        hypotheses = read_lines(args.hyp, "replace")
+    else:
+        if not (args.model_dir and args.src):
+            raise ValueError("give MODEL_DIR and --src FILE to translate, or --hyp FILE to score existing output")
+        from vaswani.console import progress_bar
+
+        sources = read_lines(args.src, "replace")
+        if len(sources) != len(references):
+            raise ValueError(f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}")
+        translator = _load_translator(args)
+        console = stderr_console()
+        report_precision(translator, translator.options(**decode_options(args)), console)
+        with progress_bar(console, "translating", len(sources)) as advance:
+            hypotheses = translator.translate(sources, progress=advance, **decode_options(args))
+        if args.output:
+            with open(args.output, "w", encoding="utf-8") as handle:
+                handle.writelines(h + "\n" for h in hypotheses)
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{args.hyp} has {len(hypotheses)} lines but {args.ref} has {len(references)}")
+    for _, line in evaluate.report(hypotheses, references, args.lc):
+        print(line)
+    if args.tok_lc:
+        lang = args.lang or evaluate.language_of(args.ref)
+        if lang is None:
+            raise ValueError(f"cannot tell the language of {args.ref}; pass --lang (e.g. --lang de)")
+        tok_ref = args.tok_ref or evaluate.multi30k_tok_reference(args.ref)
+        tok_references = read_lines(tok_ref) if tok_ref else evaluate.tok_lc(references, lang)
+        _, line = evaluate.tok_lc_bleu(hypotheses, tok_references, lang)
+        print(f"{line} (ref: {tok_ref or 'tokenized ' + str(args.ref)}, sacremoses -l {lang})")
+
+
+def _attention(args: argparse.Namespace) -> None:
+    from vaswani.decode.translator import Translator
+    from vaswani.viz import plot_attention
+
+    if not args.source.strip():
+        raise ValueError("the source sentence is empty: give a sentence to look at")
+    translator = Translator.load(args.model_dir, args.device, precision="fp32")
+    options = {"beam_size": args.beam} if args.beam else {}
+    translation = translator.attention(args.source, args.target, **options)
+    path = plot_attention(translation, args.output, args.kind, args.layer, args.head)
+    print(f"{translation.source}  →  {translation.text}\nwrote {path}")
+
+
+def _add_decode_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("search (default: the model's config.yaml decode section)")
+    group.add_argument("--beam", type=int, help="beam size; 1 is greedy search (paper: 4)")
+    group.add_argument("--length-penalty", type=float, help="GNMT length penalty alpha (paper: 0.6)")
+    group.add_argument("--max-len-a", type=float, help="maximum output length = a * source length + b")
+    group.add_argument("--max-len-b", type=int, help="(paper: source length + 50)")
+    group.add_argument(
+        "--early-stopping",
+        action="store_true",
+        help="end a sentence as soon as beam-size hypotheses have finished (fairseq's rule; faster, "
+        "shorter outputs) instead of when none can improve on the best (the paper's code)",
+    )
+    group.add_argument("--batch-size", type=int, help="sentences per batch")
+    group.add_argument("--sample", action="store_true", help="sample instead of beam search")
+    group.add_argument("--temperature", type=float, help="sampling temperature")
+    group.add_argument("--top-k", type=int, help="sample among the k most probable tokens")
+    group.add_argument("--top-p", type=float, help="nucleus sampling probability mass")
+    group.add_argument("--seed", type=int, help="sampling seed")
+    group.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: the GPU if any)")
+    group.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default="auto",
+        help="auto (default): bf16 autocast only where it measures clearly faster than fp32 for "
+        "this model and batch on this device; fp32; bf16",
+    )
+    group.add_argument("--bf16", action="store_true", help=argparse.SUPPRESS)  # old spelling of --precision bf16
+    group.add_argument(
+        "--engine",
+        choices=["torch", "ctranslate2"],
+        default="torch",
+        help="torch (default): vaswani's own search; ctranslate2: convert once into "
+        "MODEL_DIR/ctranslate2 and decode with CTranslate2 (pip install 'vaswani[ct2]')",
+    )
+    group.add_argument(
+        "--compute-type",
+        choices=CT2_TYPES,
+        help="with --engine ctranslate2: float32 (default, our outputs), int8 (faster), ...",
+    )
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    translate = commands.add_parser("translate", help="translate lines of text, one output line per input line")
+    translate.add_argument("model_dir")
+    translate.add_argument("-i", "--input", help="input file, plain or .gz (default: standard input)")
+    translate.add_argument("-o", "--output", help="output file (default: standard output)")
+    translate.add_argument(
+        "--n-best",
+        type=int,
+        default=1,
+        help="write the N best translations with scores, as one JSON list per input line",
+    )
+    translate.add_argument("--scores", action="store_true", help="write JSON lines with scores")
+    _add_decode_options(translate)
+    translate.set_defaults(run=_translate)
+
+    evaluate = commands.add_parser("evaluate", help="sacreBLEU and chrF of a model (or of existing output)")
+    evaluate.add_argument("model_dir", nargs="?", help="model to translate --src with")
+    evaluate.add_argument("--src", help="source file to translate")
+    evaluate.add_argument("--ref", required=True, help="reference translations, one per line")
+    evaluate.add_argument("--hyp", help="score this file instead of translating")
+    evaluate.add_argument("--output", help="also write the translations here")
+    evaluate.add_argument("--lc", action="store_true", help="case-insensitive BLEU (sacrebleu -lc)")
+    evaluate.add_argument(
+        "--tok-lc", action="store_true", help="also report lowercased, Moses-tokenized BLEU, as the Multi30k literature"
+    )
+    evaluate.add_argument(
+        "--tok-ref",
+        help="tokenized lowercased references for --tok-lc (default: Multi30k's tok/ "
+        "file next to --ref, else --ref tokenized)",
+    )
+    evaluate.add_argument("--lang", help="target language for --tok-lc (default: from the --ref file name)")
+    _add_decode_options(evaluate)
+    evaluate.set_defaults(run=_evaluate)
+
+    attention = commands.add_parser("attention", help="draw a sentence's attention weights as heatmaps (PNG)")
+    attention.add_argument("model_dir")
+    attention.add_argument("source", help="the source sentence")
+    attention.add_argument("--target", help="the target to look at (default: the model's own translation)")
+    attention.add_argument(
+        "--kind",
+        choices=["cross", "encoder", "decoder"],
+        default="cross",
+        help="cross (encoder-decoder, default), encoder or decoder self-attention",
+    )
+    attention.add_argument("--layer", type=int, help="only this layer (1-based; default: every layer)")
+    attention.add_argument("--head", type=int, help="only this head (1-based; default: every head)")
+    attention.add_argument("--beam", type=int, help="beam size of the translation (default: the model's)")
+    attention.add_argument("--device", default="auto", help="cpu, cuda, ... (default: the GPU if any)")
+    attention.add_argument("-o", "--output", default="attention.png", help="PNG to write (default attention.png)")
+    attention.set_defaults(run=_attention)

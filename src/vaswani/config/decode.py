@@ -1,0 +1,38 @@
+"""The decode section: how a translation model searches (§6.1), the defaults of `vaswani translate`,
+`vaswani serve` and the greedy translations scored at each validation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vaswani.config.fields import ConfigError
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """Search settings; defaults are the paper's §6.1 (beam 4, alpha 0.6, input length + 50).
+
+    Each field is a default that `vaswani translate` (--sample, --temperature, ...) and `Translator.translate`
+    override one by one, so all of them take effect, sampling's included where decode.sampling is false."""
+
+    beam_size: int = 4  # 1 is greedy search
+    length_penalty: float = 0.6  # α of the GNMT length penalty
+    max_len_a: float = 1.0  # maximum output length = a * source length + b (§6.1: input + 50)
+    max_len_b: int = 50
+    # False: a sentence ends when no live hypothesis can beat its best finished one (tensor2tensor,
+    # the paper's code); True: as soon as beam_size hypotheses have finished (fairseq; faster, shorter)
+    early_stopping: bool = False
+    batch_size: int = 64  # sentences per decoding batch
+    sampling: bool = False  # sample instead of searching (beam_size is then ignored)
+    temperature: float = 1.0
+    top_k: int = 0  # sample among the k most probable tokens; 0: all
+    top_p: float = 1.0  # nucleus sampling: the smallest set of tokens with this much probability
+    seed: int = 1  # sampling is repeatable for a given seed and batch size
+
+    def validate(self) -> None:
+        if self.beam_size <= 0 or self.batch_size <= 0:
+            raise ConfigError("decode.beam_size and decode.batch_size must be positive")
+        if self.length_penalty < 0 or self.max_len_a < 0 or self.max_len_b < 0:
+            raise ConfigError("decode.length_penalty, decode.max_len_a and decode.max_len_b must be >= 0")
+        if self.temperature <= 0 or self.top_k < 0 or not 0 < self.top_p <= 1:
+            raise ConfigError("decode.temperature must be > 0, decode.top_k >= 0 and decode.top_p in (0, 1]")

@@ -1,0 +1,78 @@
+"""The engines a Translator decodes with, behind one small interface: token ids in, hypotheses out.
+
+    engine(sources, decode, n_best, progress) -> [[Hypothesis, ...] per source, in input order]
+
+`TorchEngine` runs our own search on the model (vaswani/decode/search.py) in the precision measured for it;
+`CTranslate2Engine` (decode/ct2_engine.py) runs a model that `vaswani export` (or `--engine ctranslate2`)
+converted. Decoding never writes a model: converting is export's work (vaswani/export/).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:  # imported where used: the CLI reads CT2_TYPES and ENGINES without loading torch
+    import torch
+
+    from vaswani.config import DecodeConfig
+    from vaswani.decode.search import Hypothesis
+    from vaswani.precision import Choice
+
+ENGINES = ("torch", "ctranslate2")
+# CTranslate2's weight and compute types (`--compute-type`, `vaswani export --quantization`); float32 gives our outputs
+CT2_TYPES = ("float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16")
+Progress = Callable[[int], None]
+
+
+class Engine(Protocol):
+    """What a Translator needs of an engine."""
+
+    def __call__(
+        self, sources: Sequence[Sequence[int]], decode: DecodeConfig, n_best: int = 1, progress: Progress | None = None
+    ) -> list[list[Hypothesis]]:
+        """The `n_best` hypotheses of each tokenized source (without EOS), in input order; `progress(n)` after
+        each batch of n sentences."""
+        ...
+
+    def choose_precision(self, decode: DecodeConfig) -> Choice:
+        """The precision these settings decode in (and why)."""
+        ...
+
+    def describe(self) -> str | None:
+        """One line naming the engine where it is not our own search (None)."""
+        ...
+
+
+class TorchEngine:
+    """Our own search (greedy, beam, sampling on the KV cache) on a model in memory.
+
+    `precision`: "auto" (bf16 autocast only where it measures clearly faster for this model, device and
+    batch shape: vaswani/precision.py, measured once per shape), "fp32" or "bf16"."""
+
+    def __init__(self, model: torch.nn.Module, precision: str = "auto") -> None:
+        from vaswani.precision import check
+
+        check(precision)
+        self.model, self.precision = model, precision
+        self._choices: dict[int, Choice] = {}
+
+    def choose_precision(self, decode: DecodeConfig) -> Choice:
+        from vaswani.precision import choose
+
+        rows = decode.batch_size * (1 if decode.sampling else decode.beam_size)
+        if rows not in self._choices:
+            device = next(self.model.parameters()).device
+            self._choices[rows] = choose(self.precision, self.model.config, device, rows, training=False)
+        return self._choices[rows]
+
+    def __call__(
+        self, sources: Sequence[Sequence[int]], decode: DecodeConfig, n_best: int = 1, progress: Progress | None = None
+    ) -> list[list[Hypothesis]]:
+        from vaswani.decode.search import search_ids
+
+        precision = self.choose_precision(decode).precision if sources else "fp32"
+        return search_ids(self.model, sources, decode, n_best, precision, progress)
+
+    def describe(self) -> str | None:
+        return None
