@@ -114,12 +114,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     train.add_argument("config", help="YAML recipe, e.g. configs/multi30k_de_en.yaml")
     train.add_argument("model_dir", help="directory for the model, checkpoints and logs")
-    train.add_argument(
-        "--set",
-        action="append",
-        metavar="SECTION.KEY=VALUE",
-        help="override one config field, e.g. --set train.max_steps=2000 (repeatable)",
-    )
+    _add_overrides(train, "train.max_steps=2000")
     train.add_argument(
         "--prepared",
         metavar="DATA_DIR",
@@ -131,19 +126,14 @@ def register(commands: argparse._SubParsersAction) -> None:
     prepare.add_argument("config", help="YAML recipe: its data section (and model.share_embeddings) decide the arrays")
     prepare.add_argument("data_dir", help="directory to write (new), or to check when it exists")
     prepare.add_argument("--workers", type=int, help="encoding processes (default: every core)")
-    prepare.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="override one config field")
+    _add_overrides(prepare, "data.vocab_size=16000")
     prepare.set_defaults(run=_prepare)
 
     finetune = commands.add_parser("finetune", help="fine-tune a pretrained language model on labelled text")
     finetune.add_argument("pretrained_dir", help="a decoder_only or encoder_only model trained by vaswani train")
     finetune.add_argument("config", help="fine-tuning recipe, e.g. configs/sst2_finetune.yaml")
     finetune.add_argument("model_dir", help="directory for the fine-tuned model (resumes a run there)")
-    finetune.add_argument(
-        "--set",
-        action="append",
-        metavar="SECTION.KEY=VALUE",
-        help="override one config field, e.g. --set finetune.aux_weight=0 (repeatable)",
-    )
+    _add_overrides(finetune, "finetune.aux_weight=0")
     finetune.set_defaults(run=_finetune)
 
     average = commands.add_parser("average", help="average checkpoints into the model to translate with")
@@ -152,3 +142,13 @@ def register(commands: argparse._SubParsersAction) -> None:
     average.add_argument("--checkpoints", nargs="+", help="checkpoint directories to average instead")
     average.add_argument("--output", help="weights file to write (default: MODEL_DIR/model.safetensors)")
     average.set_defaults(run=_average)
+
+
+def _add_overrides(parser, example: str) -> None:
+    """--set SECTION.KEY=VALUE, repeatable: a config field overridden on the command line."""
+    parser.add_argument(
+        "--set",
+        action="append",
+        metavar="SECTION.KEY=VALUE",
+        help=f"override one config field, e.g. --set {example} (repeatable)",
+    )
