@@ -10,6 +10,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from tests.conftest import write_tiny_model_directory
+from vaswani import __version__
+from vaswani.decode.document import split
 from vaswani.decode.translator import Translator
 from vaswani.serve.app import Settings, create_app
 from vaswani.serve.batching import BusyError, MicroBatcher
@@ -46,7 +48,13 @@ def translator(model_dir) -> Translator:
 @pytest.fixture(scope="module")
 def client(translator, model_dir):
     settings = Settings(
-        max_texts=8, max_chars=200, max_body=4096, max_beam=8, max_attention_texts=2, max_batch_tokens=400
+        max_texts=8,
+        max_chars=200,
+        max_text_chars=1000,
+        max_body=4096,
+        max_beam=8,
+        max_attention_texts=2,
+        max_batch_tokens=400,
     )
     with TestClient(create_app(translator, model_dir, settings)) as test_client:
         yield test_client
@@ -76,16 +84,17 @@ def test_translations_in_order_equal_the_library(client, translator):
     got = response.json()["translations"]
     expected = translator.translate_with_details(SENTENCES, n_best=2, beam_size=3)
     assert [t["text"] for t in got] == [t.text for t in expected]
-    assert got[1] == {"text": "", "score": 0.0, "log_prob": 0.0, "truncated": False, "n_best": []}
-    for t, e in zip(got, expected, strict=True):
+    assert got[1] == {"text": "", "score": 0.0, "log_prob": 0.0, "truncated": False, "n_best": [], "sentences": []}
+    for t, e in zip(got, expected, strict=True):  # one sentence a text: its n-best is the text's
         assert [c["text"] for c in t["n_best"]] == [c.text for c in e.candidates]
         assert [c["score"] for c in t["n_best"]] == pytest.approx([c.score for c in e.candidates], abs=1e-3)
 
 
-def test_cross_attention_on_request(client, translator):
-    response = client.post("/v1/translate", json={"text": [SENTENCES[0]], "attention": True})
+@pytest.mark.parametrize("split", [True, False])
+def test_cross_attention_on_request(client, translator, split):
+    response = client.post("/v1/translate", json={"text": [SENTENCES[0]], "attention": True, "split_sentences": split})
     [result] = response.json()["translations"]
-    attention = result["attention"]
+    attention = result["sentences"][0]["attention"] if split else result["attention"]
     rows, columns = len(attention["target_pieces"]), len(attention["source_pieces"])
     assert attention["source_pieces"][-1] == "</s>" and attention["target_pieces"][-1] == "</s>"
     cross = attention["cross"]  # [layer][head][target][source]
@@ -95,6 +104,96 @@ def test_cross_attention_on_request(client, translator):
     direct = translator.attention(SENTENCES[0])
     assert attention["target_pieces"] == direct.tgt_pieces
     assert cross[1][0][0] == pytest.approx(direct.attention.cross[1][0][0].tolist(), abs=1e-4)
+
+
+DOCUMENTS = [
+    "  Ein Mann fährt Fahrrad. Zwei Hunde spielen im Schnee.\n\nEine Frau liest.  Kinder lachen\n",
+    "Dr. Müller kam am 3. Oktober an.\r\nEr sagt: „Komm her.“",
+    "Ein Hund rennt über die Wiese.",
+]
+
+
+def test_a_document_keeps_its_layout_and_equals_line_mode_on_its_sentences(client, translator):
+    response = client.post("/v1/translate", json={"text": DOCUMENTS, "beam": 2, "n_best": 2})
+    assert response.status_code == 200, response.text
+    got = response.json()["translations"]
+    for text, result in zip(DOCUMENTS, got, strict=True):
+        document = split(text, "de")
+        lines = translator.translate(list(document.sentences), beam_size=2)
+        assert result["text"] == document.join(lines)
+        assert [s["source"] for s in result["sentences"]] == list(document.sentences)
+        assert [s["text"] for s in result["sentences"]] == lines
+        assert result["n_best"][0]["text"] == result["text"]
+    assert got[0]["text"].startswith("  ") and "\n\n" in got[0]["text"] and got[0]["text"].endswith("\n")
+    assert len(got[0]["sentences"]) == 4 and "\r\n" in got[1]["text"]
+    # split_sentences false: the text goes to the model as one line, as before.
+    whole = client.post("/v1/translate", json={"text": [DOCUMENTS[0]], "split_sentences": False}).json()
+    [line] = translator.translate([DOCUMENTS[0]])
+    assert whole["translations"][0]["text"] == line and "sentences" not in whole["translations"][0]
+    # The splitting language on request: "xx", one pysbd lacks, goes to the fallback rules, which cut after "am 3.".
+    rules = client.post("/v1/translate", json={"text": [DOCUMENTS[1]], "source_language": "xx"}).json()
+    assert rules["translations"][0]["sentences"][0]["source"] == "Dr. Müller kam am 3."
+
+
+def test_attention_for_each_sentence_of_a_document(client, translator):
+    response = client.post("/v1/translate", json={"text": ["Ein Mann. Eine Frau liest."], "attention": True})
+    assert response.status_code == 200, response.text
+    sentences = response.json()["translations"][0]["sentences"]
+    assert [s["source"] for s in sentences] == ["Ein Mann.", "Eine Frau liest."]
+    for sentence in sentences:
+        direct = translator.attention(sentence["source"])
+        assert sentence["attention"]["source_pieces"] == direct.src_pieces
+        assert sentence["attention"]["cross"][0][1][0] == pytest.approx(
+            direct.attention.cross[0][1][0].tolist(), abs=1e-4
+        )
+
+
+def _metrics(text: str) -> dict[tuple[str, tuple], float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def test_metrics_in_the_prometheus_format_count_what_was_done(translator, model_dir):
+    with TestClient(create_app(translator, model_dir, Settings(), load_seconds=1.5)) as fresh:
+        assert fresh.post("/v1/translate", json={"text": ["Ein Mann. Eine Frau.", "Zwei Hunde."]}).status_code == 200
+        assert fresh.post("/v1/translate", json={"text": "not a list"}).status_code == 422
+        fresh.get("/health")
+        response = fresh.get("/metrics")
+        assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
+        samples = _metrics(response.text)
+    route = "/v1/translate"
+    assert samples[("vaswani_requests_total", (("route", route), ("status", "200")))] == 1
+    assert samples[("vaswani_requests_total", (("route", route), ("status", "422")))] == 1
+    assert samples[("vaswani_requests_total", (("route", "/health"), ("status", "200")))] == 1
+    assert samples[("vaswani_sentences_translated_total", ())] == 3
+    tokens = sum(len(ids) for ids in translator.encode_sources(["Ein Mann.", "Eine Frau.", "Zwei Hunde."]))
+    assert samples[("vaswani_source_tokens_total", ())] == tokens
+    assert samples[("vaswani_target_tokens_total", ())] > 0
+    assert samples[("vaswani_request_duration_seconds_count", (("route", route),))] == 2
+    assert samples[("vaswani_batch_sentences_sum", ())] == 3
+    assert samples[("vaswani_queue_sentences", ())] == 0
+    assert 1.5 <= samples[("vaswani_model_load_seconds", ())] < 60  # the loading given, and the app's start-up
+    assert samples[("vaswani_model_info", (("name", model_dir.name), ("version", __version__)))] == 1
+
+
+def test_metrics_are_guarded_by_the_api_key_or_their_own_token(translator, model_dir):
+    with TestClient(create_app(translator, model_dir, Settings(api_key="s3cret"))) as guarded:
+        assert guarded.get("/metrics").status_code == 401
+        assert guarded.get("/metrics", headers={"Authorization": "Bearer s3cret"}).status_code == 200
+    settings = Settings(api_key="s3cret", metrics_token="scrape")
+    with TestClient(create_app(translator, model_dir, settings)) as guarded:
+        refused = guarded.get("/metrics", headers={"Authorization": "Bearer s3cret"})
+        assert refused.status_code == 401 and "metrics token" in refused.json()["error"]
+        assert guarded.get("/metrics", headers={"Authorization": "Bearer scrape"}).status_code == 200
+        assert (
+            guarded.post("/v1/translate", json={"text": ["x"]}, headers={"Authorization": "Bearer scrape"}).status_code
+            == 401
+        )
 
 
 def test_a_request_gets_the_same_result_alone_or_batched_with_others(translator):
@@ -156,14 +255,34 @@ BAD_REQUESTS = [  # (what, request keyword arguments, status, words the error mu
     ("an empty list", {"json": {"text": []}}, 422, "text"),
     ("a number in the list", {"json": {"text": ["a", 3]}}, 422, "text.1"),
     ("too many texts", {"json": {"text": ["a"] * 9}}, 422, "text"),
-    ("a text too long", {"json": {"text": ["a" * 201]}}, 422, "201 characters"),
+    ("a sentence too long", {"json": {"text": ["a" * 201]}}, 422, "sentence 1 of the request has 201 characters"),
     ("a NUL byte", {"json": {"text": ["a\x00b"]}}, 422, "NUL"),
     ("beam 0", {"json": {"text": ["a"], "beam": 0}}, 422, "beam"),
     ("beam too large", {"json": {"text": ["a"], "beam": 9}}, 422, "beam"),
     ("beam as a string", {"json": {"text": ["a"], "beam": "4"}}, 422, "beam"),
     ("n_best above the beam", {"json": {"text": ["a"], "beam": 2, "n_best": 3}}, 422, "n_best"),
     ("attention not a boolean", {"json": {"text": ["a"], "attention": "yes"}}, 422, "attention"),
-    ("attention for too many texts", {"json": {"text": ["a", "b", "c"], "attention": True}}, 422, "at most 2 texts"),
+    (
+        "attention for too many texts",
+        {"json": {"text": ["a", "b", "c"], "attention": True}},
+        422,
+        "at most 2 sentences",
+    ),
+    (
+        "attention for too many sentences after splitting",
+        {"json": {"text": ["Ein Hund. Eine Katze. Ein Haus."], "attention": True}},
+        422,
+        "at most 2 sentences per request, got 3",
+    ),
+    ("too many sentences after splitting", {"json": {"text": ["Ein Hund. Eine Katze. " * 5]}}, 422, "10 sentences"),
+    (
+        "a text too long without splitting",
+        {"json": {"text": ["a" * 201], "split_sentences": False}},
+        422,
+        "text[0] has 201 characters",
+    ),
+    ("a document too long", {"json": {"text": ["Ein Hund. " * 101]}}, 422, "1010 characters, more than the 1000"),
+    ("a language that is not a code", {"json": {"text": ["a"], "source_language": "German"}}, 422, "source_language"),
     ("too many tokens in all", {"json": {"text": ["qxz jvw " * 24] * 8}}, 422, "source tokens"),
     ("a boolean beam", {"json": {"text": ["a"], "beam": True}}, 422, "beam"),
     ("a huge beam", {"json": {"text": ["a"], "beam": 10**30}}, 422, "beam"),
@@ -294,7 +413,7 @@ def test_the_server_batches_concurrent_clients_and_finishes_requests_in_flight_w
                 thread.start()
             if stop:  # once every request is queued (and waiting for the others), not before
                 deadline = time.monotonic() + 2.5
-                while httpx.get(f"{url}/health").json()["queued_sentences"] < len(SENTENCES):
+                while httpx.get(f"{url}/health").json()["queued_sentences"] < len([s for s in SENTENCES if s]):
                     assert time.monotonic() < deadline, "the requests did not all arrive"
                     time.sleep(0.02)
                 process.send_signal(signal.SIGTERM)
@@ -303,7 +422,8 @@ def test_the_server_batches_concurrent_clients_and_finishes_requests_in_flight_w
 
         clients(stop=False)
         health = httpx.get(f"{url}/health").json()
-        assert health["requests"] == len(SENTENCES) and health["batches"] < len(SENTENCES)  # decoded together
+        # decoded together (the empty text has no sentence: it never reaches the model)
+        assert health["requests"] == len(SENTENCES) - 1 and health["batches"] < len(SENTENCES) - 1
         clients(stop=True)
         assert sorted(results) == list(range(len(SENTENCES)))
         assert all(r.status_code == 200 for r in results.values())

@@ -51,7 +51,7 @@ def test_type_a_sentence_get_the_translation_and_its_heatmap(server, tmp_path):
         assert page.locator("#alternatives li").count() == len(expected["n_best"]) == 3
         canvas = page.locator("#heatmap")
         rows, cols = int(canvas.get_attribute("data-rows")), int(canvas.get_attribute("data-cols"))
-        attention = expected["attention"]
+        attention = expected["sentences"][0]["attention"]
         assert (rows, cols) == (len(attention["target_pieces"]), len(attention["source_pieces"]))
 
         # Hover the cell (second target piece, first source piece): the tooltip names both and the weight.
@@ -79,6 +79,48 @@ def test_type_a_sentence_get_the_translation_and_its_heatmap(server, tmp_path):
         browser.close()
     assert not errors, errors
     assert not [m for m in messages if m.startswith(("error", "warning"))], messages
+
+
+PARAGRAPHS = "Ein Mann fährt Fahrrad. Zwei Hunde spielen im Schnee.\n\nEine Frau liest ein Buch.\nKinder lachen."
+
+
+def test_a_pasted_text_comes_back_with_its_paragraphs_and_attention_per_sentence(server):
+    errors = []
+    with playwright_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1200, "height": 900})
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(server + "/")
+        page.wait_for_function("document.getElementById('model-info').textContent.includes('de')")
+        assert page.get_attribute("#source", "maxlength") == "20000"  # a whole text, not one sentence
+        assert page.locator("#sentence-field").is_hidden()
+        page.fill("#source", PARAGRAPHS)
+        page.click("#translate")
+        page.wait_for_selector('#heatmap[data-drawn="true"]', timeout=30_000)
+        expected = httpx.post(f"{server}/v1/translate", json={"text": [PARAGRAPHS], "attention": True}).json()
+        [translation] = expected["translations"]
+        assert translation["text"].count("\n\n") == 1 and translation["text"].count("\n") == 3
+        assert page.inner_text("#translation") == translation["text"]  # paragraphs and line breaks shown
+
+        # One heatmap per sentence: picking the third shows its own pieces.
+        assert page.locator("#sentence-field").is_visible()
+        assert page.locator("#sentence option").count() == len(translation["sentences"]) == 4
+        assert "Eine Frau liest ein Buch." in page.locator("#sentence option").nth(2).inner_text()
+        page.select_option("#sentence", "2")
+        third = translation["sentences"][2]["attention"]
+        canvas = page.locator("#heatmap")
+        rows, cols = int(canvas.get_attribute("data-rows")), int(canvas.get_attribute("data-cols"))
+        assert (rows, cols) == (len(third["target_pieces"]), len(third["source_pieces"]))
+
+        # More sentences than the server draws attention for: translated all the same, without a heatmap.
+        many = " ".join(["Ein Hund rennt."] * 9)
+        page.fill("#source", many)
+        page.click("#translate")
+        page.wait_for_function("document.getElementById('hint').textContent.includes('Attention is shown')")
+        assert page.locator("#attention").is_hidden()
+        assert page.inner_text("#translation").strip()
+        browser.close()
+    assert not errors, errors
 
 
 def test_an_empty_source_is_not_sent_and_an_error_is_shown_in_the_page(server):

@@ -61,6 +61,13 @@ class Lines:
             yield first, chunk
             self.output.flush()
 
+    def text(self) -> str:
+        """The whole input as one text (`--document`), each line with invalid UTF-8 named in a warning."""
+        text = self.reader.read_text()
+        for number in self.reader.replaced:
+            self.console.print(f"vaswani: warning: line {number}: invalid UTF-8, replaced with U+FFFD")
+        return text
+
     def write(self, lines: Iterable[str]) -> None:
         """Write `lines`, each ended by a newline."""
         for line in lines:

@@ -20,9 +20,13 @@ def _serve(args: argparse.Namespace) -> None:
         from vaswani.serve.app import Settings, create_app
     except ImportError as error:
         raise ImportError(f"vaswani serve needs FastAPI and uvicorn ({error}): pip install 'vaswani[serve]'") from None
+    import time
+
     from vaswani.decode.translator import Translator
 
+    started = time.perf_counter()
     translator = Translator.load(args.model_dir, args.device, args.precision)
+    load_seconds = time.perf_counter() - started
     console = stderr_console()
     report_precision(translator, translator.options(), console)  # measured once, before the first request
     api_key = args.api_key or os.environ.get("VASWANI_API_KEY") or None
@@ -39,11 +43,13 @@ def _serve(args: argparse.Namespace) -> None:
     settings = Settings(
         max_texts=args.max_texts,
         max_chars=args.max_chars,
+        max_text_chars=args.max_text_chars,
         api_key=api_key,
+        metrics_token=args.metrics_token or os.environ.get("VASWANI_METRICS_TOKEN") or None,
         cors_origins=tuple(args.cors_origin or ()),
         **batching,
     )
-    app = create_app(translator, args.model_dir, settings)
+    app = create_app(translator, args.model_dir, settings, load_seconds)
     where = f"http://{args.host}:{args.port}"
     console.print(
         f"vaswani: serving {args.model_dir} at {where}/ (API docs: {where}/docs"
@@ -90,8 +96,18 @@ def register(commands: argparse._SubParsersAction) -> None:
         metavar="ORIGIN",
         help="allow browser requests from this origin, e.g. https://example.org (repeatable; default: none)",
     )
-    serve.add_argument("--max-texts", type=int, default=64, help="sentences per request (default 64)")
+    serve.add_argument(
+        "--metrics-token",
+        help="require 'Authorization: Bearer TOKEN' on /metrics (for a Prometheus scraper; better: set "
+        "VASWANI_METRICS_TOKEN; default: /metrics is guarded by the API key, open when there is none)",
+    )
+    serve.add_argument(
+        "--max-texts", type=int, default=64, help="sentences per request, counted after splitting (default 64)"
+    )
     serve.add_argument("--max-chars", type=int, default=2000, help="characters per sentence (default 2000)")
+    serve.add_argument(
+        "--max-text-chars", type=int, default=20000, help="characters per text before splitting (default 20000)"
+    )
     serve.add_argument(
         "--max-wait-ms",
         type=float,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from typing import TYPE_CHECKING, Any
 
 from vaswani.cli.lines import Lines, stderr_console
@@ -78,6 +79,11 @@ def _translate(args: argparse.Namespace) -> None:
     detailed = args.n_best > 1 or args.scores
     console = stderr_console()
     report_precision(translator, decode, console)
+    if args.source_language is not None and not re.fullmatch(r"[a-z]{2,3}", args.source_language):
+        raise ValueError(f"--source-language {args.source_language!r}: give an ISO 639 code such as de or en")
+    if args.document:
+        _translate_document(args, translator, overrides, console)
+        return
     with (
         Lines(args.input, args.output, console) as lines,
         progress_bar(console, "translating", lines.total, enabled=lines.total is not None) as advance,
@@ -94,6 +100,34 @@ def _translate(args: argparse.Namespace) -> None:
                 json.dumps(result.n_best_record(), ensure_ascii=False) if detailed else result.text
                 for result in results
             )
+
+
+def _translate_document(
+    args: argparse.Namespace, translator: Translator, overrides: dict[str, Any], console: Console
+) -> None:
+    """`--document`: the whole input is one text, split into sentences and put back together (decode/document.py);
+    with --scores or --n-best, one JSON record of the text and each of its sentences instead."""
+    import json
+
+    from vaswani.console import progress_bar
+    from vaswani.decode.document import split, translate_documents
+
+    with Lines(args.input, args.output, console) as lines:
+        text = lines.text()
+        language = args.source_language or translator.config.data.languages()[0]
+        sentences = len(split(text, language).sentences)
+        with progress_bar(console, "translating", sentences, enabled=sentences > 0) as advance:
+
+            def warn(index: int, message: str) -> None:
+                console.print(f"vaswani: warning: sentence {index + 1}: {message}")
+
+            [result] = translate_documents(
+                translator, [text], language, n_best=args.n_best, warn=warn, progress=advance, **overrides
+            )
+        if args.n_best > 1 or args.scores:
+            lines.write([json.dumps(result.to_dict(), ensure_ascii=False)])
+        else:
+            lines.output.write(result.text)  # the text's own line ends, its last one included
 
 
 def _evaluate(args: argparse.Namespace) -> None:
@@ -199,6 +233,18 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="write the N best translations with scores, as one JSON list per input line",
     )
     translate.add_argument("--scores", action="store_true", help="write JSON lines with scores")
+    translate.add_argument(
+        "--document",
+        action="store_true",
+        help="read the whole input as one text: split it into sentences, translate them and write the text back "
+        "with its paragraphs, line breaks and spacing (default: one line in, one line out)",
+    )
+    translate.add_argument(
+        "--source-language",
+        metavar="CODE",
+        help="with --document: the language whose sentence rules split the input, e.g. de (default: the "
+        "language of the model's training files)",
+    )
     _add_decode_options(translate)
     translate.set_defaults(run=_translate)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -71,6 +72,16 @@ class DataConfig:
         if self.corpora:
             return self.corpora
         return [{"name": "train", "src": self.train_src, "tgt": self.train_tgt, "weight": 1.0}]
+
+    def languages(self) -> tuple[str | None, str | None]:
+        """Source and target languages as the training files' names say them (train.de.gz -> "de"), else None."""
+
+        def language(path: str | None) -> str | None:
+            match = re.search(r"\.([a-z]{2,3})(\.gz)?$", path or "")
+            return match.group(1) if match else None
+
+        first = self.training_corpora()[0] if self.train_src or self.corpora else {}
+        return language(first.get("src")), language(first.get("tgt"))
 
     def require_training_data(self) -> None:
         if self.toy_task is None and not (self.train_src and self.train_tgt) and not self.corpora:

@@ -168,6 +168,29 @@ class LineReader:
         with self._open() as handle:
             return sum(1 for _ in handle)
 
+    def read_text(self) -> str:
+        """The whole input as one text, every character and line end kept (for documents); invalid UTF-8 is
+        replaced and the lines where that happened are numbered in `replaced`."""
+        handle = self._open()
+        try:
+            data = handle.read()
+        except (OSError, EOFError) as error:
+            raise DataError(f"{self.path or 'standard input'}: cannot read ({error})") from None
+        finally:
+            if handle is not sys.stdin.buffer:
+                handle.close()
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            lines = []
+            for number, raw in enumerate(data.split(b"\n"), start=1):
+                try:
+                    lines.append(raw.decode("utf-8"))
+                except UnicodeDecodeError:
+                    lines.append(raw.decode("utf-8", errors="replace"))
+                    self.replaced.append(number)
+            return "\n".join(lines)
+
     def chunks(self, size: int) -> Iterator[tuple[int, list[str]]]:
         """(index of the chunk's first line, its lines), `size` lines at a time."""
         handle, chunk, first = self._open(), [], 0

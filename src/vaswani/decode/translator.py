@@ -185,15 +185,19 @@ class Translator:
         attention: bool = False,
         warn: Warn | None = None,
         progress: Callable[[int], None] | None = None,
+        encoded: Sequence[list[int]] | None = None,
         **options: Any,
     ) -> list[Translation]:
         """Like `translate`, with the `n_best` candidates and their scores, and with `attention`
         the attention weights of the best candidate. Over-long sentences are cut to
-        `max_source_tokens` and reported through `warn(index, message)`."""
+        `max_source_tokens` and reported through `warn(index, message)`. `encoded`: the sentences'
+        `encode_sources`, where the caller has them already (the server counts tokens with them)."""
         decode = self.options(**options)
         if not decode.sampling and n_best > decode.beam_size:
             raise ValueError(f"n_best={n_best} needs beam_size >= {n_best} (it is {decode.beam_size})")
-        ids = self.encode_sources(sentences)
+        if encoded is not None and len(encoded) != len(sentences):
+            raise ValueError(f"{len(encoded)} encoded sentences for {len(sentences)} sentences")
+        ids = list(encoded) if encoded is not None else self.encode_sources(sentences)
         limit, truncated = self.max_source_tokens, set()
         for i, x in enumerate(ids):
             if len(x) > limit:

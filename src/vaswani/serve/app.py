@@ -1,10 +1,12 @@
-"""The HTTP service: `POST /v1/translate`, `GET /v1/model`, `GET /health`, and the web page at `/`.
+"""The HTTP service: `POST /v1/translate`, `GET /v1/model`, `GET /health`, `GET /metrics`, and the web page at `/`.
 
     app = create_app(Translator.load("runs/multi30k_de_en"), "runs/multi30k_de_en")
     uvicorn.run(app, host="127.0.0.1", port=8000)          # what `vaswani serve` does
 
 Every user error is a 4xx with a one-line JSON `{"error": ...}`; requests are decoded together by the
-micro-batcher (serve/batching.py); `api_key` requires `Authorization: Bearer KEY` on /v1/ (serve/guards.py).
+micro-batcher (serve/batching.py); each text is split into sentences (decode/document.py) unless the request
+says `split_sentences: false`, and tokenized once; `api_key` requires `Authorization: Bearer KEY` on /v1/ and
+/metrics (serve/guards.py; `metrics_token` gives /metrics its own); /metrics is serve/metrics.py.
 
 No `from __future__ import annotations` here: FastAPI reads the request model's annotation at run time.
 """
@@ -12,7 +14,6 @@ No `from __future__ import annotations` here: FastAPI reads the request model's 
 import contextlib
 import dataclasses
 import json
-import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,25 +22,29 @@ from typing import Any, Self
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from vaswani import __version__
+from vaswani.decode.document import UNSPACED, Document, assemble, split
 from vaswani.decode.translator import Translator
 from vaswani.serve.batching import BusyError, MicroBatcher
 from vaswani.serve.guards import ApiKey, BodyLimit
+from vaswani.serve.metrics import Metrics, RequestMetrics
 
 STATIC = Path(__file__).parent / "static"
+ROUTES = frozenset({"/", "/health", "/metrics", "/v1/model", "/v1/translate", "/docs", "/openapi.json"})
 
 
 @dataclass(frozen=True)
 class Settings:
     """What a request may ask for, and how requests are batched."""
 
-    max_texts: int = 64  # sentences per request
-    max_chars: int = 2000  # characters per sentence
+    max_texts: int = 64  # sentences per request, counted after splitting texts into sentences
+    max_chars: int = 2000  # characters per sentence (after splitting)
+    max_text_chars: int = 20000  # characters per text (before splitting: a document's paragraphs)
     max_body: int = 1 << 20  # bytes per request body
     max_beam: int = 16
     max_attention_texts: int = 8  # attention weights are layers x heads x T x S numbers per sentence
@@ -48,12 +53,14 @@ class Settings:
     max_batch_tokens: int = 4096  # source tokens per decoding batch
     max_batch_sentences: int = 256
     api_key: str | None = None
+    metrics_token: str | None = None  # guards /metrics instead of api_key (a scraper's own token)
     cors_origins: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for name in (
             "max_texts",
             "max_chars",
+            "max_text_chars",
             "max_body",
             "max_beam",
             "max_attention_texts",
@@ -67,23 +74,43 @@ class Settings:
             raise ValueError(f"the batching wait must be >= 0 seconds, got {self.max_wait}")
 
 
-def create_app(translator: Translator, model_dir: str | Path, settings: Settings = Settings()) -> FastAPI:
-    """The service for one model; the micro-batcher's worker starts and stops with the app."""
+class RequestError(ValueError):
+    """A request that passed the schema but not the limits counted after splitting (HTTP 422)."""
+
+
+def create_app(
+    translator: Translator, model_dir: str | Path, settings: Settings = Settings(), load_seconds: float | None = None
+) -> FastAPI:
+    """The service for one model; the micro-batcher's worker starts and stops with the app. `load_seconds`: how
+    long loading the model took (reported by /metrics, with the precision measurement made at start-up)."""
     s = settings
+    source_language, target_language = translator.config.data.languages()
 
     class TranslateRequest(BaseModel):
         model_config = ConfigDict(extra="forbid", strict=True)
-        text: list[str] = Field(min_length=1, max_length=s.max_texts, description="sentences to translate, in order")
+        text: list[str] = Field(
+            min_length=1, max_length=s.max_texts, description="texts to translate, in order: sentences or documents"
+        )
+        split_sentences: bool = Field(
+            True,
+            description="split each text into paragraphs, lines and sentences, translate the sentences and put "
+            "the text back together (as DeepL's split_sentences); false: each text goes to the model as it is",
+        )
+        source_language: str | None = Field(
+            None,
+            pattern=r"^[a-z]{2,3}$",
+            description="ISO 639 code whose sentence rules split the text (default: the model's source language)",
+        )
         beam: int | None = Field(None, ge=1, le=s.max_beam, description="beam size (default: the model's)")
         n_best: int = Field(1, ge=1, description="alternatives per sentence, best first (at most beam)")
-        attention: bool = Field(False, description="add the cross-attention of each best translation")
+        attention: bool = Field(False, description="add the cross-attention of each sentence's best translation")
 
         @field_validator("text")
         @classmethod
         def _texts(cls, texts: list[str]) -> list[str]:
             for i, text in enumerate(texts):
-                if len(text) > s.max_chars:
-                    raise ValueError(f"text[{i}] has {len(text)} characters, more than the {s.max_chars} allowed")
+                if len(text) > s.max_text_chars:
+                    raise ValueError(f"text[{i}] has {len(text)} characters, more than the {s.max_text_chars} allowed")
                 if "\x00" in text:
                     raise ValueError(f"text[{i}] contains a NUL character")
                 try:
@@ -97,19 +124,45 @@ def create_app(translator: Translator, model_dir: str | Path, settings: Settings
             beam = self.beam or translator.config.decode.beam_size
             if self.n_best > beam:
                 raise ValueError(f"n_best ({self.n_best}) must be at most the beam size ({beam})")
-            if self.attention and len(self.text) > s.max_attention_texts:
-                raise ValueError(
-                    f"attention is returned for at most {s.max_attention_texts} texts per request, got {len(self.text)}"
-                )
             return self
 
+    def sentences_of(request: TranslateRequest) -> tuple[list[Document] | None, list[str]]:
+        """The request's documents (None without splitting) and all their sentences, within the limits."""
+        documents = None
+        if request.split_sentences:
+            language = request.source_language or source_language
+            documents = [split(text, language) for text in request.text]
+            sentences = [x for d in documents for x in d.sentences]
+        else:
+            sentences = list(request.text)
+        if len(sentences) > s.max_texts:
+            raise RequestError(
+                f"text has {len(sentences)} sentences in all, more than the {s.max_texts} a request may have: "
+                "send fewer or shorter texts per request"
+            )
+        for i, sentence in enumerate(sentences):
+            if len(sentence) > s.max_chars:
+                where = f"sentence {i + 1} of the request" if documents is not None else f"text[{i}]"
+                raise RequestError(f"{where} has {len(sentence)} characters, more than the {s.max_chars} allowed")
+        if request.attention and len(sentences) > s.max_attention_texts:
+            raise RequestError(
+                f"attention is returned for at most {s.max_attention_texts} sentences per request, got {len(sentences)}"
+            )
+        return documents, sentences
+
     batcher: MicroBatcher | None = None
+    metrics = Metrics(ROUTES, Path(model_dir).resolve().name, __version__)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         nonlocal batcher
+        started = time.perf_counter()
         translator.choose_precision(translator.options())  # measured now, not in the first request
-        batcher = MicroBatcher(translator, s.max_wait, s.max_batch_tokens, s.max_batch_sentences, s.max_queued)
+        metrics.load_seconds.set((load_seconds or 0.0) + time.perf_counter() - started)
+        batcher = MicroBatcher(
+            translator, s.max_wait, s.max_batch_tokens, s.max_batch_sentences, s.max_queued, on_batch=metrics.batch
+        )
+        metrics.watch_queue(lambda: batcher.queued if batcher else 0)
         app.state.batcher = batcher
         yield
         batcher.close()  # uvicorn has let the requests in flight finish
@@ -121,8 +174,9 @@ def create_app(translator: Translator, model_dir: str | Path, settings: Settings
         description="Translation with a Transformer trained by vaswani.",
     )
     app.add_middleware(BodyLimit, limit=s.max_body)
-    if s.api_key:  # checked before the body is read
-        app.add_middleware(ApiKey, key=s.api_key)
+    if s.api_key or s.metrics_token:  # checked before the body is read
+        guarded = {"/v1/": s.api_key, "/metrics": s.metrics_token or s.api_key}
+        app.add_middleware(ApiKey, keys={path: key for path, key in guarded.items() if key})
     if s.cors_origins:
         app.add_middleware(
             CORSMiddleware,
@@ -130,6 +184,7 @@ def create_app(translator: Translator, model_dir: str | Path, settings: Settings
             allow_methods=["GET", "POST"],
             allow_headers=["Authorization", "Content-Type"],
         )
+    app.add_middleware(RequestMetrics, metrics=metrics)  # outermost: counts the guards' answers too
     _add_error_handlers(app)
     info = model_info(translator, model_dir, s)
 
@@ -143,6 +198,11 @@ def create_app(translator: Translator, model_dir: str | Path, settings: Settings
             200 if ok else 503,
         )
 
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics_page(request: Request) -> Response:
+        body, content_type = metrics.render(request.headers.get("accept"))
+        return Response(body, media_type=content_type)
+
     @app.get("/v1/model")
     async def model() -> dict[str, Any]:
         return info
@@ -150,7 +210,12 @@ def create_app(translator: Translator, model_dir: str | Path, settings: Settings
     @app.post("/v1/translate")
     async def translate(request: TranslateRequest) -> JSONResponse:
         started = time.perf_counter()
-        tokens = batcher.count_tokens(request.text)
+        try:
+            documents, sentences = sentences_of(request)
+        except RequestError as error:
+            return JSONResponse({"error": str(error)}, 422)
+        ids = translator.encode_sources(sentences)  # the only tokenization: counted here, decoded by the batcher
+        tokens = sum(map(len, ids))
         if tokens > s.max_batch_tokens:
             return JSONResponse(
                 {
@@ -161,16 +226,20 @@ def create_app(translator: Translator, model_dir: str | Path, settings: Settings
             )
         options = {"beam_size": request.beam} if request.beam is not None else {}
         try:
-            results = await batcher.translate(
-                request.text, n_best=request.n_best, attention=request.attention, tokens=tokens, **options
+            results = (
+                await batcher.translate(sentences, ids, n_best=request.n_best, attention=request.attention, **options)
+                if sentences
+                else []
             )
         except BusyError as error:
             return JSONResponse({"error": str(error)}, 503, headers={"Retry-After": "1"})
+        if documents is None:
+            translations = [r.to_dict() for r in results]
+        else:
+            spaced = target_language not in UNSPACED
+            translations = [d.to_dict() for d in assemble(request.text, documents, results, spaced)]
         return JSONResponse(
-            {
-                "translations": [r.to_dict() for r in results],
-                "elapsed_ms": round((time.perf_counter() - started) * 1000, 1),
-            }
+            {"translations": translations, "elapsed_ms": round((time.perf_counter() - started) * 1000, 1)}
         )
 
     @app.get("/", include_in_schema=False)
@@ -212,16 +281,6 @@ def _add_error_handlers(app: FastAPI) -> None:
         return JSONResponse({"error": f"internal error ({type(error).__name__}); the server log has the details"}, 500)
 
 
-def languages(config) -> tuple[str | None, str | None]:
-    """Source and target languages from the training files' names (train.de.gz -> "de"), if they say."""
-
-    def language(path: str | None) -> str | None:
-        match = re.search(r"\.([a-z]{2,3})(\.gz)?$", path or "")
-        return match.group(1) if match else None
-
-    return language(config.data.train_src), language(config.data.train_tgt)
-
-
 def training_summary(model_dir: Path) -> dict[str, Any] | None:
     """Updates, epochs and the best validation figures from the run's metrics.jsonl, when there is one."""
     path = model_dir / "metrics.jsonl"
@@ -249,7 +308,7 @@ def training_summary(model_dir: Path) -> dict[str, Any] | None:
 def model_info(translator: Translator, model_dir: str | Path, settings: Settings) -> dict[str, Any]:
     model_dir = Path(model_dir)
     c, config = translator.model.config, translator.config
-    source, target = languages(config)
+    source, target = config.data.languages()
     decode = config.decode
     return {
         "name": model_dir.resolve().name,
@@ -277,6 +336,8 @@ def model_info(translator: Translator, model_dir: str | Path, settings: Settings
         "limits": {
             "max_texts": settings.max_texts,
             "max_chars": settings.max_chars,
+            "max_text_chars": settings.max_text_chars,
+            "max_attention_texts": settings.max_attention_texts,
             "max_body_bytes": settings.max_body,
             "max_beam": settings.max_beam,
             "max_source_tokens": translator.max_source_tokens,

@@ -14,7 +14,7 @@ import contextlib
 import threading
 import time
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,8 +24,8 @@ from vaswani.decode.translator import Translation, Translator
 @dataclass
 class _Job:
     texts: list[str]
+    ids: list[list[int]]  # the texts' source token ids (Translator.encode_sources): tokenized once, by the caller
     options: tuple[tuple[str, Any], ...]  # n_best, attention and DecodeConfig overrides: one batch shares them
-    tokens: int
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future
     queued: float = field(default_factory=time.perf_counter)
@@ -33,6 +33,10 @@ class _Job:
     @property
     def key(self) -> Hashable:
         return self.options
+
+    @property
+    def tokens(self) -> int:
+        return sum(len(x) for x in self.ids)
 
 
 @dataclass
@@ -43,6 +47,10 @@ class BatchStats:
     requests: int = 0
     sentences: int = 0
     largest: int = 0
+
+
+# What the worker reports after each batch: sentences, requests, source tokens, target tokens, seconds.
+OnBatch = Callable[[int, int, int, int, float], None]
 
 
 class BusyError(RuntimeError):
@@ -61,6 +69,7 @@ class MicroBatcher:
         max_tokens: int = 4096,
         max_sentences: int = 256,
         max_queued: int = 4096,
+        on_batch: OnBatch | None = None,
     ) -> None:
         self.translator, self.max_wait, self.max_tokens, self.max_sentences = (
             translator,
@@ -68,17 +77,13 @@ class MicroBatcher:
             max_tokens,
             max_sentences,
         )
-        self.max_queued = max_queued
+        self.max_queued, self.on_batch = max_queued, on_batch
         self.stats = BatchStats()
         self._pending: deque[_Job] = deque()
         self._ready = threading.Condition()
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="vaswani-batcher", daemon=True)
         self._thread.start()
-
-    def count_tokens(self, texts: list[str]) -> int:
-        """Source tokens of `texts` as the batch budget counts them."""
-        return sum(len(ids) for ids in self.translator.encode_sources(texts))
 
     @property
     def alive(self) -> bool:
@@ -91,14 +96,21 @@ class MicroBatcher:
             return sum(len(job.texts) for job in self._pending)
 
     async def translate(
-        self, texts: list[str], n_best: int = 1, attention: bool = False, tokens: int | None = None, **options: Any
+        self,
+        texts: list[str],
+        ids: Sequence[list[int]] | None = None,
+        n_best: int = 1,
+        attention: bool = False,
+        **options: Any,
     ) -> list[Translation]:
         """The translations of `texts`, in order, decoded together with other requests' sentences.
-        `tokens`: their source tokens, when the caller has counted them already."""
+        `ids`: their `translator.encode_sources(texts)`, where the caller has them already (one tokenization)."""
         loop = asyncio.get_running_loop()
-        tokens = self.count_tokens(texts) if tokens is None else tokens
+        ids = list(ids) if ids is not None else self.translator.encode_sources(texts)
+        if len(ids) != len(texts):
+            raise ValueError(f"{len(ids)} encoded sentences for {len(texts)} texts")
         key = tuple(sorted({"n_best": n_best, "attention": attention, **options}.items()))
-        job = _Job(texts, key, tokens, loop, loop.create_future())
+        job = _Job(list(texts), ids, key, loop, loop.create_future())
         with self._ready:
             if not self.alive:
                 raise BusyError("the translation worker has stopped")
@@ -162,8 +174,12 @@ class MicroBatcher:
         options = dict(batch[0].options)
         n_best, attention = options.pop("n_best"), options.pop("attention")
         texts = [text for job in batch for text in job.texts]
+        ids = [x for job in batch for x in job.ids]
+        started = time.perf_counter()
         try:
-            results = self.translator.translate_with_details(texts, n_best=n_best, attention=attention, **options)
+            results = self.translator.translate_with_details(
+                texts, n_best=n_best, attention=attention, encoded=ids, **options
+            )
         except Exception as error:
             if len(batch) > 1:  # one request's failure must not fail the others: each alone
                 for job in batch:
@@ -175,6 +191,9 @@ class MicroBatcher:
         self.stats.requests += len(batch)
         self.stats.sentences += len(texts)
         self.stats.largest = max(self.stats.largest, len(texts))
+        if self.on_batch is not None:
+            generated = sum(len(r.candidates[0].tokens) for r in results if r.candidates)
+            self.on_batch(len(texts), len(batch), sum(map(len, ids)), generated, time.perf_counter() - started)
         start = 0
         for job in batch:
             _reply(job, results[start : start + len(job.texts)], None)

@@ -77,21 +77,25 @@ async def _reply(send, status: int, message: str, headers: list | None = None) -
 
 
 class ApiKey:
-    """`Authorization: Bearer KEY` required on paths under `prefix`, checked before the body is read."""
+    """`Authorization: Bearer KEY` required on the paths under each prefix of `keys` ({prefix: key}), checked
+    before the body is read: the API's key on /v1/, and on /metrics the API's or a scraper's own token."""
 
-    def __init__(self, app, key: str, prefix: str = "/v1/") -> None:
-        self.app, self.key, self.prefix = app, key.encode(), prefix
+    def __init__(self, app, keys: dict[str, str]) -> None:
+        self.app, self.keys = app, {prefix: key.encode() for prefix, key in keys.items()}
 
     async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] == "http" and scope["path"].startswith(self.prefix) and scope.get("method") != "OPTIONS":
-            given = dict(scope["headers"]).get(b"authorization", b"")
-            scheme, _, token = given.partition(b" ")
-            if scheme.lower() != b"bearer" or not hmac.compare_digest(token.strip(), self.key):
-                await _reply(
-                    send,
-                    401,
-                    "this server needs an API key: send the header Authorization: Bearer KEY",
-                    [(b"www-authenticate", b"Bearer")],
-                )
-                return
+        if scope["type"] == "http" and scope.get("method") != "OPTIONS":
+            key = next((k for prefix, k in self.keys.items() if scope["path"].startswith(prefix)), None)
+            if key is not None:
+                given = dict(scope["headers"]).get(b"authorization", b"")
+                scheme, _, token = given.partition(b" ")
+                if scheme.lower() != b"bearer" or not hmac.compare_digest(token.strip(), key):
+                    what = "a metrics token" if scope["path"].startswith("/metrics") else "an API key"
+                    await _reply(
+                        send,
+                        401,
+                        f"this server needs {what}: send the header Authorization: Bearer KEY",
+                        [(b"www-authenticate", b"Bearer")],
+                    )
+                    return
         await self.app(scope, receive, send)

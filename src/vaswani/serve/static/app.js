@@ -9,11 +9,12 @@
   const els = {
     source: $("source"), button: $("translate"), beam: $("beam"), nbest: $("nbest"),
     translation: $("translation"), alternatives: $("alternatives"), error: $("error"),
-    canvas: $("heatmap"), wrap: $("heatmap-wrap"), layer: $("layer"), head: $("head"),
+    canvas: $("heatmap"), wrap: $("heatmap-wrap"), layer: $("layer"), head: $("head"), sentence: $("sentence"),
     tooltip: $("tooltip"), hint: $("hint"), counter: $("counter"), apikey: $("apikey"), auth: $("auth"),
   };
-  let maxBeam = 16, defaultBeam = 4, maxChars = null, busy = false;
-  let attention = null; // attention object of the shown translation
+  let maxBeam = 16, defaultBeam = 4, maxChars = null, maxAttention = null, busy = false;
+  let sentences = []; // [{source, attention}] of the shown translation, one per sentence with attention
+  let attention = null; // attention object of the sentence shown in the heatmap
   let hover = null; // {row, col} of the hovered cell
   let geom = null; // layout of the last drawing, for hit testing
 
@@ -129,7 +130,10 @@
 
     const limits = m.limits || {};
     if (isNum(limits.max_beam) && limits.max_beam >= 1) maxBeam = limits.max_beam;
-    if (isNum(limits.max_chars) && limits.max_chars > 0) els.source.maxLength = maxChars = limits.max_chars;
+    // A text is split into sentences by the server: the textarea takes a whole text (max_text_chars).
+    const chars = isNum(limits.max_text_chars) ? limits.max_text_chars : limits.max_chars;
+    if (isNum(chars) && chars > 0) els.source.maxLength = maxChars = chars;
+    if (isNum(limits.max_attention_texts)) maxAttention = limits.max_attention_texts;
     defaultBeam = clamp(m.decode && isNum(m.decode.beam_size) ? m.decode.beam_size : 4, 1, maxBeam);
     els.beam.max = String(maxBeam);
     els.beam.value = els.nbest.max = String(defaultBeam);
@@ -143,7 +147,7 @@
     const text = els.source.value;
     if (!text.trim()) {
       els.source.focus();
-      return setHint("Enter a sentence to translate.");
+      return setHint("Enter a text to translate.");
     }
     setHint("");
     setError("");
@@ -152,14 +156,24 @@
     const nBest = readInt(els.nbest, 1, beam, Math.min(3, beam));
     setBusy(true);
     els.canvas.dataset.drawn = "false";
+    const request = (withAttention) => api("/v1/translate", {
+      method: "POST",
+      body: JSON.stringify({ text: [text], beam, n_best: nBest, attention: withAttention }),
+    });
     try {
-      const data = await api("/v1/translate", {
-        method: "POST",
-        body: JSON.stringify({ text: [text], beam, n_best: nBest, attention: true }),
-      });
+      let data, note = "";
+      try {
+        data = await request(true);
+      } catch (err) {
+        // A text of more sentences than the server draws attention for: translate it without attention.
+        if (err.status !== 422 || !/attention/.test(err.message)) throw err;
+        data = await request(false);
+        note = `Attention is shown for texts of up to ${maxAttention ?? "a few"} sentences.`;
+      }
       const t = data.translations && data.translations[0];
       if (!t) throw new Error("The server returned no translation.");
       render(t, data.elapsed_ms);
+      setHint(note);
     } catch (err) {
       if (err.status === 401) requireKey(err.message);
       else setError(err.message);
@@ -192,18 +206,34 @@
     }));
     $("results").hidden = false;
 
-    const a = t.attention;
+    // Each sentence has its own attention (a text is split into sentences); a text sent unsplit has one.
+    const valid = (a) => a && Array.isArray(a.cross) && a.cross.length && Array.isArray(a.cross[0])
+      && a.cross[0].length;
+    const parts = Array.isArray(t.sentences) ? t.sentences : [{ source: els.source.value, attention: t.attention }];
+    sentences = parts.filter((s) => valid(s.attention));
     hover = null;
     hideTooltip();
-    if (a && Array.isArray(a.cross) && a.cross.length && Array.isArray(a.cross[0]) && a.cross[0].length) {
-      attention = a;
-      populateSelectors();
+    if (sentences.length) {
+      const label = (s, i) => {
+        const source = String(s.source || "").trim();
+        return `${i + 1}. ${source.length > 60 ? `${source.slice(0, 57)}…` : source}`;
+      };
+      fillSelect(els.sentence, sentences.map((s, i) => [String(i), label(s, i)]), "0");
+      $("sentence-field").hidden = sentences.length < 2;
+      showSentence();
       $("attention").hidden = false;
-      drawHeatmap();
     } else {
       attention = geom = null;
       $("attention").hidden = true;
     }
+  }
+
+  function showSentence() {
+    attention = (sentences[Number(els.sentence.value)] || sentences[0]).attention;
+    hover = null;
+    hideTooltip();
+    populateSelectors();
+    drawHeatmap();
   }
 
   // ---- heatmap -------------------------------------------------------------
@@ -376,6 +406,7 @@
   els.nbest.addEventListener("change", () => readInt(els.nbest, 1, Number(els.beam.value) || defaultBeam, 1));
   const redraw = () => { hover = null; hideTooltip(); drawHeatmap(); };
   for (const select of [els.layer, els.head]) select.addEventListener("change", redraw);
+  els.sentence.addEventListener("change", showSentence);
   for (const type of ["pointermove", "pointerdown"]) els.canvas.addEventListener(type, onPointer);
   els.canvas.addEventListener("pointerleave", clearHover);
   let resizeQueued = false;

@@ -1,0 +1,156 @@
+"""Documents: a text cut into sentences, the sentences translated as lines are, the translation put back together
+with the text's own paragraphs, line breaks and surrounding whitespace.
+
+    document = split("Ein Mann fährt Fahrrad. Zwei Hunde spielen.\n\nEine Frau liest.", "de")
+    document.sentences                        # ('Ein Mann fährt Fahrrad.', 'Zwei Hunde spielen.', 'Eine Frau liest.')
+    document.join(["A man rides a bike.", "Two dogs play.", "A woman reads."])
+    # 'A man rides a bike. Two dogs play.\n\nA woman reads.'
+
+    translate_documents(translator, [text])[0].text          # the same, decoding every sentence in one call
+
+A sentence never spans a line break: each line is split on its own (decode/sentences.py), so lists, headings
+and verse keep their lines. Hard-wrapped prose (a sentence broken over lines) is translated line by line.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from vaswani.data.corpus import clean_line
+from vaswani.decode.sentences import sentence_spans
+
+if TYPE_CHECKING:
+    from vaswani.decode.translator import Translation, Translator, Warn
+
+_LINE = re.compile(r"[^\n\r\u2028\u2029\x85\x0b\x0c]+")  # text between line breaks
+# Languages written without spaces between sentences: their translations are joined without one too.
+UNSPACED = frozenset({"zh", "ja", "th", "lo", "km", "my"})
+
+
+@dataclass(frozen=True)
+class Document:
+    """A text as its sentences and the exact text around them:
+    text == gaps[0] + sentences[0] + gaps[1] + ... + sentences[-1] + gaps[-1], every gap whitespace only."""
+
+    sentences: tuple[str, ...]
+    gaps: tuple[str, ...]  # one more than the sentences
+
+    @property
+    def text(self) -> str:
+        return self.join(self.sentences, spaced=False)
+
+    def join(self, translations: Sequence[str], spaced: bool = True) -> str:
+        """The text with each sentence replaced by its translation. Where two sentences met without a
+        space (Chinese, Japanese, "Hallo.Welt"), `spaced` puts one between their translations."""
+        if len(translations) != len(self.sentences):
+            raise ValueError(f"{len(translations)} translations for {len(self.sentences)} sentences")
+        parts = [self.gaps[0]]
+        for i, translation in enumerate(translations):
+            gap = self.gaps[i + 1]
+            if spaced and not gap and i + 1 < len(translations):
+                gap = " "
+            parts += [translation, gap]
+        return "".join(parts)
+
+
+def split(text: str, language: str | None = None) -> Document:
+    """`text` cut at paragraphs, lines and sentences, with the sentence rules of `language` (an ISO 639-1
+    code such as "de"; None or one pysbd lacks: decode/sentences.py's own rules)."""
+    spans = []
+    for line in _LINE.finditer(text):
+        offset = line.start()
+        spans += [(offset + a, offset + b) for a, b in sentence_spans(line.group(), language)]
+    bounds = [0, *(x for span in spans for x in span), len(text)]
+    gaps = tuple(text[bounds[2 * i] : bounds[2 * i + 1]] for i in range(len(spans) + 1))
+    return Document(tuple(text[a:b] for a, b in spans), gaps)
+
+
+@dataclass(frozen=True)
+class DocumentTranslation:
+    """A text's translation: how it was cut (`document`), each sentence's own `Translation`, and the
+    reassembled `text`; `spaced`: whether the target language puts spaces between sentences."""
+
+    source: str
+    document: Document
+    sentences: list[Translation]
+    spaced: bool = True
+
+    @property
+    def text(self) -> str:
+        return self.document.join([s.text for s in self.sentences], self.spaced)
+
+    @property
+    def truncated(self) -> bool:
+        return any(s.truncated for s in self.sentences)
+
+    def to_dict(self, decimals: int = 4) -> dict[str, Any]:
+        """For JSON: the text; `score` and `log_prob` summed over the sentences (the log-probability of the
+        whole translation, sentences being translated independently); `n_best`: the k-th entry joins every
+        sentence's k-th candidate (its best where it has fewer); `sentences`: each sentence's own record
+        (source, text, scores, n-best and, when computed, attention), as line mode gives it."""
+        records = [{"source": s.source, **s.to_dict(decimals=decimals)} for s in self.sentences]
+        best = [s.candidates[0] for s in self.sentences if s.candidates]
+        ranks = max((len(s.candidates) for s in self.sentences), default=0)
+        n_best = []
+        for k in range(ranks):
+            picked = [s.candidates[min(k, len(s.candidates) - 1)] if s.candidates else None for s in self.sentences]
+            n_best.append(
+                {
+                    "text": self.document.join([c.text if c else "" for c in picked], self.spaced),
+                    "score": _sum([c.score for c in picked if c], decimals),
+                    "log_prob": _sum([c.log_prob for c in picked if c], decimals),
+                }
+            )
+        return {
+            "text": self.text,
+            "score": _sum([c.score for c in best], decimals),
+            "log_prob": _sum([c.log_prob for c in best], decimals),
+            "truncated": self.truncated,
+            "n_best": n_best,
+            "sentences": records,
+        }
+
+
+def translate_documents(
+    translator: Translator,
+    texts: Sequence[str],
+    language: str | None = None,
+    target_language: str | None = None,
+    n_best: int = 1,
+    attention: bool = False,
+    warn: Warn | None = None,
+    progress: Callable[[int], None] | None = None,
+    **options: Any,
+) -> list[DocumentTranslation]:
+    """Each text split into sentences (`language`: the source's; default: what the model was trained on),
+    all sentences of all texts translated in one `translate_with_details` call, as line mode translates lines,
+    and the translations put back in the texts' layout. `warn(index, message)` counts sentences."""
+    source, target = translator.config.data.languages()
+    documents = [split(text, language or source) for text in texts]
+    sentences = [clean_line(s) for document in documents for s in document.sentences]  # NUL: as in line mode
+    results = translator.translate_with_details(
+        sentences, n_best=n_best, attention=attention, warn=warn, progress=progress, **options
+    )
+    return assemble(texts, documents, results, spaced=(target_language or target) not in UNSPACED)
+
+
+def assemble(
+    texts: Sequence[str], documents: Sequence[Document], results: Sequence[Translation], spaced: bool = True
+) -> list[DocumentTranslation]:
+    """The texts' translations from their documents and the translations of all their sentences, in order."""
+    out, position = [], 0
+    for text, document in zip(texts, documents, strict=True):
+        mine = list(results[position : position + len(document.sentences)])
+        position += len(mine)
+        out.append(DocumentTranslation(text, document, mine, spaced))
+    if position != len(results):
+        raise ValueError(f"{len(results)} translations for {position} sentences")
+    return out
+
+
+def _sum(values: list[float], decimals: int) -> float | None:
+    total = float(sum(values))
+    return round(total, decimals) if total == total and abs(total) != float("inf") else None
