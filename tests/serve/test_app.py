@@ -13,6 +13,7 @@ from tests.conftest import write_tiny_model_directory
 from vaswani import __version__
 from vaswani.decode.document import split
 from vaswani.decode.translator import Translator
+from vaswani.runtime import ComputeThread
 from vaswani.serve.app import Settings, create_app
 from vaswani.serve.batching import BusyError, MicroBatcher
 from vaswani.serve.launch import Server, launch
@@ -221,6 +222,32 @@ def test_a_request_gets_the_same_result_alone_or_batched_with_others(translator)
                 )
                 if tb.attention is not None:
                     assert all(x.equal(y) for x, y in zip(tb.attention.cross, ts.attention.cross, strict=True))
+
+
+def test_the_model_is_loaded_measured_and_run_on_one_compute_thread(model_dir, monkeypatch):
+    """runtime.ComputeThread: torch runs 1.5-2.5x slower on a thread other than the one that loaded the model
+    (docs/benchmarks.md, "Serving"), so the service loads, measures and decodes on one thread."""
+    compute = ComputeThread("test-compute")
+    translator = compute.call(Translator.load, model_dir, "cpu", "auto")
+    seen = []
+    for name in ("translate_with_details", "choose_precision"):
+        original = getattr(translator, name)
+
+        def record(*args, _original=original, _name=name, **kwargs):
+            seen.append((_name, threading.current_thread().name))
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(translator, name, record)
+    with TestClient(create_app(translator, model_dir, Settings(), compute=compute)) as client:
+        assert client.post("/v1/translate", json={"text": ["Ein Mann. Eine Frau."]}).status_code == 200
+    assert ("choose_precision", "test-compute") in seen and ("translate_with_details", "test-compute") in seen
+    assert {thread for _, thread in seen} == {"test-compute"}
+    with pytest.raises(ZeroDivisionError):  # a call's exception reaches its caller; the thread goes on
+        compute.call(lambda: 1 / 0)
+    assert compute.call(lambda: threading.current_thread().name) == "test-compute"
+    compute.close()
+    compute.thread.join(5)
+    assert not compute.thread.is_alive()
 
 
 def test_the_batcher_never_mixes_options_and_respects_its_budget(translator):

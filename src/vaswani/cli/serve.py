@@ -23,12 +23,15 @@ def _serve(args: argparse.Namespace) -> None:
     import time
 
     from vaswani.decode.translator import Translator
+    from vaswani.runtime import ComputeThread
 
+    # Loading, measuring and decoding on one thread, never the event loop's: runtime.ComputeThread says why.
+    compute = ComputeThread()
     started = time.perf_counter()
-    translator = Translator.load(args.model_dir, args.device, args.precision)
+    translator = compute.call(Translator.load, args.model_dir, args.device, args.precision)
     load_seconds = time.perf_counter() - started
     console = stderr_console()
-    report_precision(translator, translator.options(), console)  # measured once, before the first request
+    compute.call(report_precision, translator, translator.options(), console)  # measured before the first request
     api_key = args.api_key or os.environ.get("VASWANI_API_KEY") or None
     if api_key is None and args.host not in ("127.0.0.1", "localhost", "::1"):
         console.print(
@@ -49,7 +52,7 @@ def _serve(args: argparse.Namespace) -> None:
         cors_origins=tuple(args.cors_origin or ()),
         **batching,
     )
-    app = create_app(translator, args.model_dir, settings, load_seconds)
+    app = create_app(translator, args.model_dir, settings, load_seconds, compute)
     where = f"http://{args.host}:{args.port}"
     console.print(
         f"vaswani: serving {args.model_dir} at {where}/ (API docs: {where}/docs"

@@ -90,7 +90,8 @@ class Translation:
                 "source_pieces": self.src_pieces,
                 "target_pieces": self.tgt_pieces,
                 "decoder_pieces": self.decoder_pieces,
-                **{kind: [w.round(decimals=decimals).tolist() for w in groups[kind]] for kind in kinds},
+                # numpy, not torch: a server calls this outside its compute thread (runtime.ComputeThread)
+                **{kind: [w.float().numpy().round(decimals).tolist() for w in groups[kind]] for kind in kinds},
             }
         return out
 

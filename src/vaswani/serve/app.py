@@ -11,6 +11,7 @@ says `split_sentences: false`, and tokenized once; `api_key` requires `Authoriza
 No `from __future__ import annotations` here: FastAPI reads the request model's annotation at run time.
 """
 
+import asyncio
 import contextlib
 import dataclasses
 import json
@@ -30,6 +31,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from vaswani import __version__
 from vaswani.decode.document import UNSPACED, Document, assemble, split
 from vaswani.decode.translator import Translator
+from vaswani.runtime import ComputeThread
 from vaswani.serve.batching import BusyError, MicroBatcher
 from vaswani.serve.guards import ApiKey, BodyLimit
 from vaswani.serve.metrics import Metrics, RequestMetrics
@@ -79,10 +81,16 @@ class RequestError(ValueError):
 
 
 def create_app(
-    translator: Translator, model_dir: str | Path, settings: Settings = Settings(), load_seconds: float | None = None
+    translator: Translator,
+    model_dir: str | Path,
+    settings: Settings = Settings(),
+    load_seconds: float | None = None,
+    compute: ComputeThread | None = None,
 ) -> FastAPI:
     """The service for one model; the micro-batcher's worker starts and stops with the app. `load_seconds`: how
-    long loading the model took (reported by /metrics, with the precision measurement made at start-up)."""
+    long loading the model took (reported by /metrics, with the precision measurement made at start-up).
+    `compute`: the thread that loaded `translator`, where it will decode (runtime.ComputeThread; default: a new
+    one, for a translator loaded elsewhere)."""
     s = settings
     source_language, target_language = translator.config.data.languages()
 
@@ -157,15 +165,25 @@ def create_app(
     async def lifespan(app: FastAPI):
         nonlocal batcher
         started = time.perf_counter()
-        translator.choose_precision(translator.options())  # measured now, not in the first request
+        thread = compute or ComputeThread()
+        # Measured now, not in the first request; on the thread that decodes (runtime.ComputeThread says why).
+        await asyncio.wrap_future(thread.submit(translator.choose_precision, translator.options()))
         metrics.load_seconds.set((load_seconds or 0.0) + time.perf_counter() - started)
         batcher = MicroBatcher(
-            translator, s.max_wait, s.max_batch_tokens, s.max_batch_sentences, s.max_queued, on_batch=metrics.batch
+            translator,
+            s.max_wait,
+            s.max_batch_tokens,
+            s.max_batch_sentences,
+            s.max_queued,
+            on_batch=metrics.batch,
+            compute=thread,
         )
         metrics.watch_queue(lambda: batcher.queued if batcher else 0)
         app.state.batcher = batcher
         yield
         batcher.close()  # uvicorn has let the requests in flight finish
+        if compute is None:
+            thread.close()
 
     app = FastAPI(
         title="vaswani",

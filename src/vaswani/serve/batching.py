@@ -1,7 +1,8 @@
 """Micro-batching: the sentences of concurrent requests are translated together.
 
-Requests put their sentences on a queue and wait. One worker thread (torch already uses every core
-for one batch) takes the oldest waiting request, waits up to `max_wait` seconds for more with the same
+Requests put their sentences on a queue and wait. One worker (torch already uses every core for one batch),
+running on the service's compute thread (runtime.ComputeThread: the thread that loaded the model), takes the
+oldest waiting request, waits up to `max_wait` seconds for more with the same
 decoding options, until `max_tokens` source tokens or `max_sentences` sentences are gathered, and
 translates them in one call. The search is batch-invariant (tests/decode: batch-of-N == N-of-1), so a
 request's result never depends on what it was batched with.
@@ -10,6 +11,7 @@ request's result never depends on what it was batched with.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import threading
 import time
@@ -19,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vaswani.decode.translator import Translation, Translator
+from vaswani.runtime import ComputeThread
 
 
 @dataclass
@@ -60,7 +63,9 @@ class BusyError(RuntimeError):
 class MicroBatcher:
     """`await batcher.translate(texts, n_best=..., attention=..., beam_size=...)` from any number of
     concurrent requests; `max_sentences=1` with `max_wait=0` serves one request at a time. At most
-    `max_queued` sentences wait; more are refused with `BusyError` rather than queued without bound."""
+    `max_queued` sentences wait; more are refused with `BusyError` rather than queued without bound.
+    `compute`: the thread to decode on (the one that loaded the translator; the worker holds it until `close`);
+    None: a thread of its own."""
 
     def __init__(
         self,
@@ -70,6 +75,7 @@ class MicroBatcher:
         max_sentences: int = 256,
         max_queued: int = 4096,
         on_batch: OnBatch | None = None,
+        compute: ComputeThread | None = None,
     ) -> None:
         self.translator, self.max_wait, self.max_tokens, self.max_sentences = (
             translator,
@@ -82,12 +88,13 @@ class MicroBatcher:
         self._pending: deque[_Job] = deque()
         self._ready = threading.Condition()
         self._closed = False
-        self._thread = threading.Thread(target=self._run, name="vaswani-batcher", daemon=True)
-        self._thread.start()
+        self._own = compute is None
+        self._compute = compute or ComputeThread("vaswani-batcher")
+        self._worker = self._compute.submit(self._run)
 
     @property
     def alive(self) -> bool:
-        return self._thread.is_alive() and not self._closed
+        return not self._worker.done() and not self._closed
 
     @property
     def queued(self) -> int:
@@ -125,7 +132,9 @@ class MicroBatcher:
         with self._ready:
             self._closed = True
             self._ready.notify()
-        self._thread.join(timeout)
+        concurrent.futures.wait([self._worker], timeout)
+        if self._own:
+            self._compute.close()
 
     def _take(self) -> list[_Job] | None:
         """The next batch: the oldest job and the waiting jobs with its options, within the budgets."""
