@@ -14,7 +14,7 @@ from vaswani import __version__
 from vaswani.decode.document import split
 from vaswani.decode.translator import Translator
 from vaswani.runtime import ComputeThread
-from vaswani.serve.app import Settings, create_app
+from vaswani.serve.app import MICRO_BATCH, Settings, create_app, resolve_precision
 from vaswani.serve.batching import BusyError, MicroBatcher
 from vaswani.serve.launch import Server, launch
 
@@ -248,6 +248,17 @@ def test_the_model_is_loaded_measured_and_run_on_one_compute_thread(model_dir, m
     compute.close()
     compute.thread.join(5)
     assert not compute.thread.is_alive()
+
+
+def test_a_server_resolves_precision_auto_at_a_micro_batch_not_at_translate_batches(model_dir):
+    translator = Translator.load(model_dir, "cpu", "auto")
+    choice = resolve_precision(translator)
+    beam = translator.config.decode.beam_size
+    assert choice.requested == "auto" and MICRO_BATCH * beam != 64 * beam
+    # Measured at a micro-batch's rows (where bf16 is emulated, a probe decides at once: fp32).
+    assert choice.measurement.rows == MICRO_BATCH * beam or (choice.measurement.emulated and choice.precision == "fp32")
+    assert translator.engine.precision == choice.precision in ("fp32", "bf16")  # decided once, for every batch
+    assert resolve_precision(Translator.load(model_dir, "cpu", "fp32")) is None  # asked for: kept
 
 
 def test_the_batcher_never_mixes_options_and_respects_its_budget(translator):

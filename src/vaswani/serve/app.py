@@ -30,7 +30,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from vaswani import __version__
 from vaswani.decode.document import UNSPACED, Document, assemble, split
+from vaswani.decode.engine import TorchEngine
 from vaswani.decode.translator import Translator
+from vaswani.precision import Choice, choose
 from vaswani.runtime import ComputeThread
 from vaswani.serve.batching import BusyError, MicroBatcher
 from vaswani.serve.guards import ApiKey, BodyLimit
@@ -78,6 +80,28 @@ class Settings:
 
 class RequestError(ValueError):
     """A request that passed the schema but not the limits counted after splitting (HTTP 422)."""
+
+
+MICRO_BATCH = 8  # sentences: the batch at whose rows `vaswani serve` measures precision "auto"
+
+
+def resolve_precision(translator: Translator) -> Choice | None:
+    """Precision "auto" of a server, measured at the rows of a micro-batch (MICRO_BATCH sentences x beam), not at
+    the 64-sentence batches of `vaswani translate`: a server's batches are a few requests of a few sentences.
+    The translator then decodes in the chosen precision. Returns the choice (None: nothing to resolve).
+
+    Measured on the quick model (AMD EPYC, 2 cores): bf16 autocast's matrix products are 2x fp32's at 256 rows
+    but 0.8-1.0x at 12-32, and whole batches of 30-50 sentences decoded at 172 sentences/s in bf16 against 181
+    in fp32, the bf16 server's memory growing with each new batch shape (529 -> 693 MiB in 75 batches; flat in
+    fp32): docs/benchmarks.md, "Serving"."""
+    engine = translator.engine
+    if not isinstance(engine, TorchEngine) or engine.precision != "auto":
+        return None
+    device = next(translator.model.parameters()).device
+    beam = translator.config.decode.beam_size
+    choice = choose("auto", translator.model.config, device, MICRO_BATCH * beam, training=False)
+    translator.engine = TorchEngine(translator.model, choice.precision)
+    return choice
 
 
 def create_app(
@@ -167,6 +191,7 @@ def create_app(
         started = time.perf_counter()
         thread = compute or ComputeThread()
         # Measured now, not in the first request; on the thread that decodes (runtime.ComputeThread says why).
+        await asyncio.wrap_future(thread.submit(resolve_precision, translator))
         await asyncio.wrap_future(thread.submit(translator.choose_precision, translator.options()))
         metrics.load_seconds.set((load_seconds or 0.0) + time.perf_counter() - started)
         batcher = MicroBatcher(
