@@ -252,3 +252,31 @@ def test_vaswani_model_shows_the_fields_that_take_effect():
     assert not {"n_decoder_layers", "tie_output", "n_classes", "pool"} & set(tiny)
     two = ModelConfig(share_embeddings=False, tie_output=False, tgt_vocab_size=100, n_decoder_layers=2).in_effect()
     assert (two["tie_output"], two["n_decoder_layers"]) == (False, 2)
+
+
+@pytest.mark.parametrize(
+    ("name", "preset", "steps", "averaged"), [("base", "base", 100_000, 5), ("big", "big", 300_000, 20)]
+)
+def test_the_wmt14_recipes_are_the_papers(name, preset, steps, averaged):
+    """configs/wmt14_en_de_{base,big}.yaml against ../shared/docs/PAPER.md (§5-6, Table 3)."""
+    from vaswani.config import Config
+    from vaswani.train.schedule import learning_rate
+
+    c = Config.load(Path(__file__).resolve().parents[1] / f"configs/wmt14_en_de_{name}.yaml")
+    assert dataclasses.asdict(c.model) == dataclasses.asdict(
+        ModelConfig.preset(preset, vocab_size=37000, max_positions=c.model.max_positions)
+    )
+    assert (c.data.tokenizer, c.data.vocab_size, c.model.share_embeddings) == ("bpe", 37000, True)
+    assert c.data.max_tokens * c.train.accumulate == 25_000  # ~25k source + ~25k target tokens a step, one GPU
+    t = c.train
+    assert (t.max_steps, t.warmup_steps, t.lr_schedule, t.label_smoothing, t.keep_last) == (
+        steps,
+        4000,
+        "noam",
+        0.1,
+        averaged,
+    )
+    assert (t.adam_beta1, t.adam_beta2, t.adam_eps, t.weight_decay, t.clip_norm) == (0.9, 0.98, 1e-9, 0.0, 0.0)
+    d_model = c.model.d_model
+    assert learning_rate(4000, t, d_model) == pytest.approx(d_model**-0.5 * 4000**-0.5)  # the peak, §5.3
+    assert (c.decode.beam_size, c.decode.length_penalty, c.decode.max_len_a, c.decode.max_len_b) == (4, 0.6, 1.0, 50)
