@@ -36,6 +36,9 @@ class Family:
     one_vocabulary: bool  # source and target are one vocabulary (a single stack)
     exports: tuple[str, ...]  # `vaswani export --to` targets that take it
     about: str  # a few words for messages and documentation
+    # Which stacks run: "encoder-decoder" (the encoder reads the source, the decoder the target), "decoder"
+    # (causal, one sequence) or "encoder" (bidirectional, one sequence); read by flops.py's count.
+    stack: str = "encoder-decoder"
 
     def check(self, ability: str, what: str) -> None:
         """A ValueError naming the command to use when this family cannot do `ability`; `what` names the model."""
@@ -61,6 +64,7 @@ FAMILIES: dict[str, Family] = {
             False,
             ("ctranslate2", "huggingface"),
             "the paper's encoder-decoder translation model",
+            stack="encoder-decoder",
         ),
         Family(
             "decoder_only",
@@ -73,6 +77,7 @@ FAMILIES: dict[str, Family] = {
             True,
             (),
             "a causal language model, GPT's",
+            stack="decoder",
         ),
         Family(
             "encoder_only",
@@ -85,6 +90,7 @@ FAMILIES: dict[str, Family] = {
             True,
             (),
             "a bidirectional masked language model, BERT's",
+            stack="encoder",
         ),
     )
 }

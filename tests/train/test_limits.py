@@ -72,11 +72,12 @@ def test_progress_lines_appear_in_a_log_before_the_first_validation(tmp_path):
     lines = log.getvalue().splitlines()
     steps = [line for line in lines if line.startswith("step ") and "tok/s" in line]
     assert [line.split()[1] for line in steps] == ["2/8", "4/8", "6/8", "8/8"]  # every valid_every // 4 updates
-    for word in ("loss", "lr", "tok/s", "elapsed", "left"):
+    for word in ("loss", "lr", "tok/s", "MFU", "elapsed", "left"):
         assert word in steps[0]
     first_validation = next(i for i, line in enumerate(lines) if line.startswith("step 8:"))
     assert lines.index(steps[0]) < first_validation
-    assert "training ended at step 8" in lines[-1] and "reached train.max_steps (8)" in lines[-1]
+    assert "training ended at step 8" in lines[-2] and "reached train.max_steps (8)" in lines[-2]
+    assert lines[-1].startswith("speed: ") and "MFLOP per token" in lines[-1] and "of measured CPU" in lines[-1]
 
 
 def test_max_time_stops_validates_and_saves_and_a_resume_counts_the_time_spent(tmp_path):

@@ -22,6 +22,7 @@ from rich.console import Console
 from vaswani.config import Config, ConfigError
 from vaswani.console import format_duration, progress_bar, stderr_console
 from vaswani.data import store
+from vaswani.flops import peak_flops
 from vaswani.model_dir import (
     WEIGHTS,
     CheckpointError,
@@ -209,10 +210,12 @@ class Trainer:
     def _autocast(self):
         return autocast(self.device, self.config.train.precision)
 
-    def _train_step(self, batches: list) -> tuple[torch.Tensor, int]:
+    def _train_step(self, batches: list) -> tuple[torch.Tensor, int, float]:
         """One optimizer step over the accumulated batches; the loss is normalised by the target
-        tokens of the whole global batch, so any split over ranks and micro-batches gives the same update."""
+        tokens of the whole global batch, so any split over ranks and micro-batches gives the same update.
+        Returns the summed loss, this rank's tokens and its model FLOPs (flops.py, counted on the host)."""
         local_tokens = sum(self.task.count(b) for b in batches)  # counted by the loader: no device sync here
+        local_flops = sum(self.task.flops(b, self.config.model) for b in batches)
         tokens = torch.tensor(float(local_tokens), device=self.device)
         if self.world > 1:
             dist.all_reduce(tokens)
@@ -229,7 +232,7 @@ class Trainer:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.train.clip_norm)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return total, local_tokens
+        return total, local_tokens, local_flops
 
     def train(self) -> TrainState:
         # Rank 0 checks the directory and makes the data (the tokenizer); the others then open what it wrote.
@@ -318,7 +321,9 @@ class Trainer:
         metrics_path = self.model_dir / "metrics.jsonl"
         budget = t.max_seconds
         log_every = max(1, min(100, t.valid_every // 4))
-        window_loss = window_tokens = 0.0
+        window_loss = window_tokens = window_flops = 0.0
+        run_flops = run_tokens = run_seconds = 0.0  # training steps only, for the summary
+        peak = peak_flops(self.device, self.config.train.precision)
         window_start = started = time.perf_counter()
         elapsed_before, steps_before = state.elapsed, state.step
         ended = self._limit_reached(state, budget)
@@ -337,35 +342,46 @@ class Trainer:
                 for group in self.optimizer.param_groups:
                     group["lr"] = lr
                 self.model.train()
-                loss, tokens = self._train_step(self._next_batches(stream, state))
+                loss, tokens, flops = self._train_step(self._next_batches(stream, state))
                 window_loss += loss
                 window_tokens += tokens
+                window_flops += flops
                 now = time.perf_counter()
                 state.elapsed = self._agreed(elapsed_before + now - started)
                 ended = self._limit_reached(state, budget)
                 report(1)
                 if state.step % log_every == 0 or state.step % t.valid_every == 0 or ended:
                     window_loss = float(window_loss)  # the one host sync of the loss, per logged window
+                    seconds = now - window_start
                     record = {
                         "step": state.step,
                         "epoch": state.epoch + 1,
                         "train_loss": window_loss / window_tokens,
                         "lr": lr,
-                        "tokens_per_s": window_tokens * self.world / (now - window_start),
+                        "tokens_per_s": window_tokens * self.world / seconds,
+                        "flops_per_s": window_flops * self.world / seconds,
                         "elapsed_s": round(state.elapsed, 1),
                     }
+                    if peak is not None:
+                        record["mfu"] = window_flops / seconds / peak[0]  # one rank's share of its device
+                    run_flops, run_tokens, run_seconds = (
+                        run_flops + window_flops,
+                        run_tokens + window_tokens,
+                        run_seconds + seconds,
+                    )
                     per_step = (now - started) / (state.step - steps_before)
                     left = (t.max_steps - state.step) * per_step
                     if budget is not None:
                         left = min(left, budget - state.elapsed)
                     info = (
                         f"epoch {record['epoch']} loss {record['train_loss']:.3f} lr {lr:.2e} "
-                        f"{record['tokens_per_s']:,.0f} tok/s, {format_duration(state.elapsed)} elapsed, "
+                        f"{record['tokens_per_s']:,.0f} tok/s{_mfu_text(record.get('mfu'))}, "
+                        f"{format_duration(state.elapsed)} elapsed, "
                         f"~{format_duration(max(0.0, left))} left"
                     )
                     report.show(info)
                     self._append(metrics_path, record)
-                    window_loss = window_tokens = 0.0
+                    window_loss = window_tokens = window_flops = 0.0
                     window_start = time.perf_counter()
                 if state.step % t.valid_every == 0 or ended:
                     if self._validate_and_save(data, state, metrics_path):
@@ -373,6 +389,18 @@ class Trainer:
                     state.elapsed = self._agreed(elapsed_before + time.perf_counter() - started)
                     window_start = time.perf_counter()  # tokens/s counts training steps only
         self.log(f"training ended at step {state.step} after {format_duration(state.elapsed)}: {ended}")
+        if run_seconds > 0:
+            speed = run_flops / run_seconds
+            against = (
+                f"{speed / peak[0]:.1%} of {peak[1]} ({peak[0] / 1e12:,.2f} TFLOP/s)"
+                if peak is not None
+                else "peak of this device unknown (vaswani/flops.py: GPU_PEAKS)"
+            )
+            self.log(
+                f"speed: {run_tokens * self.world / run_seconds:,.0f} tokens/s, "
+                f"{speed * self.world / 1e12:,.3f} model TFLOP/s ({run_flops / max(run_tokens, 1) / 1e6:,.1f} "
+                f"MFLOP per token, vaswani/flops.py); MFU {against}"
+            )
 
     def _limit_reached(self, state: TrainState, budget: float | None) -> str | None:
         """Which limit ends the run now, in words naming the setting; None: go on."""
@@ -434,3 +462,7 @@ class Trainer:
         character; mlm: masked-token loss and accuracy; classify: accuracy and loss), in the run's precision."""
         with self._autocast():
             return self.task.validate(self.model.eval(), data)
+
+
+def _mfu_text(value: float | None) -> str:
+    return "" if value is None else f", MFU {value:.1%}"

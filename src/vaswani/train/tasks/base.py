@@ -24,6 +24,8 @@ from rich.console import Console
 from torch import Tensor
 
 from vaswani.config import Config, ModelConfig
+from vaswani.families import family
+from vaswani.flops import lengths, training_flops
 from vaswani.nn import build_model
 
 
@@ -123,6 +125,17 @@ class Task:
 
     def count(self, batch: Any) -> int:
         return batch.count
+
+    def flops(self, batch: Any, config: ModelConfig) -> float:
+        """Model FLOPs of one training pass over `batch` (vaswani/flops.py), counted on the host from its
+        lengths: a TextBatch's sequences, read by the family's one stack, and its predicted tokens; an
+        encoder's auxiliary masked-LM copy (classify) as a second pass."""
+        n = lengths(batch.ids, config.pad_id)
+        src, tgt = (n, None) if family(config.type).stack == "encoder" else (None, n)
+        if batch.masked is not None:
+            return training_flops(config, src, tgt, 0) + training_flops(config, src, tgt, batch.aux_count)
+        predicted = batch.aux_count if batch.labels is not None else batch.count
+        return training_flops(config, src, tgt, predicted)
 
     def loss(self, wrapped: torch.nn.Module, model: torch.nn.Module, batch: Any) -> Tensor:
         """The batch's summed loss (the trainer divides by the global `count`)."""

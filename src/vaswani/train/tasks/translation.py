@@ -16,6 +16,7 @@ from vaswani.data.prepare import check_manifest, install_tokenizer, open_or_prep
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.decode.search import search_ids
 from vaswani.evaluate import bleu
+from vaswani.flops import lengths, training_flops
 from vaswani.runtime import release_freed_memory
 from vaswani.train.loader import EpochPlan, RunData, batch_stream, load_run_data
 from vaswani.train.loss import label_smoothed_cross_entropy
@@ -96,6 +97,10 @@ class Translation(Task):
 
     def count(self, batch) -> int:
         return batch.tgt_tokens  # counted by the loader: no device sync in the step
+
+    def flops(self, batch, config) -> float:
+        pad = config.pad_id
+        return training_flops(config, lengths(batch.src, pad), lengths(batch.tgt_in, pad), batch.tgt_tokens)
 
     def loss(self, wrapped, model, batch) -> torch.Tensor:
         loss, _ = label_smoothed_cross_entropy(
