@@ -236,3 +236,30 @@ def test_toy_copy_task_converges_in_under_a_minute_of_cpu(tmp_path):
     # bar keeps a margin (an untrained model scores ~0)
     assert state.history[-1]["valid_exact"] >= 0.95, state.history
     assert cpu < 60, f"{cpu:.0f} s of CPU"
+
+
+def test_a_compiled_training_step_trains_as_the_eager_one(tmp_path):
+    """train.compile: torch.compile works on the CPU (Inductor, a C++ compiler) and trains as the eager step does:
+    the same losses step by step, to float reordering. (Its weights differ by up to ~lr in single elements whose
+    gradient is float noise, such as the attention's key biases, which Adam blows up.) Off by default: it measured
+    slower here (docs/benchmarks.md, "MFU")."""
+    from vaswani.config import ConfigError
+    from vaswani.train.trainer import _inductor_isa
+
+    trainer = Trainer(_config(max_steps=3, valid_every=3, compile=True), tmp_path / "compiled", _quiet())
+    if _inductor_isa() == "avx2":  # Inductor's AVX2 code gave NaN gradients (ATEN_CPU_CAPABILITY=avx2 plays it)
+        with pytest.raises(ConfigError, match=r"train\.compile: on this CPU torch\.compile writes AVX2 code"):
+            trainer.train()
+        return
+    Trainer(_config(max_steps=3, valid_every=3), tmp_path / "eager", _quiet()).train()
+    trainer.train()
+    assert type(trainer.wrapped).__name__ == "OptimizedModule"
+
+    def losses(run: str) -> list[float]:
+        records = map(json.loads, (tmp_path / run / "metrics.jsonl").read_text().splitlines())
+        return [r["train_loss"] for r in records if "train_loss" in r]
+
+    eager, compiled = losses("eager"), losses("compiled")
+    assert len(eager) == 3 and eager[0] == pytest.approx(compiled[0], rel=1e-6)  # the same model, the same batch
+    assert eager[1:] == pytest.approx(compiled[1:], rel=1e-4)  # after updates from compiled gradients
+    assert eager[2] < eager[0] - 0.1  # it learns: a wrong gradient would not stay within 1e-4

@@ -46,6 +46,10 @@ class TrainConfig:
     # a fixed budget is best spent annealing to its end (Li et al., 2020, "Budgeted Training").
     # cosine: multiplied by (1 + cos(pi * progress)) / 2 instead (GPT's schedule)
     lr_decay: Literal["none", "linear", "cosine"] = "none"
+    # torch.compile the model for the training step (dynamic shapes: batches vary in length). Off by default:
+    # on this project's CPUs it compiles for 20-55 s and then runs 2-11% slower (docs/benchmarks.md, "MFU");
+    # refused where Inductor writes AVX2 code, which gave NaN gradients here. Not yet measured on a GPU.
+    compile: bool = False
     device: str = "auto"
     seed: int = 1
     valid_every: int = 1000  # steps between validations (and checkpoints)
