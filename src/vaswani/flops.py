@@ -59,24 +59,28 @@ def forward_flops(
 ) -> float:
     """FLOPs of one forward pass over a batch: sequences of `src_lengths` (read by an encoder) and/or
     `tgt_lengths` (read by a decoder), one pair per example for an encoder-decoder, and `predicted` tokens
-    projected onto the vocabulary."""
+    projected onto the vocabulary. The per-token counts above, summed: linear in the lengths for the products
+    with weights, quadratic for attention (sums of S^2, T^2 and S*T over the batch)."""
     d, f, V = config.d_model, config.d_ff, config.tgt_vocab_size
     stack = family(config.type).stack
-    total = 2.0 * d * V * predicted
     if stack == "encoder-decoder":
         if src_lengths is None or tgt_lengths is None or len(src_lengths) != len(tgt_lengths):
             raise ValueError("an encoder-decoder needs a source and a target length per example")
-        for S, T in zip(src_lengths, tgt_lengths, strict=True):
-            total += config.n_layers * S * (8 * d * d + 4 * S * d + 4 * d * f)
-            total += config.decoder_layers * (T * (8 * d * d + 4 * T * d + 4 * d * d + 4 * S * d + 4 * d * f))
-            total += config.decoder_layers * S * 4 * d * d
-        return total
-    lengths = tgt_lengths if stack == "decoder" else src_lengths
-    if lengths is None:
-        raise ValueError(f"a {stack}-only model needs the lengths of the sequences it reads")
-    layers = config.decoder_layers if stack == "decoder" else config.n_layers
-    for n in lengths:
-        total += layers * n * (8 * d * d + 4 * n * d + 4 * d * f)
+        cross = 4 * d * sum(S * T for S, T in zip(src_lengths, tgt_lengths, strict=True))
+    else:
+        if (src_lengths if stack == "encoder" else tgt_lengths) is None:
+            raise ValueError(f"a {stack}-only model needs the lengths of the sequences it reads")
+        cross = 0
+    total = 2.0 * d * V * predicted
+    if src_lengths is not None and stack != "decoder":  # encoder layers, and the decoder's cross K, V
+        S, S2 = sum(src_lengths), sum(n * n for n in src_lengths)
+        total += config.n_layers * (S * (8 * d * d + 4 * d * f) + 4 * d * S2)
+        if stack == "encoder-decoder":
+            total += config.decoder_layers * (4 * d * d * S + cross)
+    if tgt_lengths is not None and stack != "encoder":  # decoder layers: self-attention, FFN (+ cross Q, O)
+        T, T2 = sum(tgt_lengths), sum(n * n for n in tgt_lengths)
+        per_token = 8 * d * d + 4 * d * f + (4 * d * d if stack == "encoder-decoder" else 0)
+        total += config.decoder_layers * (T * per_token + 4 * d * T2)
     return total
 
 

@@ -115,14 +115,21 @@ def _translate_document(
     with Lines(args.input, args.output, console) as lines:
         text = lines.text()
         language = args.source_language or translator.config.data.languages()[0]
-        sentences = len(split(text, language).sentences)
+        document = split(text, language)
+        sentences = len(document.sentences)
         with progress_bar(console, "translating", sentences, enabled=sentences > 0) as advance:
 
             def warn(index: int, message: str) -> None:
                 console.print(f"vaswani: warning: sentence {index + 1}: {message}")
 
             [result] = translate_documents(
-                translator, [text], language, n_best=args.n_best, warn=warn, progress=advance, **overrides
+                translator,
+                [text],
+                n_best=args.n_best,
+                warn=warn,
+                progress=advance,
+                documents=[document],
+                **overrides,
             )
         if args.n_best > 1 or args.scores:
             lines.write([json.dumps(result.to_dict(), ensure_ascii=False)])

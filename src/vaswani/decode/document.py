@@ -30,6 +30,11 @@ _LINE = re.compile(r"[^\n\r\u2028\u2029\x85\x0b\x0c]+")  # text between line bre
 UNSPACED = frozenset({"zh", "ja", "th", "lo", "km", "my"})
 
 
+def puts_spaces(language: str | None) -> bool:
+    """Whether `language` puts a space between sentences (translations into it are joined with one)."""
+    return language not in UNSPACED
+
+
 @dataclass(frozen=True)
 class Document:
     """A text as its sentences and the exact text around them:
@@ -123,18 +128,21 @@ def translate_documents(
     attention: bool = False,
     warn: Warn | None = None,
     progress: Callable[[int], None] | None = None,
+    documents: Sequence[Document] | None = None,
     **options: Any,
 ) -> list[DocumentTranslation]:
     """Each text split into sentences (`language`: the source's; default: what the model was trained on),
     all sentences of all texts translated in one `translate_with_details` call, as line mode translates lines,
-    and the translations put back in the texts' layout. `warn(index, message)` counts sentences."""
+    and the translations put back in the texts' layout. `warn(index, message)` counts sentences.
+    `documents`: the texts' `split`, where the caller has made it already (to size a progress bar)."""
     source, target = translator.config.data.languages()
-    documents = [split(text, language or source) for text in texts]
+    if documents is None:
+        documents = [split(text, language or source) for text in texts]
     sentences = [clean_line(s) for document in documents for s in document.sentences]  # NUL: as in line mode
     results = translator.translate_with_details(
         sentences, n_best=n_best, attention=attention, warn=warn, progress=progress, **options
     )
-    return assemble(texts, documents, results, spaced=(target_language or target) not in UNSPACED)
+    return assemble(texts, documents, results, spaced=puts_spaces(target_language or target))
 
 
 def assemble(

@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from vaswani import __version__
-from vaswani.decode.document import UNSPACED, Document, assemble, split
+from vaswani.decode.document import Document, assemble, puts_spaces, split
 from vaswani.decode.engine import TorchEngine
 from vaswani.decode.translator import Translator
 from vaswani.precision import Choice, choose
@@ -191,8 +191,8 @@ def create_app(
         started = time.perf_counter()
         thread = compute or ComputeThread()
         # Measured now, not in the first request; on the thread that decodes (runtime.ComputeThread says why).
-        await asyncio.wrap_future(thread.submit(resolve_precision, translator))
-        await asyncio.wrap_future(thread.submit(translator.choose_precision, translator.options()))
+        if await asyncio.wrap_future(thread.submit(resolve_precision, translator)) is None:  # asked for by name
+            await asyncio.wrap_future(thread.submit(translator.choose_precision, translator.options()))
         metrics.load_seconds.set((load_seconds or 0.0) + time.perf_counter() - started)
         batcher = MicroBatcher(
             translator,
@@ -279,8 +279,8 @@ def create_app(
         if documents is None:
             translations = [r.to_dict() for r in results]
         else:
-            spaced = target_language not in UNSPACED
-            translations = [d.to_dict() for d in assemble(request.text, documents, results, spaced)]
+            joined = assemble(request.text, documents, results, puts_spaces(target_language))
+            translations = [d.to_dict() for d in joined]
         return JSONResponse(
             {"translations": translations, "elapsed_ms": round((time.perf_counter() - started) * 1000, 1)}
         )

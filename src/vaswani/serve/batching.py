@@ -32,14 +32,14 @@ class _Job:
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future
     queued: float = field(default_factory=time.perf_counter)
+    tokens: int = field(init=False)  # source tokens: counted once, read at every look at the queue
+
+    def __post_init__(self) -> None:
+        self.tokens = sum(map(len, self.ids))
 
     @property
     def key(self) -> Hashable:
         return self.options
-
-    @property
-    def tokens(self) -> int:
-        return sum(len(x) for x in self.ids)
 
 
 @dataclass
@@ -202,7 +202,8 @@ class MicroBatcher:
         self.stats.largest = max(self.stats.largest, len(texts))
         if self.on_batch is not None:
             generated = sum(len(r.candidates[0].tokens) for r in results if r.candidates)
-            self.on_batch(len(texts), len(batch), sum(map(len, ids)), generated, time.perf_counter() - started)
+            tokens = sum(job.tokens for job in batch)
+            self.on_batch(len(texts), len(batch), tokens, generated, time.perf_counter() - started)
         start = 0
         for job in batch:
             _reply(job, results[start : start + len(job.texts)], None)
