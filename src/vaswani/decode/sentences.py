@@ -5,8 +5,9 @@
 pysbd (Sadvilkar & Neumann, 2020) is a port of the Golden Rules set of the Ruby `pragmatic_segmenter`:
 per-language abbreviation lists, ordinal numbers ("am 3. Oktober"), quotes and parentheses, decimals, initials.
 It was chosen over sentencex, blingfire, syntok, Moses' sentence-splitter and our own rules by
-benchmarks/sentence_split.py (docs/benchmarks.md, "Sentence splitting"). `rule_spans` is the fallback where pysbd lacks the language, where
-the language is unknown, or where pysbd changed the text so that its sentences cannot be found in it.
+benchmarks/sentence_split.py (docs/benchmarks.md, "Sentence splitting"). `rule_spans` is the fallback where
+pysbd lacks the language, where the language is unknown, or where pysbd changed the text so that its sentences
+cannot be found in it.
 
 A span never holds leading or trailing whitespace; text between spans is whitespace only (or nothing).
 """
