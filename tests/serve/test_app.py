@@ -14,6 +14,7 @@ from vaswani import __version__
 from vaswani.decode.document import split
 from vaswani.decode.translator import Translator
 from vaswani.runtime import ComputeThread
+from vaswani.serve import app as app_module
 from vaswani.serve.app import MICRO_BATCH, Settings, create_app, resolve_precision
 from vaswani.serve.batching import BusyError, MicroBatcher
 from vaswani.serve.launch import Server, launch
@@ -230,17 +231,20 @@ def test_the_model_is_loaded_measured_and_run_on_one_compute_thread(model_dir, m
     compute = ComputeThread("test-compute")
     translator = compute.call(Translator.load, model_dir, "cpu", "auto")
     seen = []
-    for name in ("translate_with_details", "choose_precision"):
-        original = getattr(translator, name)
 
-        def record(*args, _original=original, _name=name, **kwargs):
-            seen.append((_name, threading.current_thread().name))
-            return _original(*args, **kwargs)
+    def recorded(name, original):
+        def record(*args, **kwargs):
+            seen.append((name, threading.current_thread().name))
+            return original(*args, **kwargs)
 
-        monkeypatch.setattr(translator, name, record)
+        return record
+
+    # precision "auto" is measured at start-up by serve.app.resolve_precision, which calls precision.choose
+    monkeypatch.setattr(app_module, "choose", recorded("choose", app_module.choose))
+    monkeypatch.setattr(translator, "translate_with_details", recorded("translate", translator.translate_with_details))
     with TestClient(create_app(translator, model_dir, Settings(), compute=compute)) as client:
         assert client.post("/v1/translate", json={"text": ["Ein Mann. Eine Frau."]}).status_code == 200
-    assert ("choose_precision", "test-compute") in seen and ("translate_with_details", "test-compute") in seen
+    assert seen[0] == ("choose", "test-compute") and ("translate", "test-compute") in seen
     assert {thread for _, thread in seen} == {"test-compute"}
     with pytest.raises(ZeroDivisionError):  # a call's exception reaches its caller; the thread goes on
         compute.call(lambda: 1 / 0)
