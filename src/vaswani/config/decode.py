@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from vaswani.config.fields import ConfigError
 
@@ -16,7 +17,11 @@ class DecodeConfig:
     override one by one, so all of them take effect, sampling's included where decode.sampling is false."""
 
     beam_size: int = 4  # 1 is greedy search
-    length_penalty: float = 0.6  # α of the GNMT length penalty
+    length_penalty: float = 0.6  # α of the length penalty
+    # How a finished hypothesis's log-probability is normalised: gnmt, ((5 + |Y|) / 6)^α (Wu et al. 2016, the
+    # paper's tensor2tensor code); power, |Y|^α (Hugging Face's generate, fairseq, CTranslate2: what an
+    # imported Marian model was tuned with). |Y| counts the generated tokens, EOS included.
+    length_rule: Literal["gnmt", "power"] = "gnmt"
     max_len_a: float = 1.0  # maximum output length = a * source length + b (§6.1: input + 50)
     max_len_b: int = 50
     # False: a sentence ends when no live hypothesis can beat its best finished one (tensor2tensor,
@@ -34,5 +39,7 @@ class DecodeConfig:
             raise ConfigError("decode.beam_size and decode.batch_size must be positive")
         if self.length_penalty < 0 or self.max_len_a < 0 or self.max_len_b < 0:
             raise ConfigError("decode.length_penalty, decode.max_len_a and decode.max_len_b must be >= 0")
+        if self.length_rule not in ("gnmt", "power"):
+            raise ConfigError(f"decode.length_rule must be gnmt or power, got {self.length_rule!r}")
         if self.temperature <= 0 or self.top_k < 0 or not 0 < self.top_p <= 1:
             raise ConfigError("decode.temperature must be > 0, decode.top_k >= 0 and decode.top_p in (0, 1]")

@@ -31,7 +31,9 @@ class ModelConfig:
     # §5.4 names no dropout inside attention; the tensor2tensor reference code had it. It also
     # disables the fused attention kernels on CPU, so it stays an option.
     attention_dropout: float = 0.0
-    activation: Literal["relu", "gelu"] = "relu"  # §3.3: max(0, xW1 + b1)W2 + b2
+    # §3.3: max(0, xW1 + b1)W2 + b2. gelu: BERT's (erf); gelu_tanh: GPT-2's tanh approximation ("gelu_new");
+    # silu: x * sigmoid(x), Marian's "swish" (OPUS-MT).
+    activation: Literal["relu", "gelu", "gelu_tanh", "silu"] = "relu"
     norm_first: bool = False  # False: post-norm, LayerNorm(x + Sublayer(x)) as in §3.1
     positions: Literal["sinusoidal", "learned"] = "sinusoidal"  # §3.5; learned is Table 3 row (E)
     # The longest sequence a stack reads: sources are cut to it (EOS included), outputs end at it, learned
@@ -39,9 +41,12 @@ class ModelConfig:
     max_positions: int = 1024
     share_embeddings: bool = True  # §3.4: one matrix for source, target and pre-softmax weights
     tie_output: bool = True  # with separate vocabularies: target embedding = pre-softmax weights
+    scale_embeddings: bool = True  # §3.4: token embeddings times sqrt(d_model); GPT-2 and BERT do not scale
+    # A bias added to the logits (Marian's final_logits_bias); §3.4's pre-softmax projection has none.
+    output_bias: bool = False
     layer_norm_eps: float = 1e-6  # the tensor2tensor reference value
     pad_id: int = PAD_ID  # vaswani/special.py: the ids every vocabulary trained here gives its special tokens
-    bos_id: int = BOS_ID
+    bos_id: int = BOS_ID  # the decoder's first input; may be pad_id (Marian's decoders start from PAD)
     eos_id: int = EOS_ID
     # Fine-tuning (decoder_only / encoder_only): a linear classifier over one pooled position, with this many
     # classes; 0: none. pool: the last real token (GPT; auto for decoder_only), the first (BERT's [CLS]
@@ -120,8 +125,11 @@ class ModelConfig:
             value = getattr(self, name)
             if not 0.0 <= value < 1.0:
                 raise ConfigError(f"model.{name} must be in [0, 1), got {value!r}")
-        if self.activation not in ("relu", "gelu"):
-            raise ConfigError(f"model.activation must be 'relu' or 'gelu', got {self.activation!r}")
+        if self.activation not in ACTIVATIONS:
+            raise ConfigError(
+                f"model.activation must be one of {', '.join(ACTIVATIONS)}, got {self.activation!r}"
+                f"{closest(str(self.activation), list(ACTIVATIONS))}"
+            )
         if self.positions not in ("sinusoidal", "learned"):
             raise ConfigError(f"model.positions must be 'sinusoidal' or 'learned', got {self.positions!r}")
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
@@ -133,8 +141,8 @@ class ModelConfig:
         for name, value in ids.items():
             if not 0 <= value < min(self.src_vocab_size, self.tgt_vocab_size):
                 raise ConfigError(f"model.{name}={value} is outside the vocabulary")
-        if len(set(ids.values())) != 3:
-            raise ConfigError(f"model.pad_id, bos_id and eos_id must differ, got {ids}")
+        if self.eos_id in (self.pad_id, self.bos_id):
+            raise ConfigError(f"model.eos_id must differ from pad_id and bos_id, got {ids}")
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> ModelConfig:
@@ -158,6 +166,9 @@ class ModelConfig:
     def to_dict(self) -> dict[str, Any]:
         """Every field with its value (`in_effect` leaves out those that do not take effect)."""
         return dataclasses.asdict(self)
+
+
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
 
 
 def fitting(task: str) -> list[str]:

@@ -1,9 +1,19 @@
-"""SentencePiece: trained on the training text, stored in the model directory, raw text in and out."""
+"""Tokenizers: raw text in and out, stored in the model directory.
+
+Two layouts, one interface (`Tokenizer`, whose `src` and `tgt` answer as SentencePiece processors do):
+- SentencePiece models trained here on the training text: tokenizer.model (joint) or src.model + tgt.model;
+  a piece's id is SentencePiece's, and special ids are vaswani/special.py's.
+- Marian's (OPUS-MT, imported by `vaswani import`): source.spm and target.spm segment the text, and
+  vocab.json (target_vocab.json where the vocabularies are separate) numbers the pieces: ids are the JSON's,
+  not SentencePiece's. A leading `>>lang<<` token (a multilingual model's target language) is kept whole.
+"""
 
 from __future__ import annotations
 
 import io
 import itertools
+import json
+import shutil
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -15,15 +25,100 @@ from vaswani.special import BOS_ID, EOS_ID, MASK, PAD_ID, UNK_ID
 _SPECIAL = {"pad_id": PAD_ID, "bos_id": BOS_ID, "eos_id": EOS_ID, "unk_id": UNK_ID}
 
 
-class Tokenizer:
-    """One SentencePiece model (joint vocabulary) or two (source and target)."""
+MARIAN_FILES = ("source.spm", "target.spm", "vocab.json")  # + target_vocab.json with separate vocabularies
+MARIAN_TARGET_VOCAB = "target_vocab.json"
 
-    def __init__(self, src: spm.SentencePieceProcessor, tgt: spm.SentencePieceProcessor | None = None) -> None:
+
+class VocabPieces:
+    """A SentencePiece model whose pieces are numbered by a vocabulary of their own (Marian's vocab.json).
+
+    It answers what vaswani asks of a SentencePieceProcessor (encode, decode, id_to_piece, piece_to_id,
+    get_piece_size, unk_id). As MarianTokenizer: a piece missing from the vocabulary is <unk>; a leading
+    `>>lang<<` token is one piece; on decoding, pieces SentencePiece does not know (special tokens, language
+    tokens) are written as text between the decoded runs."""
+
+    def __init__(self, processor: spm.SentencePieceProcessor, vocab: dict[str, int], path: Path) -> None:
+        self.processor, self.vocab, self.path = processor, vocab, path
+        size = max(vocab.values()) + 1
+        self.pieces = [""] * size
+        for piece, i in vocab.items():
+            self.pieces[i] = piece
+        if "<unk>" not in vocab:
+            raise DataError(f"{path} has no <unk> token; is it a Marian vocabulary?")
+        self._unk = vocab["<unk>"]
+        self._known = {p for p in vocab if processor.piece_to_id(p) != processor.unk_id() or p == "<unk>"}
+
+    def get_piece_size(self) -> int:
+        return len(self.pieces)
+
+    def unk_id(self) -> int:
+        return self._unk
+
+    def id_to_piece(self, i: int) -> str:
+        return self.pieces[i]
+
+    def piece_to_id(self, piece: str) -> int:
+        return self.vocab.get(piece, self._unk)
+
+    def encode(self, lines: Sequence[str], **sampling) -> list[list[int]]:
+        sampling.pop("num_threads", None)
+        out = []
+        for line in lines:
+            code = []
+            if line.startswith(">>") and (end := line.find("<<")) != -1:  # MarianTokenizer.remove_language_code
+                code, line = [line[: end + 2]], line[end + 2 :]
+            pieces = self.processor.encode(line, out_type=str, **sampling)
+            out.append([self.vocab.get(p, self._unk) for p in code + pieces])
+        return out
+
+    def decode(self, ids: Sequence[int] | Sequence[Sequence[int]]) -> str | list[str]:
+        if ids and not isinstance(ids[0], int):
+            return [self._decode_one(x) for x in ids]
+        return self._decode_one(ids)
+
+    def _decode_one(self, ids: Sequence[int]) -> str:
+        text, run = [], []
+        for i in ids:
+            piece = self.pieces[i]
+            if piece in self._known and not (piece.startswith("<") and piece.endswith(">")):
+                run.append(piece)
+                continue
+            text.append(self.processor.decode_pieces(run) + piece + " ")  # as MarianTokenizer writes specials
+            run = []
+        text.append(self.processor.decode_pieces(run))
+        return "".join(text).strip()
+
+
+class Tokenizer:
+    """One SentencePiece model (joint vocabulary) or two (source and target); or Marian's pair of SentencePiece
+    models numbered by one vocabulary (or two), as `VocabPieces`."""
+
+    def __init__(
+        self,
+        src: spm.SentencePieceProcessor | VocabPieces,
+        tgt: spm.SentencePieceProcessor | VocabPieces | None = None,
+    ) -> None:
         self.src = src
         self.tgt = tgt or src
 
     @property
+    def marian(self) -> bool:
+        """Marian's layout (VocabPieces), imported; else SentencePiece models trained here."""
+        return isinstance(self.src, VocabPieces)
+
+    @property
+    def file_names(self) -> list[str]:
+        """The files of this tokenizer in a model directory."""
+        if self.marian:
+            separate = self.src.vocab is not self.tgt.vocab
+            return [*MARIAN_FILES, *([MARIAN_TARGET_VOCAB] if separate else [])]
+        return self.files(self.joint)
+
+    @property
     def joint(self) -> bool:
+        """One vocabulary numbers source and target pieces (one SentencePiece model, or Marian's one vocab.json)."""
+        if self.marian:
+            return self.src.vocab is self.tgt.vocab
         return self.src is self.tgt
 
     @property
@@ -50,7 +145,11 @@ class Tokenizer:
         return None if i == self.src.unk_id() else i
 
     def save(self, directory: str | Path) -> None:
-        """Write the SentencePiece model(s) into `directory`, as `load` reads them."""
+        """Write the tokenizer's files into `directory`, as `load` reads them."""
+        if self.marian:
+            for name in self.file_names:
+                shutil.copyfile(self.src.path.parent / name, Path(directory) / name)
+            return
         processors = [self.src] if self.joint else [self.src, self.tgt]
         for name, processor in zip(self.files(self.joint), processors, strict=True):
             (Path(directory) / name).write_bytes(processor.serialized_model_proto())
@@ -87,19 +186,52 @@ class Tokenizer:
     @classmethod
     def load(cls, directory: str | Path) -> Tokenizer:
         directory = Path(directory)
+        if (directory / MARIAN_FILES[2]).is_file():
+            return cls.load_marian(directory)
         for joint in (True, False):
             paths = [directory / name for name in cls.files(joint)]
             if all(p.is_file() for p in paths):
                 return cls(*(spm.SentencePieceProcessor(model_file=str(p)) for p in paths))
         raise DataError(f"{directory} has no tokenizer.model (or src.model and tgt.model); is it a model directory?")
 
+    @classmethod
+    def load_marian(cls, directory: Path) -> Tokenizer:
+        """Marian's layout: source.spm, target.spm, vocab.json (and target_vocab.json when separate)."""
+        for name in MARIAN_FILES:
+            if not (directory / name).is_file():
+                raise DataError(f"{directory / name} not found: a Marian tokenizer needs {', '.join(MARIAN_FILES)}")
+        source_vocab = _read_vocab(directory / MARIAN_FILES[2])
+        separate = (directory / MARIAN_TARGET_VOCAB).is_file()
+        target_vocab = _read_vocab(directory / MARIAN_TARGET_VOCAB) if separate else source_vocab
+        processors = []
+        for name in MARIAN_FILES[:2]:
+            try:
+                processors.append(spm.SentencePieceProcessor(model_file=str(directory / name)))
+            except (OSError, RuntimeError) as error:
+                raise DataError(f"{directory / name} is not a SentencePiece model ({error})") from None
+        src = VocabPieces(processors[0], source_vocab, directory / MARIAN_FILES[2])
+        tgt = VocabPieces(processors[1], target_vocab, directory / (MARIAN_TARGET_VOCAB if separate else "vocab.json"))
+        return cls(src, tgt)
 
-def _encode(processor: spm.SentencePieceProcessor, lines: Sequence[str], alpha: float, seed: int) -> list[list[int]]:
+
+def _read_vocab(path: Path) -> dict[str, int]:
+    try:
+        vocab = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise DataError(f"{path} is not a JSON vocabulary ({error})") from None
+    if not isinstance(vocab, dict) or not all(isinstance(i, int) for i in vocab.values()):
+        raise DataError(f"{path} must map each piece to an integer id")
+    return vocab
+
+
+def _encode(
+    processor: spm.SentencePieceProcessor | VocabPieces, lines: Sequence[str], alpha: float, seed: int
+) -> list[list[int]]:
     """Ids of each line; with `alpha` > 0 a sampled segmentation (BPE-dropout for bpe models, subword
     regularization for unigram ones) that is a function of (lines, alpha, seed): one thread, seeded."""
     if not alpha:
         return processor.encode(list(lines))
-    spm.set_random_generator_seed(seed)
+    spm.set_random_generator_seed(seed)  # VocabPieces samples with its SentencePiece model, seeded the same way
     return processor.encode(list(lines), enable_sampling=True, alpha=alpha, nbest_size=-1, num_threads=1)
 
 

@@ -24,7 +24,6 @@ from vaswani.decode.engine import CT2_TYPES
 from vaswani.decode.search import Hypothesis, length_batches, length_limits
 from vaswani.model_dir import WEIGHTS
 from vaswani.precision import Choice
-from vaswani.special import NEVER_GENERATED
 
 DIRECTORY = "ctranslate2"  # inside the model directory
 STAMP = "vaswani_source.json"  # what the conversion was made from (see stamp)
@@ -126,7 +125,7 @@ class CTranslate2Engine:
                 min_decoding_length=0,
                 max_input_length=0,
                 return_scores=True,
-                suppress_sequences=[[p] for p in NEVER_GENERATED],
+                suppress_sequences=[[self.tokenizer.tgt.id_to_piece(i)] for i in (c.pad_id, c.bos_id)],
                 num_hypotheses=n_best,
                 length_penalty=alpha,
             )

@@ -45,9 +45,12 @@ def length_limits(source_lengths: Tensor, config: ModelConfig, a: float, b: int)
     return (source_lengths.float() * a + b).long().clamp(min=1, max=config.max_positions)
 
 
-def length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
-    """GNMT's ((5 + |Y|) / 6)^alpha (Wu et al. 2016), as in the paper's tensor2tensor code (§6.1: alpha 0.6).
-    |Y| counts the generated tokens including EOS."""
+def length_penalty(length: int | Tensor, alpha: float, rule: str = "gnmt") -> float | Tensor:
+    """GNMT's ((5 + |Y|) / 6)^alpha (Wu et al. 2016), as in the paper's tensor2tensor code (§6.1: alpha 0.6);
+    with rule "power", |Y|^alpha (Hugging Face's generate, fairseq). |Y| counts the generated tokens including
+    EOS."""
+    if rule == "power":
+        return length**alpha
     return ((5.0 + length) / 6.0) ** alpha
 
 
@@ -333,6 +336,7 @@ def beam_search(
     cache: bool = True,
     min_len: int = 0,
     early_stopping: bool = False,
+    length_rule: str = "gnmt",
 ) -> list[list[Hypothesis]]:
     """Beam search for a whole batch in one tensor of B x beam_size rows (§6.1: beam 4, alpha 0.6).
 
@@ -346,7 +350,8 @@ def beam_search(
       (fairseq's rule, and Hugging Face's early_stopping=True: faster, favours short outputs);
     - or it reaches its maximum length (its live hypotheses then finish as they are).
     With beam_size 1 and `early_stopping` this is exactly greedy search. EOS is not allowed before
-    `min_len` tokens. `src`: sources of a Transformer or prompts of a CausalLM.
+    `min_len` tokens. `src`: sources of a Transformer or prompts of a CausalLM. `length_rule`: the length
+    penalty's form (`length_penalty`).
     Shape: src (B, S) -> B lists of n_best hypotheses, best first
     """
     if beam_size < 1 or not 1 <= n_best <= beam_size:
@@ -357,7 +362,8 @@ def beam_search(
     width = 1 if c.tgt_vocab_size >= 2 * k else k
     steps = start_steps(model, src, beam=width, cache=cache)
     limits = steps.limits(max_len_a, max_len_b)  # (B,)
-    largest_penalty = length_penalty(limits, alpha)  # (B,) that of a hypothesis ending at its limit
+    # (B,) the penalty of a hypothesis ending at its limit
+    largest_penalty = length_penalty(limits.float(), alpha, length_rule)
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
     active = torch.arange(B)  # sentence of each group of `width` rows
     history = torch.zeros(B, width, 0, dtype=torch.long)  # tokens so far per live hypothesis, on the CPU
@@ -381,12 +387,12 @@ def beam_search(
         sentence = active.tolist()
         for i, j in is_eos[:, :k].cpu().nonzero().tolist():
             tokens_ = history[i, origin_c[i, j]].tolist()
-            _finish(finished[sentence[i]], tokens_, float(top_scores_c[i, j]), True, k, alpha)
+            _finish(finished[sentence[i]], tokens_, float(top_scores_c[i, j]), True, k, alpha, length_rule)
         live_c = live.cpu()
         for i in at_limit.nonzero().squeeze(1).tolist():
             for j in live_c[i].tolist():
                 tokens_ = [*history[i, origin_c[i, j]].tolist(), int(word_c[i, j])]
-                _finish(finished[sentence[i]], tokens_, float(top_scores_c[i, j]), False, k, alpha)
+                _finish(finished[sentence[i]], tokens_, float(top_scores_c[i, j]), False, k, alpha, length_rule)
         if early_stopping:
             done = at_limit | torch.tensor([len(finished[s]) >= k for s in sentence])
         else:  # the best live score, were it to end at the length limit with nothing more lost
@@ -409,11 +415,13 @@ def beam_search(
     return [sorted(hyps, key=lambda h: -h.score)[:n_best] for hyps in finished]
 
 
-def _finish(hyps: list[Hypothesis], tokens: list[int], log_prob: float, eos: bool, k: int, alpha: float) -> None:
+def _finish(
+    hyps: list[Hypothesis], tokens: list[int], log_prob: float, eos: bool, k: int, alpha: float, rule: str
+) -> None:
     """Add a finished hypothesis to a sentence's k best, replacing the worst one when they are full."""
     if log_prob == float("-inf"):
         return
-    hyp = Hypothesis(tokens, log_prob, log_prob / length_penalty(len(tokens) + eos, alpha))
+    hyp = Hypothesis(tokens, log_prob, log_prob / length_penalty(len(tokens) + eos, alpha, rule))
     if len(hyps) < k:
         hyps.append(hyp)
         return
@@ -476,6 +484,7 @@ def search_ids(
                     decode.length_penalty,
                     n_best=n_best,
                     early_stopping=decode.early_stopping,
+                    length_rule=decode.length_rule,
                     **limits,
                 )
         for i, hyps in zip(chunk, results, strict=True):

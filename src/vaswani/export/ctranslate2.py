@@ -88,7 +88,13 @@ def build_spec(model: Transformer, tokenizer: Tokenizer):
     from ctranslate2.specs import common_spec, transformer_spec
 
     c = model.config
-    activation = common_spec.Activation.RELU if c.activation == "relu" else common_spec.Activation.GELU
+    activations = {
+        "relu": common_spec.Activation.RELU,
+        "gelu": common_spec.Activation.GELU,
+        "gelu_tanh": common_spec.Activation.GELUTanh,
+        "silu": common_spec.Activation.SWISH,
+    }
+    activation = activations[c.activation]
     spec = transformer_spec.TransformerSpec.from_config(
         (c.n_layers, c.decoder_layers),
         c.n_heads,
@@ -98,16 +104,16 @@ def build_spec(model: Transformer, tokenizer: Tokenizer):
     )
     encoder, decoder = model.encoder, model.decoder
     spec.encoder.embeddings[0].weight = _array(encoder.embed.tokens.weight)
-    spec.encoder.scale_embeddings = True  # §3.4: embeddings times sqrt(d_model)
+    spec.encoder.scale_embeddings = c.scale_embeddings  # §3.4: embeddings times sqrt(d_model)
     spec.encoder.position_encodings.encodings = _positions(encoder, c)
     for layer_spec, layer in zip(spec.encoder.layer, encoder.layers, strict=True):
         _attention_self(layer_spec.self_attention, layer.self_attn)
         _norm(layer_spec.self_attention.layer_norm, layer.norms[0])
         _feed_forward(layer_spec.ffn, layer)
     spec.decoder.embeddings.weight = _array(decoder.embed.tokens.weight)
-    spec.decoder.scale_embeddings = True
+    spec.decoder.scale_embeddings = c.scale_embeddings
     spec.decoder.position_encodings.encodings = _positions(decoder, c)
-    spec.decoder.projection.weight = _array(model.output_weight)
+    _linear(spec.decoder.projection, model.output_weight, model.output_bias)
     for layer_spec, layer in zip(spec.decoder.layer, decoder.layers, strict=True):
         _attention_self(layer_spec.self_attention, layer.self_attn)
         _norm(layer_spec.self_attention.layer_norm, layer.norms[0])
@@ -120,14 +126,15 @@ def build_spec(model: Transformer, tokenizer: Tokenizer):
 
     src_vocab, tgt_vocab = pieces(tokenizer.src), pieces(tokenizer.tgt)
     for name, vocab in (("source", src_vocab), ("target", tgt_vocab)):
-        expected = {c.pad_id: PAD, c.bos_id: BOS, c.eos_id: EOS}
+        # A decoder starting from PAD (Marian's) has no BOS of its own.
+        expected = {c.bos_id: BOS, c.pad_id: PAD, c.eos_id: EOS}
         wrong = {i: vocab[i] for i, piece in expected.items() if i >= len(vocab) or vocab[i] != piece}
         if wrong:
             raise ExportError(f"the {name} vocabulary has {wrong} where CTranslate2 needs {expected}")
     spec.register_source_vocabulary(src_vocab)
     spec.register_target_vocabulary(tgt_vocab)
     spec.config.add_source_eos = True  # our encoder reads every source with EOS appended
-    spec.config.decoder_start_token = BOS
+    spec.config.decoder_start_token = tgt_vocab[c.bos_id]
     spec.config.layer_norm_epsilon = c.layer_norm_eps
     return spec
 
@@ -144,8 +151,7 @@ def export_ctranslate2(model_dir: str | Path, out_dir: str | Path, quantization:
     spec.optimize(quantization=quantization)
     out = prepare_output(out_dir, model_dir)
     spec.save(str(out))
-    for name in Tokenizer.files(tokenizer.joint):
-        shutil.copyfile(Path(model_dir) / name, out / name)
+    tokenizer.save(out)
     return out
 
 

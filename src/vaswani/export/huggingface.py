@@ -9,8 +9,9 @@ pre-softmax weights) with four differences this exporter removes:
   W^Q, W^K, W^V, W_1), the rows and biases of every matrix that writes it (W^O, W_2) and the LayerNorm
   gains and biases are permuted the same way. Heads and the feed-forward's inner dimensions are untouched.
 - Special ids: Marian starts decoding with `decoder_start_token_id`, which we set to our BOS (Marian's
-  own models use PAD); PAD and BOS are never generated (`bad_words_ids`), as in our search.
-- Marian adds `final_logits_bias` to the logits: zeros here.
+  own models use PAD, and so do theirs imported: model.bos_id = pad_id); PAD and BOS are never generated
+  (`bad_words_ids`), as in our search.
+- Marian adds `final_logits_bias` to the logits: our `output_bias` (model.output_bias), else zeros.
 - Marian's LayerNorm epsilon is fixed at 1e-5 in its code; ours is `model.layer_norm_eps` (1e-6,
   tensor2tensor's). LayerNorm(s z, 1e-5) equals LayerNorm(z, 1e-6) for s = sqrt(10), so every LayerNorm
   that can be fed s times our input is: the gains and biases of the LayerNorms before it, and of the
@@ -38,6 +39,7 @@ from vaswani.model_dir import load_model
 from vaswani.nn import Transformer
 
 MARIAN_EPS = 1e-5  # nn.LayerNorm's default, fixed in modeling_marian.py
+HF_ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_tanh": "gelu_new", "silu": "swish"}  # ours: theirs
 
 
 def _transformers():
@@ -82,11 +84,11 @@ def marian_config(config: Config):
         decoder_attention_heads=c.n_heads,
         encoder_ffn_dim=c.d_ff,
         decoder_ffn_dim=c.d_ff,
-        activation_function=c.activation,
+        activation_function=HF_ACTIVATIONS[c.activation],
         dropout=c.dropout,
         attention_dropout=c.attention_dropout,
         activation_dropout=0.0,
-        scale_embedding=True,
+        scale_embedding=c.scale_embeddings,
         max_position_embeddings=c.max_positions,
         share_encoder_decoder_embeddings=c.share_embeddings,
         tie_word_embeddings=c.share_embeddings or c.tie_output,
@@ -108,7 +110,7 @@ def generation_config(config: Config):
         eos_token_id=c.eos_id,
         pad_token_id=c.pad_id,
         forced_eos_token_id=None,
-        bad_words_ids=[[c.pad_id], [c.bos_id]],
+        bad_words_ids=[[i] for i in dict.fromkeys((c.pad_id, c.bos_id))],
         num_beams=decode.beam_size,
         max_length=c.max_positions,
     )
@@ -169,7 +171,8 @@ def marian_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
     out["model.encoder.embed_tokens.weight"] = src_embed
     out["model.decoder.embed_tokens.weight"] = tgt_embed
     out["lm_head.weight"] = reads(model.output_weight, 1.0)
-    out["final_logits_bias"] = torch.zeros(1, c.tgt_vocab_size)
+    bias = model.output_bias
+    out["final_logits_bias"] = torch.zeros(1, c.tgt_vocab_size) if bias is None else bias.detach()[None].clone()
     return out
 
 
@@ -195,9 +198,12 @@ def export_huggingface(model_dir: str | Path, out_dir: str | Path) -> Path:
     out = prepare_output(out_dir, model_dir)
     marian.save_pretrained(str(out))
     model_dir = Path(model_dir)
-    names = Tokenizer.files(tokenizer.joint)
-    shutil.copyfile(model_dir / names[0], out / "source.spm")
-    shutil.copyfile(model_dir / names[-1], out / "target.spm")
+    if tokenizer.marian:  # imported from Marian: its own files
+        tokenizer.save(out)
+    else:
+        names = Tokenizer.files(tokenizer.joint)
+        shutil.copyfile(model_dir / names[0], out / "source.spm")
+        shutil.copyfile(model_dir / names[-1], out / "target.spm")
     vocab = {piece: i for i, piece in enumerate(pieces(tokenizer.src))}
     (out / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False, indent=0) + "\n", encoding="utf-8")
     tokenizer_config = {

@@ -17,15 +17,17 @@ class TokenEmbedding(nn.Module):
     Shape: ids (B, L) -> (B, L, D)
     """
 
-    def __init__(self, vocab_size: int, d_model: int) -> None:
+    def __init__(self, vocab_size: int, d_model: int, scale: bool = True) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.empty(vocab_size, d_model))
-        self.scale = math.sqrt(d_model)  # §3.4: "we multiply those weights by sqrt(d_model)"
+        # §3.4: "we multiply those weights by sqrt(d_model)" (model.scale_embeddings; GPT-2 and BERT do not)
+        self.scale = math.sqrt(d_model) if scale else 1.0
         # tensor2tensor's initialiser: N(0, d_model^-0.5), so scaled embeddings start at unit variance.
         nn.init.normal_(self.weight, mean=0.0, std=d_model**-0.5)
 
     def forward(self, ids: Tensor) -> Tensor:
-        return F.embedding(ids, self.weight) * self.scale
+        x = F.embedding(ids, self.weight)
+        return x * self.scale if self.scale != 1.0 else x
 
 
 def sinusoid_table(length: int, d_model: int, start: int = 0) -> Tensor:

@@ -28,6 +28,8 @@ class _LanguageModel(nn.Module):
     def _finish(self, config: ModelConfig) -> None:
         # GPT's and BERT's classifier: a linear layer on one position's final state, after dropout.
         self.classifier = nn.Linear(config.d_model, config.n_classes) if config.n_classes else None
+        # model.output_bias: a bias on the logits (GPT-2 has none; BERT's MLM head has one)
+        self.output_bias = nn.Parameter(torch.zeros(config.tgt_vocab_size)) if config.output_bias else None
         self.classifier_dropout = Dropout(config.dropout)
         init_weights(self)
 
@@ -42,7 +44,7 @@ class _LanguageModel(nn.Module):
 
     def logits(self, hidden: Tensor) -> Tensor:
         """Shape: hidden (..., D) -> logits (..., V)"""
-        return F.linear(hidden, self.output_weight)
+        return F.linear(hidden, self.output_weight, self.output_bias)
 
     def forward(self, ids: Tensor) -> Tensor:
         """Shape: ids (B, T) -> logits (B, T, V)"""
@@ -86,7 +88,8 @@ class CausalLM(_LanguageModel):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.config = config
-        self.decoder = Decoder(config, TokenEmbedding(config.tgt_vocab_size, config.d_model), cross=False)
+        tokens = TokenEmbedding(config.tgt_vocab_size, config.d_model, config.scale_embeddings)
+        self.decoder = Decoder(config, tokens, cross=False)
         self._finish(config)
 
     @property
@@ -124,7 +127,7 @@ class MaskedLM(_LanguageModel):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.config = config
-        self.encoder = Encoder(config, TokenEmbedding(config.src_vocab_size, config.d_model))
+        self.encoder = Encoder(config, TokenEmbedding(config.src_vocab_size, config.d_model, config.scale_embeddings))
         self._finish(config)
 
     @property

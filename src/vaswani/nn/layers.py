@@ -6,6 +6,8 @@ Every sub-layer is wrapped as `LayerNorm(x + Dropout(Sublayer(x)))` (post-norm, 
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -15,9 +17,16 @@ from vaswani.nn.attention import MultiHeadAttention
 from vaswani.nn.cache import KeyValue
 from vaswani.nn.dropout import Dropout
 
+ACTIVATIONS = {
+    "relu": F.relu,  # §3.3
+    "gelu": F.gelu,  # BERT's (erf)
+    "gelu_tanh": partial(F.gelu, approximate="tanh"),  # GPT-2's "gelu_new"
+    "silu": F.silu,  # Marian's "swish"
+}
+
 
 class FeedForward(nn.Module):
-    """max(0, x W1 + b1) W2 + b2, the same for every position (§3.3); GELU as an option.
+    """max(0, x W1 + b1) W2 + b2, the same for every position (§3.3); GELU, its tanh form or SiLU as options.
 
     Shape: (B, L, D) -> (B, L, D)
     """
@@ -26,7 +35,7 @@ class FeedForward(nn.Module):
         super().__init__()
         self.linear1 = nn.Linear(d_model, d_ff)
         self.linear2 = nn.Linear(d_ff, d_model)
-        self.activation = F.relu if activation == "relu" else F.gelu
+        self.activation = ACTIVATIONS[activation]
 
     def forward(self, x: Tensor) -> Tensor:
         return self.linear2(self.activation(self.linear1(x)))

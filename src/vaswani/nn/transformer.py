@@ -120,8 +120,12 @@ class Transformer(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.config = config
-        src_tokens = TokenEmbedding(config.src_vocab_size, config.d_model)
-        tgt_tokens = src_tokens if config.share_embeddings else TokenEmbedding(config.tgt_vocab_size, config.d_model)
+        src_tokens = TokenEmbedding(config.src_vocab_size, config.d_model, config.scale_embeddings)
+        tgt_tokens = (
+            src_tokens
+            if config.share_embeddings
+            else TokenEmbedding(config.tgt_vocab_size, config.d_model, config.scale_embeddings)
+        )
         self.encoder = Encoder(config, src_tokens)
         self.decoder = Decoder(config, tgt_tokens)
         tied = config.share_embeddings or config.tie_output
@@ -129,6 +133,8 @@ class Transformer(nn.Module):
         # registered under the name every reader uses (the property below), so the state dict calls it that too.
         own = None if tied else nn.Parameter(torch.empty(config.tgt_vocab_size, config.d_model))
         self._parameters["output_weight"] = own
+        # model.output_bias: a bias on the logits (Marian's final_logits_bias), zero until trained or imported.
+        self.output_bias = nn.Parameter(torch.zeros(config.tgt_vocab_size)) if config.output_bias else None
         init_weights(self)
         if own is not None:
             nn.init.normal_(own, mean=0.0, std=self.config.d_model**-0.5)
@@ -167,7 +173,7 @@ class Transformer(nn.Module):
 
     def logits(self, hidden: Tensor) -> Tensor:
         """Shape: hidden (..., D) -> logits (..., V)"""
-        return F.linear(hidden, self.output_weight)
+        return F.linear(hidden, self.output_weight, self.output_bias)
 
     def decode_step(
         self, tokens: Tensor, memory: Tensor, memory_mask: Tensor, cache: KVCache | None = None

@@ -1,0 +1,157 @@
+"""Pretrained Transformers in: a Hugging Face `save_pretrained` directory becomes a vaswani model directory.
+
+    vaswani import SRC MODEL_DIR
+
+SRC is a local directory (or, where the machine is online and huggingface_hub is installed, a hub id such
+as Helsinki-NLP/opus-mt-de-en). The layout is recognised by config.json's `model_type`; each one has a module
+here that maps its configuration onto ModelConfig, its weights onto ours and its tokenizer files into the
+model directory, and says in one line what it cannot take. `translate`, `evaluate`, `serve`, `attention`,
+`export` and `finetune` then treat the model as one trained here; `vaswani.json` records its origin.
+
+What this package reads (config.json, weights, tokenizer files) it reads without `transformers`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file
+
+from vaswani.config import Config
+from vaswani.model_dir import WEIGHTS, load_into, save_weights, weights_of, write_model_directory
+from vaswani.nn import build_model
+
+
+class PretrainedError(ValueError):
+    """A directory that cannot be imported; the message names the file (or setting) and what to do."""
+
+
+def read_config(src: Path) -> dict:
+    path = src / "config.json"
+    if not path.is_file():
+        raise PretrainedError(f"{path} not found: SRC must be a directory written by save_pretrained")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise PretrainedError(f"{path} is not valid JSON ({error})") from None
+
+
+def read_json(path: Path, default: dict | None = None) -> dict:
+    """A JSON file of the checkpoint; `default` when it is absent (None: it is required)."""
+    if not path.is_file():
+        if default is not None:
+            return default
+        raise PretrainedError(f"{path} not found")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise PretrainedError(f"{path} is not valid JSON ({error})") from None
+
+
+def read_weights(src: Path) -> dict[str, torch.Tensor]:
+    """model.safetensors, or pytorch_model.bin (read with weights_only: no code runs)."""
+    safetensors, pickled = src / "model.safetensors", src / "pytorch_model.bin"
+    try:
+        if safetensors.is_file():
+            return load_file(str(safetensors))
+        if pickled.is_file():
+            return torch.load(pickled, map_location="cpu", weights_only=True)
+    except (SafetensorError, OSError, RuntimeError, ValueError) as error:
+        path = safetensors if safetensors.is_file() else pickled
+        raise PretrainedError(f"{path} is corrupt or incomplete ({error})") from None
+    if (src / "model.safetensors.index.json").is_file() or (src / "pytorch_model.bin.index.json").is_file():
+        raise PretrainedError(f"{src} holds sharded weights; save the model again with max_shard_size larger than it")
+    raise PretrainedError(f"{src} has no model.safetensors or pytorch_model.bin")
+
+
+def take(weights: dict[str, torch.Tensor], name: str, shape: tuple[int, ...], source: Path) -> torch.Tensor:
+    """The tensor `name`, checked against the shape its config promises."""
+    if name not in weights:
+        raise PretrainedError(f"{source}: the weights have no {name}; is config.json this checkpoint's?")
+    tensor = weights[name]
+    if tuple(tensor.shape) != shape:
+        raise PretrainedError(
+            f"{source}: {name} has shape {tuple(tensor.shape)} where config.json implies {shape}; "
+            "the weights and config.json do not belong together"
+        )
+    return tensor.float()
+
+
+def resolve(src: str | Path) -> Path:
+    """A local directory as it is; a hub id (owner/name) downloaded where huggingface_hub and a network are."""
+    path = Path(src)
+    if path.is_dir():
+        return path
+    if path.exists():
+        raise PretrainedError(f"{src} is a file; SRC must be a directory written by save_pretrained")
+    if not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", str(src)):
+        raise PretrainedError(f"{src} not found")
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:
+        raise PretrainedError(
+            f"{src} is not a local directory, and fetching it from the Hugging Face hub needs huggingface_hub "
+            "(pip install huggingface_hub); or pass a directory saved with save_pretrained"
+        ) from None
+    try:
+        return Path(
+            snapshot_download(str(src), allow_patterns=["*.json", "*.spm", "*.txt", "*.model", "*.safetensors"])
+        )
+    except Exception as error:  # offline, unknown id, gated model: huggingface_hub raises many kinds
+        raise PretrainedError(
+            f"could not fetch {src} from the Hugging Face hub ({type(error).__name__}: {error})"
+        ) from None
+
+
+def import_pretrained(src: str | Path, model_dir: str | Path) -> Path:
+    """Write the model in `src` as a vaswani model directory `model_dir` (new or empty); nothing is written
+    when it cannot be imported. Returns `model_dir`."""
+    from vaswani.pretrained import marian
+
+    layouts = {"marian": marian}
+    source = resolve(src)
+    out = Path(model_dir)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise PretrainedError(f"{out} exists and is not empty; import into a new or empty directory")
+    hf = read_config(source)
+    kind = hf.get("model_type")
+    if kind not in layouts:
+        raise PretrainedError(
+            f"{source / 'config.json'}: model_type {kind!r} cannot be imported; vaswani imports {', '.join(layouts)}"
+        )
+    layout = layouts[kind]
+    config, weights, tokenizer_files = layout.convert(source, hf)
+    model = build_model(config.model)
+    load_into(model, weights, source)
+    origin = {
+        "imported_from": str(src),
+        "model_type": kind,
+        "architectures": hf.get("architectures"),
+        "transformers_version": hf.get("transformers_version"),
+    }
+    parent = out.parent if out.parent.exists() else None
+    if parent is None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    try:
+        for name, path in tokenizer_files.items():
+            shutil.copyfile(path, tmp / name)
+        save_weights(weights_of(model), tmp / WEIGHTS)
+        write_model_directory(tmp, config, origin)
+        if out.exists():
+            out.rmdir()
+        tmp.rename(out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def base_config(model: dict, decode: dict) -> Config:
+    """A Config with these model and decode sections (the data and train sections at their defaults)."""
+    return Config.from_dict({"model": model, "decode": decode})
