@@ -61,10 +61,15 @@ def load_weights(path: Path) -> dict[str, torch.Tensor]:
         raise CheckpointError(f"{path} is corrupt or incomplete ({error}); delete it or restore a copy") from None
 
 
+def untied_missing(missing: list[str]) -> list[str]:
+    """The names `load_state_dict` reports missing, but a tied matrix's other names: it is stored once under
+    its first name (weights_of), and the others point at the same tensor."""
+    return [name for name in missing if not name.endswith("embed.tokens.weight")]
+
+
 def load_into(model: torch.nn.Module, weights: dict[str, torch.Tensor], source: Path) -> None:
     missing, unexpected = model.load_state_dict(weights, strict=False)
-    # A tied matrix is stored once under its first name; the other names point at the same tensor.
-    missing = [name for name in missing if not name.endswith("embed.tokens.weight")]
+    missing = untied_missing(missing)
     if missing or unexpected:
         raise CheckpointError(f"{source} does not fit this model (missing {missing[:3]}, unexpected {unexpected[:3]})")
 

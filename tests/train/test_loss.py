@@ -36,6 +36,29 @@ def test_equals_torch_cross_entropy_over_full_logits_in_value_and_gradient(smoot
     assert hidden.grad[1, 5:].abs().sum() == 0  # padding positions get no gradient
 
 
+@pytest.mark.parametrize("chunk_rows", [7, 1000])
+def test_a_logits_bias_gets_the_cross_entropy_s_value_and_gradients(chunk_rows):
+    """model.output_bias (Marian's final_logits_bias): softmax(h W^T + b), its gradient reaching b."""
+    hidden, weight, target = _inputs()
+    bias = torch.randn(weight.size(0), requires_grad=True)
+    expected = F.cross_entropy(
+        F.linear(hidden, weight, bias).flatten(0, 1),
+        target.flatten(),
+        label_smoothing=0.1,
+        ignore_index=0,
+        reduction="sum",
+    )
+    expected.backward()
+    expected_grads = hidden.grad.clone(), weight.grad.clone(), bias.grad.clone()
+    hidden.grad = weight.grad = bias.grad = None
+    loss, _ = label_smoothed_cross_entropy(hidden, weight, target, 0.1, pad_id=0, chunk_rows=chunk_rows, bias=bias)
+    loss.backward()
+    torch.testing.assert_close(loss, expected)
+    for got, want in zip((hidden.grad, weight.grad, bias.grad), expected_grads, strict=True):
+        torch.testing.assert_close(got, want)
+    assert bias.grad.abs().sum() > 0
+
+
 @pytest.mark.parametrize("smoothing", [0.0, 0.1, 0.3])
 def test_smoothed_loss_equals_the_hand_computed_cross_entropy_with_the_smoothed_distribution(smoothing):
     # weight = I, so the logits are the hidden states: softmax(log [1, 2, 5]) = [1/8, 2/8, 5/8], then uniform.

@@ -69,7 +69,7 @@ class Config:
             "train": self.train.unused(task),
             # read by translation alone: vaswani translate and serve, export, BLEU at validation
             "decode": frozenset() if TRANSLATE in row.can else every_field(DecodeConfig),
-            "finetune": frozenset() if task == "classify" else every_field(FinetuneConfig),
+            "finetune": self.finetune.unused(task),
         }
 
     def in_effect(self) -> dict[str, dict[str, Any]]:

@@ -28,6 +28,10 @@ class Batch:
     tgt_in: Tensor  # BOS + target
     tgt_out: Tensor  # target + EOS
     tgt_tokens: int = 0
+    # Fine-tuning with λ (vaswani finetune, finetune.original_src): the last `replay` rows are pairs of the
+    # original training data, with `replay_tokens` target tokens; tgt_tokens counts the others only.
+    replay: int = 0
+    replay_tokens: int = 0
 
     def to(self, device: torch.device, non_blocking: bool = False) -> Batch:
         return Batch(
@@ -35,10 +39,32 @@ class Batch:
             self.tgt_in.to(device, non_blocking=non_blocking),
             self.tgt_out.to(device, non_blocking=non_blocking),
             self.tgt_tokens,
+            self.replay,
+            self.replay_tokens,
         )
 
     def pin_memory(self) -> Batch:  # called by DataLoader(pin_memory=True)
-        return Batch(self.src.pin_memory(), self.tgt_in.pin_memory(), self.tgt_out.pin_memory(), self.tgt_tokens)
+        pinned = self.src.pin_memory(), self.tgt_in.pin_memory(), self.tgt_out.pin_memory()
+        return Batch(*pinned, self.tgt_tokens, self.replay, self.replay_tokens)
+
+
+def with_replay(batch: Batch, original: Batch, pad_id: int) -> Batch:
+    """`batch` with the rows of `original` (pairs of the original training data) after its own, padded to
+    one length, so one forward pass serves both losses. Shape: (B1, .) + (B2, .) -> (B1 + B2, .)"""
+
+    def join(a: Tensor, b: Tensor) -> Tensor:
+        L = max(a.size(1), b.size(1))
+        pad = lambda t: torch.nn.functional.pad(t, (0, L - t.size(1)), value=pad_id)  # noqa: E731
+        return torch.cat([pad(a), pad(b)])
+
+    return Batch(
+        join(batch.src, original.src),
+        join(batch.tgt_in, original.tgt_in),
+        join(batch.tgt_out, original.tgt_out),
+        batch.tgt_tokens,
+        original.src.size(0),
+        original.tgt_tokens,
+    )
 
 
 def collate(

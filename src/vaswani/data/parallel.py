@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
-import sentencepiece as spm
 from rich.console import Console
 
 from vaswani.config import DataConfig
@@ -115,9 +114,9 @@ class ParallelRecipe:
 _WORKER: dict = {}
 
 
-def _init_worker(protos: list[bytes], recipe: ParallelRecipe) -> None:
-    processors = [spm.SentencePieceProcessor(model_proto=p) for p in protos]
-    _WORKER.update(tokenizer=Tokenizer(*processors), recipe=recipe)
+def _init_worker(directory: Path, recipe: ParallelRecipe) -> None:
+    """A worker's tokenizer: the one saved in the directory being prepared (any layout Tokenizer.load reads)."""
+    _WORKER.update(tokenizer=Tokenizer.load(directory), recipe=recipe)
 
 
 def _flat(ids: list[list[int]], dtype) -> tuple[np.ndarray, np.ndarray]:
@@ -247,9 +246,6 @@ def _prepare(
             )
         else:
             tokenizer.save(partial)
-        protos = [tokenizer.src.serialized_model_proto()]
-        if not tokenizer.joint:
-            protos.append(tokenizer.tgt.serialized_model_proto())
         dtype = store.id_dtype(max(tokenizer.src_vocab_size, tokenizer.tgt_vocab_size))
         log(f"encoding with {workers} worker process{'es' if workers > 1 else ''}")
         total_bytes = sum(path.stat().st_size for c in recipe.corpora for path in (Path(c.src), Path(c.tgt)))
@@ -260,7 +256,7 @@ def _prepare(
         ) as advance:
             for name, jobs in _corpus_jobs(recipe, advance):
                 first = train.count
-                reports[name] = train.add(in_order(jobs, workers, _encode_chunk, _init_worker, (protos, recipe)))
+                reports[name] = train.add(in_order(jobs, workers, _encode_chunk, _init_worker, (partial, recipe)))
                 corpora.append({"name": name, "first": first, "end": train.count})
                 log(f"{name}: {reports[name].lines()[0]}")
         files = train.close()
@@ -271,7 +267,7 @@ def _prepare(
         splits = ["train"]
         if recipe.valid is not None or (recipe.toy is not None and recipe.toy.get("valid")):
             valid = _SplitWriter(partial, "valid", dtype, text=True)
-            valid.add(in_order(_valid_jobs(recipe), 1, _encode_chunk, _init_worker, (protos, recipe)))
+            valid.add(in_order(_valid_jobs(recipe), 1, _encode_chunk, _init_worker, (partial, recipe)))
             files.update(valid.close())
             splits.append("valid")
         total = FilterReport()
@@ -286,7 +282,7 @@ def _prepare(
                 "vaswani": _version(),
                 "recipe": recipe.key(),
                 "inputs": inputs,
-                "tokenizer": {name: store.file_sha256(partial / name) for name in Tokenizer.files(tokenizer.joint)},
+                "tokenizer": {name: store.file_sha256(partial / name) for name in tokenizer.file_names},
                 "files": files,
                 "splits": splits,
                 "corpora": corpora,

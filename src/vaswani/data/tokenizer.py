@@ -183,6 +183,12 @@ class Tokenizer:
             processors.append(_train_one(lines, vocab_size, model_type, directory / name, seed, text))
         return cls(*processors)
 
+    @staticmethod
+    def present(directory: str | Path) -> bool:
+        """Whether `directory` holds a tokenizer of any layout (`load` then reads it, or says what is wrong)."""
+        names = ("tokenizer.model", "src.model", MARIAN_FILES[2], "tokenizer.json")
+        return any((Path(directory) / name).is_file() for name in names)
+
     @classmethod
     def load(cls, directory: str | Path) -> Tokenizer:
         directory = Path(directory)

@@ -1,14 +1,18 @@
-"""`vaswani finetune`: a pretrained language model, a classifier added, trained on labelled text.
+"""`vaswani finetune`: a pretrained model trained further on the user's data.
 
-The fine-tuning config holds the labelled files (data.labelled_train, data.labelled_valid), the
-optimisation (train) and the finetune section (aux_weight λ, init, labels); model.dropout and
-model.pool may be changed too. Everything else (architecture, tokenizer, text settings) is the
-pretrained model's.
+- A language model (decoder_only, encoder_only): a classifier added, trained on labelled text. The config
+  holds the labelled files (data.labelled_train, data.labelled_valid), the optimisation (train) and the
+  finetune section (aux_weight λ, init, labels); model.dropout and model.pool may be changed too.
+- A translation model (encoder_decoder, trained here or imported): domain adaptation on new parallel text.
+  The config holds the in-domain files (data.train_src/train_tgt or data.corpora, data.valid_src/valid_tgt),
+  the optimisation, and optionally a sample of the original training data (finetune.original_src/_tgt) with
+  λ = finetune.aux_weight: loss = in-domain + λ · original, against forgetting the original domain.
+
+Everything else (architecture, vocabulary and tokenizer, text settings, decoding) is the pretrained model's.
 """
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import yaml
@@ -23,11 +27,21 @@ from vaswani.train.trainer import Trainer
 _MODEL_KEYS = ("dropout", "attention_dropout", "pool")  # what a fine-tuning config may change in the model
 
 
+# What the fine-tuning config's data section may set for a translation model: the in-domain text and how
+# it is batched and filtered. The tokenizer, vocabulary and text normalisation are the pretrained model's.
+_TRANSLATION_DATA_KEYS = (
+    "train_src", "train_tgt", "valid_src", "valid_tgt", "corpora", "prepared", "max_tokens", "max_len",
+    "max_len_ratio", "invalid_utf8", "valid_max_sentences", "src_sampling_alpha", "tgt_sampling_alpha",
+)  # fmt: skip
+
+
 def finetune_config(pretrained: Config, values: dict) -> Config:
     """The run's config: the pretrained model and data settings, the fine-tuning config's sections."""
     kind = family(pretrained.model.type)
+    if "translation" in kind.tasks:
+        return _translation_config(pretrained, values)
     if "classify" not in kind.tasks:
-        takes = [f.type for f in FAMILIES.values() if "classify" in f.tasks]
+        takes = [f.type for f in FAMILIES.values() if "classify" in f.tasks or "translation" in f.tasks]
         raise CheckpointError(
             f"fine-tuning needs a pretrained {' or '.join(takes)} model; this one is {kind.type} ({kind.about})"
         )
@@ -62,6 +76,44 @@ def finetune_config(pretrained: Config, values: dict) -> Config:
     )
 
 
+def _translation_config(pretrained: Config, values: dict) -> Config:
+    """Domain adaptation: the pretrained translation model with new parallel text (and the original's sample)."""
+    unknown = set(values) - {"model", "data", "train", "finetune"}
+    if unknown:
+        raise ConfigError(
+            f"a fine-tuning config has the sections data, train, finetune (and model.dropout); remove "
+            f"{', '.join(sorted(unknown))}"
+        )
+    base = pretrained.to_dict()
+    model = dict(base["model"])
+    for key, value in (values.get("model") or {}).items():
+        if key not in ("dropout", "attention_dropout"):
+            raise ConfigError(
+                f"model.{key} is the pretrained model's; a fine-tuning config may set only model.dropout and "
+                "model.attention_dropout"
+            )
+        model[key] = value
+    data = dict(base["data"])
+    for key in ("train_src", "train_tgt", "valid_src", "valid_tgt", "corpora", "prepared"):
+        data.pop(key, None)  # the pretrained model's own training files are not the in-domain data
+    for key, value in (values.get("data") or {}).items():
+        if key not in _TRANSLATION_DATA_KEYS:
+            raise ConfigError(
+                f"data.{key} is the pretrained model's (its tokenizer and text settings are kept); a fine-tuning "
+                f"config's data section may set {', '.join(_TRANSLATION_DATA_KEYS)}"
+            )
+        data[key] = value
+    train = {**(values.get("train") or {}), "task": "translation"}
+    finetune = {k: v for k, v in (values.get("finetune") or {}).items()}
+    if "labels" in finetune:
+        raise ConfigError("finetune.labels is for classifiers; a translation model is fine-tuned on parallel text")
+    config = Config.from_dict(
+        {"model": model, "data": data, "train": train, "decode": base["decode"], "finetune": finetune}
+    )
+    config.data.require_training_data()
+    return config
+
+
 def finetune(
     pretrained_dir: str | Path, config_path: str | Path, out_dir: str | Path, overrides: list[str] = (), console=None
 ):
@@ -76,9 +128,8 @@ def finetune(
         raise ConfigError(f"config file {config_path} not found") from None
     config = finetune_config(Config.load(pretrained_dir / "config.yaml"), apply_overrides(values, list(overrides)))
     out_dir.mkdir(parents=True, exist_ok=True)
-    for name in Tokenizer.files(True):
-        if not (out_dir / name).is_file():
-            shutil.copyfile(pretrained_dir / name, out_dir / name)
+    if not Tokenizer.present(out_dir):  # the pretrained model's tokenizer, whatever its layout
+        Tokenizer.load(pretrained_dir).save(out_dir)
     init = pretrained_dir if config.finetune.init == "pretrained" else None
     origin = {"finetuned_from": str(pretrained_dir.resolve()), "init": config.finetune.init}
     return Trainer(config, out_dir, console, init_from=init, origin=origin).train()

@@ -15,6 +15,7 @@ from vaswani.data.batching import Batch, Batches, collate, epoch_order, token_ba
 from vaswani.data.corpus import DataError
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.runtime import release_freed_memory
+from vaswani.special import BOS_ID, EOS_ID, PAD_ID
 
 IdPair = tuple[list[int], list[int]]
 
@@ -90,9 +91,16 @@ class EpochBatches(torch.utils.data.Dataset):
     (seed, epoch, batch), so that any number of workers, a resumed run and every rank agree."""
 
     def __init__(
-        self, data: RunData, batches: Batches, numbers: list[int], epoch: int, seed: int, config: DataConfig
+        self,
+        data: RunData,
+        batches: Batches,
+        numbers: list[int],
+        epoch: int,
+        seed: int,
+        config: DataConfig,
+        special: tuple[int, int, int] = (PAD_ID, BOS_ID, EOS_ID),
     ) -> None:
-        self.split, self.tokenizer = data.prepared.train, data.tokenizer
+        self.split, self.tokenizer, self.special = data.prepared.train, data.tokenizer, special
         self.directory = data.prepared.directory
         self.batches, self.numbers, self.epoch, self.seed = batches, numbers, epoch, seed
         self.alphas, self.max_len = (config.src_sampling_alpha, config.tgt_sampling_alpha), config.max_len
@@ -105,7 +113,7 @@ class EpochBatches(torch.utils.data.Dataset):
         pairs = [self.split.pair(i) for i in indices.tolist()]
         if any(self.alphas):
             pairs = self._sampled(indices, pairs, (self.seed * 1_000_003 + self.epoch) * 7_919 + self.numbers[k])
-        return collate(pairs)
+        return collate(pairs, *self.special)
 
     def _sampled(self, indices: np.ndarray, pairs: list, seed: int) -> list:
         """BPE-dropout / subword regularization of this batch's text; a sampled side longer than
@@ -144,8 +152,10 @@ def batch_stream(
     world: int,
     workers: int,
     device: torch.device,
+    special: tuple[int, int, int] = (PAD_ID, BOS_ID, EOS_ID),
 ):
     """(epoch, position after this batch, Batch) of this rank, from (epoch, position) on, for ever.
+    `special`: the model's (pad_id, bos_id, eos_id), which collating writes (an imported model's differ).
 
     The global order of an epoch's batches is fixed by (seed, epoch); rank r takes batch
     order[p + r] at positions p = position, position + world, ...; an epoch's last batches that
@@ -160,7 +170,7 @@ def batch_stream(
         order = epoch_order(len(batches), seed, epoch)
         positions = list(range(position, len(batches) - world + 1, world))
         numbers = [order[p + rank] for p in positions]
-        dataset = EpochBatches(data, batches, numbers, epoch, seed, config)
+        dataset = EpochBatches(data, batches, numbers, epoch, seed, config, special)
         if positions:
             loader = torch.utils.data.DataLoader(
                 dataset,

@@ -18,8 +18,9 @@ def label_smoothed_cross_entropy(
     smoothing: float = 0.1,
     pad_id: int = 0,
     chunk_rows: int = CHUNK_ROWS,
+    bias: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """Summed label-smoothed cross-entropy of `softmax(hidden @ weight.T)`, and how many tokens it sums.
+    """Summed label-smoothed cross-entropy of `softmax(hidden @ weight.T + bias)`, and how many tokens it sums.
 
     Only the positions whose target is not padding are projected onto the vocabulary, `chunk_rows` of
     them at a time: the pre-softmax projection, the loss and its gradient are computed chunk by chunk
@@ -28,7 +29,8 @@ def label_smoothed_cross_entropy(
     ignore_index=pad_id, reduction="sum")` on the full logits (tested). Under autocast the projection
     runs in the autocast dtype and the softmax in float32, as autocast would run them.
 
-    Shape: hidden (B, T, D), weight (V, D), target (B, T) -> loss (), tokens ()
+    `bias`: the logits' bias (model.output_bias: Marian's final_logits_bias, BERT's MLM head), or None.
+    Shape: hidden (B, T, D), weight (V, D), target (B, T), bias (V,) -> loss (), tokens ()
     """
     if hidden.shape[:-1] != target.shape or hidden.size(-1) != weight.size(-1):
         raise ValueError(
@@ -40,9 +42,11 @@ def label_smoothed_cross_entropy(
     real = target != pad_id  # (B, T)
     device = hidden.device.type
     dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else hidden.dtype
-    with_grad = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
+    with_grad = torch.is_grad_enabled() and (
+        hidden.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)
+    )
     loss = _ProjectedSmoothedCrossEntropy.apply(
-        hidden[real], weight, target[real], smoothing, dtype, chunk_rows, with_grad
+        hidden[real], weight, target[real], smoothing, dtype, chunk_rows, with_grad, bias
     )
     return loss, real.sum()
 
@@ -68,15 +72,19 @@ class _ProjectedSmoothedCrossEntropy(torch.autograd.Function):
         dtype: torch.dtype,
         chunk_rows: int,
         with_grad: bool,
+        bias: Tensor | None,
     ) -> Tensor:
         h, w = hidden.to(dtype), weight.to(dtype)  # (N, D), (V, D)
         V = w.size(0)
         total = torch.zeros((), dtype=torch.float32, device=h.device)
         grad_h = torch.empty_like(h) if with_grad else None
         grad_w = torch.zeros(w.shape, dtype=torch.float32, device=w.device) if with_grad else None
+        grad_b = torch.zeros(V, dtype=torch.float32, device=w.device) if with_grad and bias is not None else None
         for start in range(0, h.size(0), chunk_rows):
             rows, t = h[start : start + chunk_rows], target[start : start + chunk_rows, None]
             x = (rows @ w.T).float()  # (n, V) logits; a fresh float32 tensor, changed in place below
+            if bias is not None:
+                x += bias.float()
             mean = x.mean(dim=-1)
             picked = x.gather(1, t).squeeze(1)
             top = x.amax(dim=-1, keepdim=True)
@@ -87,16 +95,28 @@ class _ProjectedSmoothedCrossEntropy(torch.autograd.Function):
             if with_grad:
                 g = e.mul_(norm.reciprocal()[:, None]).sub_(smoothing / V)  # softmax - ε / V
                 g.scatter_add_(1, t, g.new_full(t.shape, smoothing - 1.0))
+                if grad_b is not None:
+                    grad_b += g.sum(0)
                 g = g.to(dtype)
                 grad_h[start : start + chunk_rows] = g @ w
                 grad_w += g.T @ rows
         if with_grad:
-            ctx.save_for_backward(grad_h, grad_w)
-        ctx.dtypes = hidden.dtype, weight.dtype
+            ctx.save_for_backward(grad_h, grad_w, grad_b)
+        ctx.dtypes = hidden.dtype, weight.dtype, None if bias is None else bias.dtype
         return total
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad: Tensor) -> tuple[Tensor | None, ...]:
-        grad_h, grad_w = ctx.saved_tensors
-        return (grad_h * grad).to(ctx.dtypes[0]), (grad_w * grad).to(ctx.dtypes[1]), None, None, None, None, None
+        grad_h, grad_w, grad_b = ctx.saved_tensors
+        grad_bias = None if grad_b is None else (grad_b * grad).to(ctx.dtypes[2])
+        return (
+            (grad_h * grad).to(ctx.dtypes[0]),
+            (grad_w * grad).to(ctx.dtypes[1]),
+            None,
+            None,
+            None,
+            None,
+            None,
+            grad_bias,
+        )

@@ -176,7 +176,12 @@ class Classify(Task):
         if not batch.targets.numel():
             return task, None, logits
         aux, _ = label_smoothed_cross_entropy(
-            hidden[B:] if both else hidden, model.output_weight, batch.targets, 0.0, self.config.model.pad_id
+            hidden[B:] if both else hidden,
+            model.output_weight,
+            batch.targets,
+            0.0,
+            self.config.model.pad_id,
+            bias=model.output_bias,
         )
         return task, aux * B / max(1, batch.aux_count), logits
 

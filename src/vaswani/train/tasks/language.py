@@ -110,6 +110,7 @@ class _Blocks(Task):
             batch.targets,
             self.config.train.label_smoothing,
             self.config.model.pad_id,
+            bias=model.output_bias,
         )
         return loss
 
@@ -127,7 +128,9 @@ def held_out_loss(model, batches: list[TextBatch], device: torch.device) -> dict
     for batch in batches:
         batch = batch.to(device)
         hidden = model.hidden_states(batch.ids)
-        loss, n = label_smoothed_cross_entropy(hidden, model.output_weight, batch.targets, 0.0, model.config.pad_id)
+        loss, n = label_smoothed_cross_entropy(
+            hidden, model.output_weight, batch.targets, 0.0, model.config.pad_id, bias=model.output_bias
+        )
         real = batch.targets != model.config.pad_id
         correct += (model.logits(hidden[real]).argmax(-1) == batch.targets[real]).sum().item()
         total, tokens = total + loss.item(), tokens + n.item()

@@ -1,4 +1,8 @@
-"""Translation (the paper): parallel text, token-budget batches, label-smoothed cross-entropy, BLEU."""
+"""Translation (the paper): parallel text, token-budget batches, label-smoothed cross-entropy, BLEU.
+
+Fine-tuning (vaswani finetune, finetune.original_src/original_tgt): every in-domain batch is joined by a
+batch of the original training data (its own prepared directory, the same tokenizer and token budget), and
+the loss is in-domain + λ · original, each per target token (λ = finetune.aux_weight)."""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ import torch
 
 from vaswani.config import ModelConfig
 from vaswani.data import store
-from vaswani.data.batching import collate, padding_fraction, token_batches
+from vaswani.data.batching import collate, epoch_order, padding_fraction, token_batches, with_replay
 from vaswani.data.parallel import ParallelRecipe
 from vaswani.data.prepare import check_manifest, install_tokenizer, open_or_prepare, write_report
 from vaswani.data.tokenizer import Tokenizer
@@ -25,6 +29,7 @@ from vaswani.train.tasks.base import Task
 
 class Translation(Task):
     name = "translation"
+    original: tuple[RunData, EpochPlan] | None = None  # fine-tuning with λ: the original data and its batches
 
     def prepare(self, rank0: bool) -> RunData:
         c, model_dir = self.config, self.context.model_dir
@@ -33,9 +38,9 @@ class Translation(Task):
         recipe = ParallelRecipe.from_config(d, c.model.share_embeddings, c.train.seed)
         directory = Path(d.prepared) if d.prepared else model_dir / "prepared"
         if rank0:
-            # a model directory that already has a tokenizer (a run begun before prepared data) keeps it
-            has_own = all((model_dir / f).is_file() for f in Tokenizer.files(recipe.joint))
-            existing = Tokenizer.load(model_dir) if has_own else None
+            # a model directory that already has a tokenizer (a run begun before prepared data, a fine-tuned
+            # model's copy of its pretrained one) keeps it
+            existing = Tokenizer.load(model_dir) if Tokenizer.present(model_dir) else None
             prepared = open_or_prepare(recipe, directory, existing, log=self.log, console=self.context.console)
             tokenizer = install_tokenizer(prepared, model_dir)
             write_report(prepared, model_dir)
@@ -51,7 +56,41 @@ class Translation(Task):
             )
         data = load_run_data(prepared, tokenizer, d)
         self.plan = EpochPlan(data, d.max_tokens, c.train.seed)
+        self.original = self._original(rank0, tokenizer) if c.finetune.original_src else None
         return data
+
+    def _original(self, rank0: bool, tokenizer: Tokenizer) -> tuple[RunData, EpochPlan]:
+        """The original training data's sample, prepared with the model's tokenizer, and its batches."""
+        c, model_dir = self.config, self.context.model_dir
+        f = c.finetune
+        d = dataclasses.replace(
+            c.data,
+            train_src=f.original_src,
+            train_tgt=f.original_tgt,
+            corpora=None,
+            valid_src="",
+            valid_tgt="",
+            src_sampling_alpha=0.0,
+            tgt_sampling_alpha=0.0,
+        )
+        recipe = ParallelRecipe.from_config(d, c.model.share_embeddings, c.train.seed)
+        directory = model_dir / "prepared-original"
+        if rank0:
+            prepared = open_or_prepare(recipe, directory, tokenizer, log=self.log, console=self.context.console)
+        else:
+            check_manifest(recipe, directory, store.read_manifest(directory))
+            prepared = store.PreparedData.open(directory)
+        report = prepared.manifest["report"]
+        self.log(
+            f"original data (λ = {f.aux_weight:g}): {report['kept']} of {report['total']} pairs of "
+            f"{f.original_src}, a batch of them with every batch"
+        )
+        original = load_run_data(prepared, tokenizer, d)
+        return original, EpochPlan(original, d.max_tokens, c.train.seed + 1)
+
+    def _special(self) -> tuple[int, int, int]:
+        m = self.config.model
+        return m.pad_id, m.bos_id, m.eos_id
 
     def model_config(self, data: RunData) -> ModelConfig:
         return dataclasses.replace(
@@ -82,7 +121,7 @@ class Translation(Task):
 
     def stream(self, data: RunData, epoch: int, position: int):
         t, run = self.config.train, self.context
-        return batch_stream(
+        batches = batch_stream(
             data,
             self.plan,
             self.config.data,
@@ -93,24 +132,56 @@ class Translation(Task):
             run.world,
             t.loader_workers,
             run.device,
+            self._special(),
         )
+        return batches if self.original is None else self._with_original(batches)
+
+    def _with_original(self, batches):
+        """Each batch joined by the original data's batch for its place in the run: a function of (epoch,
+        position, rank) only, so a resumed run draws the same ones. The original batches are taken in a
+        shuffled order, all of them before any again."""
+        original, plan = self.original
+        run, seed, special = self.context, self.config.train.seed + 1, self._special()
+        split = original.prepared.train
+        all_batches = plan.batches(0)
+        M = len(all_batches)
+        orders: dict[int, tuple[int, ...]] = {}
+        for epoch, position, batch in batches:
+            k = epoch * len(self.plan.batches(epoch)) + position - run.world + run.rank  # this batch's place
+            round_, j = divmod(k, M)
+            if round_ not in orders:
+                orders = {round_: epoch_order(M, seed, round_)}
+            pairs = [split.pair(i) for i in all_batches[orders[round_][j]].tolist()]
+            yield epoch, position, with_replay(batch, collate(pairs, *special), special[0])
 
     def count(self, batch) -> int:
         return batch.tgt_tokens  # counted by the loader: no device sync in the step
 
     def flops(self, batch, config) -> float:
-        pad = config.pad_id
-        return training_flops(config, lengths(batch.src, pad), lengths(batch.tgt_in, pad), batch.tgt_tokens)
+        pad, predicted = config.pad_id, batch.tgt_tokens + batch.replay_tokens
+        return training_flops(config, lengths(batch.src, pad), lengths(batch.tgt_in, pad), predicted)
 
     def loss(self, wrapped, model, batch) -> torch.Tensor:
-        loss, _ = label_smoothed_cross_entropy(
-            wrapped(batch.src, batch.tgt_in),
-            model.output_weight,
-            batch.tgt_out,
-            self.config.train.label_smoothing,
-            self.config.model.pad_id,
-        )
-        return loss
+        """Summed over the in-domain target tokens; with original pairs joined (fine-tuning with λ), plus λ times
+        their loss per token, scaled by the in-domain tokens so that the trainer's division leaves the means."""
+        hidden = wrapped(batch.src, batch.tgt_in)
+        n = batch.src.size(0) - batch.replay
+
+        def loss_of(rows: slice) -> torch.Tensor:
+            loss, _ = label_smoothed_cross_entropy(
+                hidden[rows],
+                model.output_weight,
+                batch.tgt_out[rows],
+                self.config.train.label_smoothing,
+                self.config.model.pad_id,
+                bias=model.output_bias,
+            )
+            return loss
+
+        if not batch.replay:
+            return loss_of(slice(None))
+        original = loss_of(slice(n, None)) * (batch.tgt_tokens / max(1, batch.replay_tokens))
+        return loss_of(slice(0, n)) + self.config.finetune.aux_weight * original
 
     @torch.no_grad()
     def validate(self, model, data: RunData) -> dict[str, float]:
@@ -124,7 +195,12 @@ class Translation(Task):
             batch = collate([data.valid[i] for i in indices], c.model.pad_id, c.model.bos_id, c.model.eos_id)
             batch = batch.to(device)
             loss, n = label_smoothed_cross_entropy(
-                model.hidden_states(batch.src, batch.tgt_in), model.output_weight, batch.tgt_out, 0.0, c.model.pad_id
+                model.hidden_states(batch.src, batch.tgt_in),
+                model.output_weight,
+                batch.tgt_out,
+                0.0,
+                c.model.pad_id,
+                bias=model.output_bias,
             )
             total, tokens = total + loss.item(), tokens + n.item()
         result = {"loss": total / tokens, "ppl": math.exp(min(total / tokens, 50))}
