@@ -41,6 +41,7 @@ from vaswani.data.corpus import read_lines
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.decode.search import beam_search, greedy, length_batches
 from vaswani.export.ctranslate2 import converted
+from vaswani.flops import lengths, mfu, training_flops
 from vaswani.model_dir import WEIGHTS, load_model, save_weights, weights_of, write_model_directory
 from vaswani.precision import bf16_emulated
 from vaswani.runtime import cpu_name, keep_freed_memory
@@ -103,14 +104,24 @@ def vaswani_loss(model: Transformer, batch: tuple) -> torch.Tensor:
     return total / tokens
 
 
-def train_race(config: ModelConfig, batches: list, steps: int, warmup: int, bf16: bool) -> dict[str, float]:
+def train_race(
+    config: ModelConfig, batches: list, steps: int, warmup: int, bf16: bool, device: torch.device
+) -> dict[str, float]:
     torch.manual_seed(0)
     runs = {
         "vaswani": (Transformer(config), vaswani_loss),
         "Marian (HF)": (MarianLogits(marian(config), config.pad_id), logits_loss),
         "torch.nn.Transformer": (TorchBaseline(config), logits_loss),
     }
-    rates = alternate(runs, batches, steps, warmup, bf16)
+    rates = alternate(runs, batches, steps, warmup, bf16, device)
+    flops = statistics.median(
+        training_flops(config, lengths(src, 0), lengths(tgt_in, 0), int((tgt_out != 0).sum()))
+        / int((tgt_out != 0).sum())
+        for src, tgt_in, tgt_out in batches[:50]
+    )  # model FLOPs per target token (vaswani/flops.py), the same for every contender
+    rates["FLOPs per token"] = flops
+    if device.type != "cpu":
+        return rates  # the floor times CPU products
     dtype = torch.bfloat16 if bf16 else torch.float32
     floor = []
     for i in range(warmup, warmup + steps):  # the batches alternate() measured
@@ -273,7 +284,10 @@ def main() -> None:
     parser.add_argument("--only", choices=["training", "decoding"], help="run one of the two races")
     parser.add_argument("--model-dir", help="decode with this trained model (default: an untrained --preset model)")
     parser.add_argument("--rounds", type=int, default=3, help="decoding: runs of each decoder, alternating")
-    parser.add_argument("--device", default="cpu", help="decoding: cpu or cuda")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (both races)")
+    parser.add_argument(
+        "--max-tokens", type=int, default=4000, help="training: target tokens per batch (the paper: 25,000 per step)"
+    )
     parser.add_argument(
         "--decoders",
         type=lambda v: tuple(v.split(",")),
@@ -304,11 +318,11 @@ def main() -> None:
         f"{config.src_vocab_size}"
     )
     pairs = list(zip(tokenizer.encode_src(de[:12000]), tokenizer.encode_tgt(en[:12000]), strict=True))
-    batches = make_batches([(len(s) + 1, len(t) + 1) for s, t in pairs], 4000, args.vocab_size)
+    batches = make_batches([(len(s) + 1, len(t) + 1) for s, t in pairs], args.max_tokens, args.vocab_size)
     sources = tokenizer.encode_src(read_lines(data / "test_2016_flickr.de.gz")[: args.sentences])
 
     if args.only != "decoding":
-        train_table(config, batches, args.train_steps, args.warmup)
+        train_table(config, batches, args.train_steps, args.warmup, torch.device(args.device))
     if args.only != "training":
         with tempfile.TemporaryDirectory() as tmp:
             ct2 = any(name.startswith("CTranslate2") for name in args.decoders)
@@ -321,22 +335,36 @@ def main() -> None:
             decode_table(model_dir, sources, args.steps, args.batch_sizes, args.rounds, args.device, args.decoders)
 
 
-def train_table(config: ModelConfig, batches: list, steps: int, warmup: int) -> None:
+# The paper's recipes (§5.2): steps x target tokens per step (~25,000 source + 25,000 target tokens a batch)
+PAPER_RECIPES = {"base": 100_000 * 25_000, "big": 300_000 * 25_000}
+
+
+def train_table(config: ModelConfig, batches: list, steps: int, warmup: int, device: torch.device) -> None:
     print(
         "\n| training | vaswani tok/s | Marian (HF) tok/s | torch.nn.Transformer tok/s | vs faster peer "
-        "| matrix-product floor tok/s | floor vs faster peer |"
+        "| vaswani MFU | matrix-product floor tok/s | floor vs faster peer |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for bf16 in (False, True):
-        if bf16 and (reason := bf16_emulated()):
+        if bf16 and device.type == "cpu" and (reason := bf16_emulated()):
             print(f"| bf16 autocast | skipped: {reason} |", flush=True)
             continue
-        r = train_race(config, batches, steps, warmup, bf16)
+        r = train_race(config, batches, steps, warmup, bf16, device)
         peer = max(r["Marian (HF)"], r["torch.nn.Transformer"])
-        floor = r["matrix-product floor"]
+        floor = r.get("matrix-product floor")
+        utilisation = mfu(r["vaswani"] * r["FLOPs per token"], device, "bf16" if bf16 else "fp32")
+        floors = f"{floor:,.0f} | {floor / peer:.2f}x" if floor else "— | —"
         print(
             f"| {'bf16 autocast' if bf16 else 'fp32'} | {r['vaswani']:,.0f} | {r['Marian (HF)']:,.0f} | "
-            f"{r['torch.nn.Transformer']:,.0f} | {r['vaswani'] / peer:.2f}x | {floor:,.0f} | {floor / peer:.2f}x |",
+            f"{r['torch.nn.Transformer']:,.0f} | {r['vaswani'] / peer:.2f}x | "
+            f"{'—' if utilisation is None else f'{utilisation:.1%}'} | {floors} |",
+            flush=True,
+        )
+        hours = {name: tokens / r["vaswani"] / 3600 for name, tokens in PAPER_RECIPES.items()}
+        print(
+            f"|   at this speed | the paper's base recipe (100k steps x 25k tokens): {hours['base']:,.1f} h; "
+            f"big (300k steps, at this model's speed): {hours['big']:,.1f} h, on one {device.type} device "
+            "(the paper: 12 h and 3.5 days on 8 P100s) |",
             flush=True,
         )
 

@@ -124,7 +124,8 @@ def logits_loss(model: nn.Module, batch: tuple) -> Tensor:
 
 
 def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: tuple, autocast: bool, loss_fn) -> None:
-    with torch.autocast("cpu", dtype=torch.bfloat16) if autocast else contextlib.nullcontext():
+    device = batch[0].device.type
+    with torch.autocast(device, dtype=torch.bfloat16) if autocast else contextlib.nullcontext():
         loss = loss_fn(model, batch)
     loss.backward()
     optimizer.step()
@@ -139,9 +140,19 @@ def measure(config: ModelConfig, batches: list[tuple], steps: int, warmup: int, 
 
 
 def alternate(
-    runs: dict[str, tuple[nn.Module, Callable]], batches: list[tuple], steps: int, warmup: int, autocast: bool
+    runs: dict[str, tuple[nn.Module, Callable]],
+    batches: list[tuple],
+    steps: int,
+    warmup: int,
+    autocast: bool,
+    device: torch.device | None = None,
 ) -> dict[str, float]:
-    """Target tokens/s of each (model, loss_fn) (median over steps), steps alternating between the models."""
+    """Target tokens/s of each (model, loss_fn) (median over steps), steps alternating between the models;
+    on `device` (a GPU's steps are timed to their end: synchronised before and after)."""
+    device = device or torch.device("cpu")
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    runs = {name: (model.to(device), loss_fn) for name, (model, loss_fn) in runs.items()}
+    batches = [tuple(t.to(device) for t in batch) for batch in batches]
     optims = {
         name: torch.optim.Adam(m.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
         for name, (m, _) in runs.items()
@@ -151,8 +162,10 @@ def alternate(
         batch = batches[i % len(batches)]
         tokens = int((batch[2] != 0).sum())
         for name, (model, loss_fn) in runs.items():
+            sync()
             start = time.perf_counter()
             train_step(model.train(), optims[name], batch, autocast, loss_fn)
+            sync()
             if i >= warmup:
                 rates[name].append(tokens / (time.perf_counter() - start))
     return {name: statistics.median(r) for name, r in rates.items()}

@@ -54,10 +54,30 @@ def test_explicit_fp32_is_not_measured():
     assert choose("fp32", CONFIG, CPU, 4000, True, measure=measure).precision == "fp32"
 
 
-def test_cuda_with_bf16_skips_the_measurement(monkeypatch):
+@pytest.mark.parametrize(("fp32_s", "bf16_s", "chosen"), [(2.0, 1.0, "bf16"), (1.0, 1.0, "fp32")])
+def test_a_cuda_gpu_with_bf16_is_measured_as_a_cpu_is(monkeypatch, fp32_s, bf16_s, chosen):
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    seen = []
+
+    def measure(config, device, rows, training):
+        seen.append(device.type)
+        return precision.Measurement(fp32_s, bf16_s, rows)
+
+    choice = choose("auto", CONFIG, torch.device("cuda"), 4000, True, measure=measure)
+    assert seen == ["cuda"] and choice.precision == chosen and choice.measurement is not None
+
+
+def test_a_cuda_gpu_without_bf16_runs_fp32_unmeasured(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
     choice = choose("auto", CONFIG, torch.device("cuda"), 4000, True, measure=None)
-    assert choice.precision == "bf16" and choice.measurement is None
+    assert choice.precision == "fp32" and choice.measurement is None and "no bf16" in choice.reason
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (measures on it)")
+@pytest.mark.parametrize("training", [True, False])
+def test_the_measurement_runs_on_a_real_gpu(training):
+    m = precision.measure_matmuls(CONFIG, torch.device("cuda"), 4096, training)
+    assert 0 < m.fp32_s < 1 and 0 < m.bf16_s < 1 and not m.emulated
 
 
 def test_unknown_precision_is_an_error():

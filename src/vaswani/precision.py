@@ -10,6 +10,10 @@ autocast as in a real step) in both precisions, and picks bf16 only where they r
     choice = choose("auto", model_config, torch.device("cpu"), rows=4000, training=True)
     choice.precision      # "bf16" or "fp32"
     choice.describe()     # the choice and both measured figures, for the log
+
+On a CUDA GPU the same products are timed (each synchronised with the device): a GPU with bf16 support takes
+bf16 where it measures faster than float32 as torch runs it (TF32 where torch.backends.cuda.matmul allows it);
+one without bf16 runs float32.
 """
 
 from __future__ import annotations
@@ -105,19 +109,17 @@ def choose(
     """Resolve `requested` ("auto", "fp32", "bf16") for `config` on `device`.
 
     `rows`: positions per batch that go through each linear layer (training: the batch's tokens;
-    decoding: sentences x beam). "auto" and an explicit "bf16" are measured on CPUs (an explicit bf16
-    to warn when it is slower); a CUDA GPU with bf16 support takes bf16 without measuring.
+    decoding: sentences x beam). "auto" and an explicit "bf16" are measured on CPUs and CUDA GPUs (an
+    explicit bf16 to warn when it is slower); a GPU without bf16 runs fp32 under "auto".
     """
     check(requested)
     if requested == "fp32":
         return Choice("fp32", requested)
-    if device.type == "cuda":
-        if torch.cuda.is_bf16_supported():
-            return Choice("bf16", requested, reason="CUDA GPU with bf16 support")
+    if device.type == "cuda" and not torch.cuda.is_bf16_supported():
         if requested == "auto":
             return Choice("fp32", requested, reason="this GPU has no bf16 support")
         return Choice("bf16", requested)
-    if device.type != "cpu":
+    if device.type not in ("cpu", "cuda"):
         return Choice("fp32" if requested == "auto" else "bf16", requested, reason=f"{device.type} is not measured")
     measurement = (measure or measure_matmuls)(config, device, rows, training)
     if requested == "bf16":
@@ -151,9 +153,10 @@ def measure_matmuls(
 ) -> Measurement:
     """Time one pass over the model's linear maps in fp32 and under bf16 autocast (min of `repeats`,
     the two precisions alternating), on random data that leaves the global random state untouched."""
-    rows = max(1, min(rows, MAX_ROWS))
+    rows = max(1, min(rows, MAX_ROWS * (8 if device.type == "cuda" else 1)))  # a GPU's kernels need more rows
     generator = torch.Generator(device).manual_seed(0)
     shapes = _shapes(config, training, rows)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
     def tensors(i: int, o: int, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
         x = torch.randn(rows, i, generator=generator, device=device, requires_grad=training)
@@ -166,17 +169,19 @@ def measure_matmuls(
         total = 0.0
         cast = torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
         for x, w, count in data:
+            sync()
             start = time.perf_counter()
             with cast, contextlib.nullcontext() if training else torch.no_grad():
                 y = F.linear(x, w)
                 if training:
                     y.backward(torch.ones_like(y))
+            sync()
             total += (time.perf_counter() - start) * count
             if total > limit_s:
                 return float("inf")
         return total
 
-    probe = _probe(device, generator)
+    probe = _probe(device, generator) if device.type == "cpu" else None  # GPUs do not emulate bf16
     if probe is not None:
         return Measurement(probe[0], probe[1], 64, emulated=True)
     first = one_pass(False)  # first calls create the kernels (oneDNN primitives)

@@ -81,3 +81,22 @@ def test_wrong_input_shape_names_the_expected_shape():
         mha(torch.randn(2, 5, 8))
     with pytest.raises(ValueError, match="float tensor"):
         mha(torch.ones(2, 5, 16, dtype=torch.long))
+
+
+def test_the_fused_kernel_chosen_for_padded_and_causal_batches_is_reported():
+    from vaswani.nn.attention import attention_kernels
+
+    cpu = torch.device("cpu")
+    assert attention_kernels(64, 4, cpu, torch.float32) == {
+        "padded self/cross": "flash_attention",  # torch's CPU flash kernel takes boolean masks
+        "causal self": "flash_attention",
+    }
+    assert set(attention_kernels(64, 4, cpu, torch.bfloat16).values()) == {"math"}  # our CPU bf16 rule
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: which fused kernel runs there")
+def test_on_a_gpu_padded_batches_run_a_fused_kernel_in_bf16():
+    from vaswani.nn.attention import attention_kernels
+
+    kernels = attention_kernels(512, 8, torch.device("cuda"), torch.bfloat16)
+    assert "math" not in kernels.values() and "unknown" not in kernels.values(), kernels

@@ -22,6 +22,7 @@ def decode_options(args: argparse.Namespace) -> dict[str, Any]:
     return dict(
         beam_size=args.beam,
         length_penalty=args.length_penalty,
+        length_rule=args.length_rule,
         max_len_a=args.max_len_a,
         max_len_b=args.max_len_b,
         early_stopping=args.early_stopping or None,
@@ -54,11 +55,11 @@ def report_precision(translator: Translator, decode: DecodeConfig, console: Cons
     """The precision decoding runs in, with its measurement; a warning where an explicit bf16 is slower."""
     if translator.engine.describe() is not None:
         console.print(f"vaswani: {translator.engine.describe()}")
-        if decode.length_penalty and not decode.sampling and decode.beam_size > 1:
+        if decode.length_penalty and decode.length_rule == "gnmt" and not decode.sampling and decode.beam_size > 1:
             console.print(
                 f"vaswani: note: CTranslate2 divides scores by length^{decode.length_penalty}, not by GNMT's "
                 f"((5 + length) / 6)^{decode.length_penalty}; --length-penalty 0 gives --engine torch's "
-                "output exactly"
+                "output exactly, and so does --length-rule power"
             )
         return
     choice = translator.choose_precision(decode)
@@ -190,7 +191,13 @@ def _attention(args: argparse.Namespace) -> None:
 def _add_decode_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("search (default: the model's config.yaml decode section)")
     group.add_argument("--beam", type=int, help="beam size; 1 is greedy search (paper: 4)")
-    group.add_argument("--length-penalty", type=float, help="GNMT length penalty alpha (paper: 0.6)")
+    group.add_argument("--length-penalty", type=float, help="length penalty alpha (paper: 0.6)")
+    group.add_argument(
+        "--length-rule",
+        choices=("gnmt", "power"),
+        help="score / ((5 + length) / 6)^alpha (gnmt: the paper's code) or score / length^alpha (power: Hugging "
+        "Face, fairseq, CTranslate2; an imported Marian model's default)",
+    )
     group.add_argument("--max-len-a", type=float, help="maximum output length = a * source length + b")
     group.add_argument("--max-len-b", type=int, help="(paper: source length + 50)")
     group.add_argument(

@@ -4,8 +4,9 @@ MODEL_DIR/ctranslate2/ by export (vaswani.export.ctranslate2.converted: once, an
 weights change); this module only checks that the conversion is current and runs it.
 
 Settings map one to one, except the length penalty: CTranslate2 divides a hypothesis' log-probability
-by length^alpha (the length counting EOS), ours by GNMT's ((5 + length) / 6)^alpha. At alpha 0 both are
-the plain log-probability, and greedy and beam outputs are identical to ours (tests/export/).
+by length^alpha (the length counting EOS), ours by GNMT's ((5 + length) / 6)^alpha unless decode.length_rule is
+power (an imported Marian's default), which is CTranslate2's. At alpha 0 both are the plain log-probability, and
+greedy and beam outputs are identical to ours (tests/export/).
 The maximum length is the batch's longest allowed (a * source length + b), not each sentence's own.
 """
 

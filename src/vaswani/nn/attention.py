@@ -71,6 +71,36 @@ def fused_attention(
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=use_flag)
 
 
+def fused_backend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causal: bool = False) -> str:
+    """The kernel `fused_attention` runs for these inputs: flash_attention, efficient_attention,
+    cudnn_attention or math (torch's dispatcher asked, after our CPU bf16 rule); "unknown" where this torch
+    does not say. A padded batch carries a mask, which rules out some kernels (flash on CUDA): this tells
+    whether the fused kernel is actually used. Shape: as fused_attention"""
+    use_flag = causal and mask is None and q.size(-2) == k.size(-2)
+    if not use_flag:
+        mask = _full_mask(mask, causal, q.size(-2), k.size(-2), q.device)
+    if q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16):
+        return "math"
+    choose = getattr(torch, "_fused_sdp_choice", None)  # the dispatcher's own choice (a private function)
+    if choose is None:
+        return "unknown"
+    names = {int(getattr(SDPBackend, n)): n.lower() for n in dir(SDPBackend) if n.isupper()}
+    return names.get(int(choose(q, k, v, mask, 0.0, use_flag)), "unknown")
+
+
+def attention_kernels(d_model: int, n_heads: int, device: torch.device, dtype: torch.dtype) -> dict[str, str]:
+    """Which kernel each kind of attention of a training batch runs on `device` in `dtype` (fused_backend):
+    the encoder's and the cross-attention's over right-padded sources, the decoder's causal self-attention."""
+    d_head = d_model // n_heads
+    q = torch.zeros(2, n_heads, 7, d_head, device=device, dtype=dtype)
+    padded = torch.ones(2, 1, 1, 7, device=device, dtype=torch.bool)
+    padded[1, ..., 5:] = False
+    return {
+        "padded self/cross": fused_backend(q, q, q, padded),
+        "causal self": fused_backend(q, q, q, None, causal=True),
+    }
+
+
 class MultiHeadAttention(nn.Module):
     """h attention heads over learned projections, concatenated and projected by W^O (§3.2.2).
 

@@ -33,6 +33,7 @@ from vaswani.model_dir import (
     weights_of,
     write_model_directory,
 )
+from vaswani.nn.attention import attention_kernels
 from vaswani.precision import choose
 from vaswani.runtime import autocast, pick_device
 from vaswani.train import checkpoint as ckpt
@@ -262,9 +263,12 @@ class Trainer:
             write_model_directory(self.model_dir, self.config, self.origin)
         self.log_config()
         self.task.describe(data)
+        m, dtype = self.config.model, torch.bfloat16 if self.config.train.precision == "bf16" else torch.float32
+        kernels = attention_kernels(m.d_model, m.n_heads, self.device, dtype)
         self.log(
             f"task {self.task.name}; {self.model.num_parameters():,} parameters; device {self.device}, "
-            f"{self.world} process(es)"
+            f"{self.world} process(es); attention kernels: "
+            + ", ".join(f"{kind} {kernel}" for kind, kernel in kernels.items())
         )
         state = self._resume()
         stream = self.task.stream(data, state.epoch, state.position)
