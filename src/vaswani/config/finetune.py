@@ -32,7 +32,7 @@ class FinetuneConfig:
             return frozenset({"original_src", "original_tgt"})
         if task == "translation":
             return frozenset(
-                {"labels"} | (set() if self.original_src else {"aux_weight", "original_src", "original_tgt"})
+                {"init", "labels"} | (set() if self.original_src else {"aux_weight", "original_src", "original_tgt"})
             )
         return frozenset(names)
 
