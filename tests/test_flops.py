@@ -79,3 +79,44 @@ def test_mfu_against_a_known_gpu_and_the_measured_cpu(monkeypatch):
     cpu, where = peak_flops(torch.device("cpu"), "fp32")
     assert 1e9 < cpu < 1e14 and "measured" in where
     assert all(bf16 >= tf32 >= fp32 for _, bf16, tf32, fp32 in GPU_PEAKS)
+
+
+def test_bert_s_head_and_pooler_are_counted_exactly():
+    """model.output_transform (only at the predicted positions, as the loss applies it), model.pooler and the
+    classifier: the count equals torch's on a classify pass with the masked-token auxiliary loss."""
+    from torch.nn import functional as F
+
+    from vaswani.train.tasks.base import token_loss
+
+    c = tiny_config(
+        type="encoder_only",
+        d_model=32,
+        n_heads=2,
+        d_ff=64,
+        src_vocab_size=50,
+        tgt_vocab_size=50,
+        embedding_norm=True,
+        output_transform=True,
+        output_bias=True,
+        pooler=True,
+        n_classes=3,
+    )
+    model = build_model(c)
+    B, S = 3, 7
+    ids, targets = random_ids([S] * B), random_ids([S] * B)
+    targets[:, ::2] = 0  # PAD: not predicted
+    predicted = int((targets != 0).sum())
+    aten = torch.ops.aten
+    mapping = {
+        aten._scaled_dot_product_flash_attention_for_cpu: _sdpa,
+        aten._scaled_dot_product_flash_attention_for_cpu_backward: _sdpa_backward,
+    }
+    with flop_counter.FlopCounterMode(display=False, custom_mapping=mapping) as counter:
+        hidden = HiddenStates(model)(ids)
+        task = F.cross_entropy(model.classify(ids, hidden), torch.tensor([0, 1, 2]), reduction="sum")
+        aux, _ = token_loss(model, hidden, targets, 0.0)
+        (task + aux).backward()
+    assert counter.get_total_flops() == training_flops(c, [S] * B, None, predicted, classified=B)
+    assert training_flops(c, [S] * B, None, predicted, B) - training_flops(c, [S] * B, None, predicted) == 3 * B * (
+        2 * 32 * 3 + 2 * 32 * 32
+    )

@@ -8,11 +8,13 @@ S the source length and T the target length of its sequence:
     decoder layer, per target token       8d^2 + 4Td (self-attention) + 4d^2 + 4Sd (cross-attention: Q, output,
                                           scores, sum) + 4df; and 4d^2 per source token (cross K, V), per layer
     decoder-only layer, per token         8d^2 + 4Td + 4df
-    pre-softmax projection                2dV per predicted token (the loss projects only those: train/loss.py)
+    pre-softmax projection                2dV per predicted token (the loss projects only those: train/loss.py),
+                                          + 2d^2 through model.output_transform (BERT's MLM head)
+    classifier, per classified sequence   2dC (C classes) + 2d^2 through model.pooler (BERT's)
 
 Training is three times the forward pass (the backward pass computes two products per forward one). Causal
-self-attention is counted over all T keys, as PaLM counts it; embeddings, norms, softmax, biases and a
-classifier's head are left out. Padding is not counted: MFU measures useful work.
+self-attention is counted over all T keys, as PaLM counts it; embeddings, norms, softmax, activations and biases
+are left out. Padding is not counted: MFU measures useful work.
 
     training_flops(config, src_lengths=[20, 31], tgt_lengths=[22, 29], predicted=51)
     mfu(flops_per_s, device, "bf16")           # 0.41, or None where the peak is unknown
@@ -56,11 +58,13 @@ def forward_flops(
     src_lengths: Sequence[int] | None,
     tgt_lengths: Sequence[int] | None,
     predicted: int,
+    classified: int = 0,
 ) -> float:
     """FLOPs of one forward pass over a batch: sequences of `src_lengths` (read by an encoder) and/or
-    `tgt_lengths` (read by a decoder), one pair per example for an encoder-decoder, and `predicted` tokens
-    projected onto the vocabulary. The per-token counts above, summed: linear in the lengths for the products
-    with weights, quadratic for attention (sums of S^2, T^2 and S*T over the batch)."""
+    `tgt_lengths` (read by a decoder), one pair per example for an encoder-decoder, `predicted` tokens
+    projected onto the vocabulary and `classified` sequences through the classifier. The per-token counts
+    above, summed: linear in the lengths for the products with weights, quadratic for attention (sums of S^2,
+    T^2 and S*T over the batch)."""
     d, f, V = config.d_model, config.d_ff, config.tgt_vocab_size
     stack = family(config.type).stack
     if stack == "encoder-decoder":
@@ -71,7 +75,9 @@ def forward_flops(
         if (src_lengths if stack == "encoder" else tgt_lengths) is None:
             raise ValueError(f"a {stack}-only model needs the lengths of the sequences it reads")
         cross = 0
-    total = 2.0 * d * V * predicted
+    total = 2.0 * d * (V + (d if config.output_transform else 0)) * predicted
+    if classified and config.n_classes:
+        total += 2.0 * d * (config.n_classes + (d if config.pooler else 0)) * classified
     if src_lengths is not None and stack != "decoder":  # encoder layers, and the decoder's cross K, V
         S, S2 = sum(src_lengths), sum(n * n for n in src_lengths)
         total += config.n_layers * (S * (8 * d * d + 4 * d * f) + 4 * d * S2)
@@ -89,9 +95,10 @@ def training_flops(
     src_lengths: Sequence[int] | None,
     tgt_lengths: Sequence[int] | None,
     predicted: int,
+    classified: int = 0,
 ) -> float:
     """FLOPs of one training pass (forward and backward) over a batch: three forward passes."""
-    return 3.0 * forward_flops(config, src_lengths, tgt_lengths, predicted)
+    return 3.0 * forward_flops(config, src_lengths, tgt_lengths, predicted, classified)
 
 
 def lengths(ids: torch.Tensor, pad_id: int) -> list[int]:

@@ -149,3 +149,34 @@ def test_mean_pooling_averages_the_real_tokens_states_and_ignores_padding(model_
     hidden = model.hidden_states(ids)
     torch.testing.assert_close(model.pooled(hidden, ids)[1], hidden[1, :4].mean(0))
     torch.testing.assert_close(model.classify(ids)[1:], model.classify(ids[1:, :4]), rtol=1e-5, atol=1e-5)
+
+
+def test_bert_s_options_add_their_modules_and_leave_the_default_model_as_it_was():
+    """model.embedding_norm, output_transform and pooler (off by default: the state dict of before) add BERT's
+    embedding LayerNorm, MLM head transform and pooler; the transform is what the logits read."""
+    from vaswani.config import ConfigError
+    from vaswani.nn import build_model
+
+    plain = build_model(tiny_config(type="encoder_only", n_classes=2))
+    bert = build_model(
+        tiny_config(type="encoder_only", n_classes=2, embedding_norm=True, output_transform=True, pooler=True)
+    )
+    added = set(bert.state_dict()) - set(plain.state_dict())
+    assert set(plain.state_dict()) <= set(bert.state_dict())
+    assert added == {
+        "encoder.embed.norm.weight",
+        "encoder.embed.norm.bias",
+        "output_transform.dense.weight",
+        "output_transform.dense.bias",
+        "output_transform.norm.weight",
+        "output_transform.norm.bias",
+        "pooler.weight",
+        "pooler.bias",
+    }
+    ids = random_ids([5, 3])
+    hidden = bert.hidden_states(ids)
+    expected = torch.nn.functional.linear(bert.output_transform(hidden), bert.output_weight)
+    torch.testing.assert_close(bert(ids), expected)
+    assert "pooler" in tiny_config(type="encoder_only", pooler=True).unused()  # no classifier: no pooler
+    with pytest.raises(ConfigError, match="output_transform"):
+        tiny_config(output_transform=True)  # encoder_decoder

@@ -28,9 +28,12 @@ def _generate(args: argparse.Namespace) -> None:
     ids_so_far: dict[int, list[int]] = {}
     written: dict[int, str] = {}
 
-    def on_token(k: int, token: int) -> None:  # stream: print what the new token adds to the text
-        ids_so_far.setdefault(k, []).append(token)
-        text = generator.decode(ids_so_far[k])
+    def on_token(k: int, token: int, last: bool = False) -> None:  # stream: print what the new token adds
+        if token >= 0:
+            ids_so_far.setdefault(k, []).append(token)
+        text = generator.decode(ids_so_far.get(k, []))
+        if not last:  # a byte-level token may end inside a character (U+FFFD until its other bytes come)
+            text = text.rstrip("\ufffd")
         sys.stdout.write(text[len(written.get(k, "")) :])
         sys.stdout.flush()
         written[k] = text
@@ -51,6 +54,7 @@ def _generate(args: argparse.Namespace) -> None:
             not args.no_cache,
             on_token=lambda _, t, k=k: on_token(k, t),
         )
+        on_token(k, -1, last=True)
     sys.stdout.write("\n")
 
 

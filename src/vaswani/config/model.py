@@ -45,9 +45,16 @@ class ModelConfig:
     # A bias added to the logits (Marian's final_logits_bias); §3.4's pre-softmax projection has none.
     output_bias: bool = False
     layer_norm_eps: float = 1e-6  # the tensor2tensor reference value
+    # BERT's additions (Devlin et al. 2019), off in the paper: a LayerNorm over the summed embeddings, before
+    # their dropout; the masked-LM head's transform (dense, activation, LayerNorm) between the last layer and
+    # the pre-softmax projection (decoder_only and encoder_only); the pooler (dense, tanh) between the pooled
+    # state and the classifier.
+    embedding_norm: bool = False
+    output_transform: bool = False
+    pooler: bool = False
     pad_id: int = PAD_ID  # vaswani/special.py: the ids every vocabulary trained here gives its special tokens
     bos_id: int = BOS_ID  # the decoder's first input; may be pad_id (Marian's decoders start from PAD)
-    eos_id: int = EOS_ID
+    eos_id: int = EOS_ID  # decoder_only: may equal pad_id and bos_id (GPT-2's one special token; see _validate)
     # Fine-tuning (decoder_only / encoder_only): a linear classifier over one pooled position, with this many
     # classes; 0: none. pool: the last real token (GPT; auto for decoder_only), the first (BERT's [CLS]
     # position; auto for encoder_only), or the mean of every real token's state (special tokens included).
@@ -76,7 +83,7 @@ class ModelConfig:
         if self.share_embeddings:
             names.add("tie_output")  # one matrix is already the embeddings and the pre-softmax weights
         if not self.n_classes:
-            names.update(("n_classes", "pool"))  # no classifier (a fine-tuning config sets model.pool)
+            names.update(("n_classes", "pool", "pooler"))  # no classifier (a fine-tuning config sets model.pool)
         return frozenset(names)
 
     def in_effect(self) -> dict[str, Any]:
@@ -106,6 +113,11 @@ class ModelConfig:
             raise ConfigError(
                 f"model.n_classes needs a model.type that classifies ({' or '.join(fitting('classify'))}"
                 f"; a classifier reads one stack's states); set model.n_classes: 0 for {self.type}"
+            )
+        if self.output_transform and family(self.type).stack == "encoder-decoder":
+            raise ConfigError(
+                f"model.output_transform applies to a language model ({' or '.join(fitting('classify'))}); "
+                f"remove it for {self.type}"
             )
         if self.pool not in ("auto", "first", "last", "mean"):
             raise ConfigError(f"model.pool must be auto, first, last or mean, got {self.pool!r}")
@@ -141,7 +153,9 @@ class ModelConfig:
         for name, value in ids.items():
             if not 0 <= value < min(self.src_vocab_size, self.tgt_vocab_size):
                 raise ConfigError(f"model.{name}={value} is outside the vocabulary")
-        if self.eos_id in (self.pad_id, self.bos_id):
+        # A decoder-only model is never fed BOS by the search (a prompt starts it) and pads only past its last
+        # real token, so one token may be all three: GPT-2's <|endoftext|> (vaswani/pretrained/gpt2.py).
+        if self.eos_id in (self.pad_id, self.bos_id) and family(self.type).stack != "decoder":
             raise ConfigError(f"model.eos_id must differ from pad_id and bos_id, got {ids}")
 
     @classmethod

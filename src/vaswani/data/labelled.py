@@ -11,7 +11,7 @@ from vaswani.config import ModelConfig
 from vaswani.data.corpus import DataError, decode_line
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.families import family
-from vaswani.special import BOS_ID, EOS_ID, PAD_ID
+from vaswani.special import PAD_ID
 
 
 def read_labelled(path: str | Path, invalid_utf8: str = "error") -> list[tuple[int, str, str]]:
@@ -45,18 +45,18 @@ def classifier_inputs(
     tokenizer: Tokenizer, texts: list[str], model: ModelConfig, max_length: int, lowercase: bool = False
 ) -> list[np.ndarray]:
     """Each text as the model reads it for classification: `ids EOS` (decoder_only) or `BOS ids EOS`
-    (encoder_only), cut to `max_length` tokens (keeping the last special token)."""
+    (encoder_only), with the model's special ids, cut to `max_length` tokens (keeping the last special token)."""
     out = []
     for ids in tokenizer.encode_src([t.lower() if lowercase else t for t in texts]):
-        head = [BOS_ID] if family(model.type).bos_first else []
-        ids = [*[*head, *ids][: max_length - 1], EOS_ID]
+        head = [model.bos_id] if family(model.type).bos_first else []
+        ids = [*[*head, *ids][: max_length - 1], model.eos_id]
         out.append(np.asarray(ids, dtype=np.int64))
     return out
 
 
-def pad(rows: list[np.ndarray]) -> torch.Tensor:
-    """Right-padded (B, L) int64."""
-    out = np.full((len(rows), max(len(r) for r in rows)), PAD_ID, dtype=np.int64)
+def pad(rows: list[np.ndarray], pad_id: int = PAD_ID) -> torch.Tensor:
+    """Right-padded (B, L) int64 (with the model's pad_id)."""
+    out = np.full((len(rows), max(len(r) for r in rows)), pad_id, dtype=np.int64)
     for i, r in enumerate(rows):
         out[i, : len(r)] = r
     return torch.from_numpy(out)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from vaswani.special import PAD_ID
@@ -16,15 +18,17 @@ def mask_tokens(
     vocab_size: int,
     prob: float = 0.15,
     first_regular: int = FIRST_REGULAR,
+    never: Sequence[int] = (),
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """BERT's masking (Devlin et al. 2019, §3.1): each regular token is chosen with probability `prob`; a
     chosen token becomes <mask> 80% of the time, a random regular token 10%, and stays itself 10%.
-    Special tokens (ids below `first_regular`: PAD, BOS, EOS, UNK, <mask>) are never chosen. At least
-    one token per batch is chosen, so every batch has something to predict.
+    Special tokens (ids below `first_regular`: PAD, BOS, EOS, UNK, <mask>; and the ids in `never`, an
+    imported tokenizer's special tokens) are never chosen. At least one token per batch is chosen, so every
+    batch has something to predict.
 
     Shape: ids (B, T) -> inputs (B, T), targets (B, T) (the original at chosen positions, PAD elsewhere), count
     """
-    regular = ids >= first_regular
+    regular = (ids >= first_regular) & ~np.isin(ids, np.asarray(never, dtype=ids.dtype))
     chosen = (rng.random(ids.shape) < prob) & regular
     if not chosen.any() and regular.any():
         flat = np.flatnonzero(regular)

@@ -1,11 +1,13 @@
 """Tokenizers: raw text in and out, stored in the model directory.
 
-Two layouts, one interface (`Tokenizer`, whose `src` and `tgt` answer as SentencePiece processors do):
+Three layouts, one interface (`Tokenizer`, whose `src` and `tgt` answer as SentencePiece processors do):
 - SentencePiece models trained here on the training text: tokenizer.model (joint) or src.model + tgt.model;
   a piece's id is SentencePiece's, and special ids are vaswani/special.py's.
 - Marian's (OPUS-MT, imported by `vaswani import`): source.spm and target.spm segment the text, and
   vocab.json (target_vocab.json where the vocabularies are separate) numbers the pieces: ids are the JSON's,
   not SentencePiece's. A leading `>>lang<<` token (a multilingual model's target language) is kept whole.
+- Hugging Face `tokenizers` files (GPT-2's, BERT's, imported): tokenizer.json, or vocab.json + merges.txt
+  (data/hf_tokenizer.py, HfPieces); one vocabulary; ids are the file's, its special tokens its own.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 import sentencepiece as spm
 
 from vaswani.data.corpus import DataError
+from vaswani.data.hf_tokenizer import HfPieces, holds_hf_tokenizer
 from vaswani.special import BOS_ID, EOS_ID, MASK, PAD_ID, UNK_ID
 
 _SPECIAL = {"pad_id": PAD_ID, "bos_id": BOS_ID, "eos_id": EOS_ID, "unk_id": UNK_ID}
@@ -91,12 +94,12 @@ class VocabPieces:
 
 class Tokenizer:
     """One SentencePiece model (joint vocabulary) or two (source and target); or Marian's pair of SentencePiece
-    models numbered by one vocabulary (or two), as `VocabPieces`."""
+    models numbered by one vocabulary (or two), as `VocabPieces`; or a Hugging Face tokenizer, as `HfPieces`."""
 
     def __init__(
         self,
-        src: spm.SentencePieceProcessor | VocabPieces,
-        tgt: spm.SentencePieceProcessor | VocabPieces | None = None,
+        src: spm.SentencePieceProcessor | VocabPieces | HfPieces,
+        tgt: spm.SentencePieceProcessor | VocabPieces | HfPieces | None = None,
     ) -> None:
         self.src = src
         self.tgt = tgt or src
@@ -107,8 +110,17 @@ class Tokenizer:
         return isinstance(self.src, VocabPieces)
 
     @property
+    def text_newlines(self) -> bool:
+        """A newline is text to this tokenizer (GPT-2's byte-level BPE encodes it and decodes it back), so a
+        language model reads and writes it as tokens and EOS ends a document. Else (SentencePiece models
+        trained here) a language model's EOS is the line break (data/plain.py)."""
+        return isinstance(self.src, HfPieces) and self.src.text_newlines
+
+    @property
     def file_names(self) -> list[str]:
         """The files of this tokenizer in a model directory."""
+        if isinstance(self.src, HfPieces):
+            return list(self.src.file_names)
         if self.marian:
             separate = self.src.vocab is not self.tgt.vocab
             return [*MARIAN_FILES, *([MARIAN_TARGET_VOCAB] if separate else [])]
@@ -140,15 +152,17 @@ class Tokenizer:
 
     @property
     def mask_id(self) -> int | None:
-        """The id of <mask> (a masked LM's [MASK]) in a text tokenizer; None in a translation one."""
-        i = self.src.piece_to_id(MASK)
+        """The id of <mask> (a masked LM's [MASK], its tokenizer_config.json's mask_token for an imported BERT) in a
+        text tokenizer; None in a translation one."""
+        i = self.src.piece_to_id(getattr(self.src, "mask_piece", None) or MASK)
         return None if i == self.src.unk_id() else i
 
     def save(self, directory: str | Path) -> None:
         """Write the tokenizer's files into `directory`, as `load` reads them."""
-        if self.marian:
+        if self.marian or isinstance(self.src, HfPieces):
+            source = self.src.directory if isinstance(self.src, HfPieces) else self.src.path.parent
             for name in self.file_names:
-                shutil.copyfile(self.src.path.parent / name, Path(directory) / name)
+                shutil.copyfile(source / name, Path(directory) / name)
             return
         processors = [self.src] if self.joint else [self.src, self.tgt]
         for name, processor in zip(self.files(self.joint), processors, strict=True):
@@ -192,6 +206,8 @@ class Tokenizer:
     @classmethod
     def load(cls, directory: str | Path) -> Tokenizer:
         directory = Path(directory)
+        if holds_hf_tokenizer(directory):
+            return cls(HfPieces.load(directory))
         if (directory / MARIAN_FILES[2]).is_file():
             return cls.load_marian(directory)
         for joint in (True, False):
@@ -231,7 +247,7 @@ def _read_vocab(path: Path) -> dict[str, int]:
 
 
 def _encode(
-    processor: spm.SentencePieceProcessor | VocabPieces, lines: Sequence[str], alpha: float, seed: int
+    processor: spm.SentencePieceProcessor | VocabPieces | HfPieces, lines: Sequence[str], alpha: float, seed: int
 ) -> list[list[int]]:
     """Ids of each line; with `alpha` > 0 a sampled segmentation (BPE-dropout for bpe models, subword
     regularization for unigram ones) that is a function of (lines, alpha, seed): one thread, seeded."""

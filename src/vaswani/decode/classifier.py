@@ -43,7 +43,7 @@ class Classifier:
         out = torch.empty(len(inputs), len(self.labels))
         for start in range(0, len(order), batch_size):
             chunk = order[start : start + batch_size]
-            ids = pad([inputs[i] for i in chunk]).to(self.device)
+            ids = pad([inputs[i] for i in chunk], self.config.model.pad_id).to(self.device)
             out[chunk] = self.model.classify(ids).float().softmax(-1).cpu()
         return out
 

@@ -3,8 +3,11 @@
     generator = Generator.load("runs/shakespeare")
     generator.generate("ROMEO:", max_new_tokens=300, temperature=0.8, top_k=40, seed=1)
 
-The same search code as translation (decode/search.py: the step protocol on the KV cache). EOS is the
-language model's line break (data/plain.py): generation goes on through it, writing a newline.
+The same search code as translation (decode/search.py: the step protocol on the KV cache). What a newline is
+follows the tokenizer (Tokenizer.text_newlines). For a text tokenizer trained here EOS is the language model's
+line break (data/plain.py): generation goes on through it, writing a newline. To an imported tokenizer whose
+newlines are text (GPT-2's byte-level BPE) they are tokens like any other, and EOS (<|endoftext|>) ends the
+document: generation stops there, as transformers' generate does.
 """
 
 from __future__ import annotations
@@ -40,18 +43,22 @@ class Generator:
         return cls(model, Tokenizer.load(model_dir), config, precision)
 
     def encode(self, prompt: str) -> list[int]:
-        """The prompt's ids; its lines separated by EOS (the line break). An empty prompt is one EOS: the
-        start of a new line."""
-        lines = prompt.split("\n")
+        """The prompt's ids. Newlines as text: the prompt read whole, an empty one BOS (where GPT-2's documents
+        start). Else its lines separated by EOS (the line break), an empty prompt one EOS: a new line."""
         if self.config.data.lowercase:
-            lines = [line.lower() for line in lines]
+            prompt = prompt.lower()
+        if self.tokenizer.text_newlines:
+            return self.tokenizer.encode_src([prompt])[0] or [self.config.model.bos_id]
         ids: list[int] = []
-        for i, line_ids in enumerate(self.tokenizer.encode_src(lines)):
+        for i, line_ids in enumerate(self.tokenizer.encode_src(prompt.split("\n"))):
             ids.extend(([EOS_ID] if i else []) + line_ids)
         return ids or [EOS_ID]
 
     def decode(self, ids: list[int]) -> str:
-        """Text of ids, each EOS a newline."""
+        """Text of ids: as the tokenizer writes it where newlines are text (special tokens left out); else each
+        EOS a newline."""
+        if self.tokenizer.text_newlines:
+            return self.tokenizer.src.decode(list(ids))
         lines, current = [], []
         for i in ids:
             if i == EOS_ID:
@@ -77,10 +84,11 @@ class Generator:
     ) -> list[list[int]]:
         """`n` continuations of `prompt` (ids), each `max_new_tokens` long, drawn one after the other from one
         generator seeded with `seed` (the same seed, the same samples). `on_token(sample, id)` sees each
-        token as it is chosen."""
+        token as it is chosen. Where newlines are text, a continuation ends at EOS (not included)."""
         src = torch.tensor([prompt], dtype=torch.long, device=self.device)
         # the model sees at most the context it was trained on (search.DecoderOnlySteps moves the window on)
         limits = dict(max_len_a=0.0, max_len_b=max_new_tokens, cache=cache, context=self.config.data.block_size)
+        limits["stop_at_eos"] = self.tokenizer.text_newlines  # EOS ends a document; else it is a line break
         generator = torch.Generator(self.device)
         if seed is not None:
             generator.manual_seed(seed)
@@ -89,11 +97,9 @@ class Generator:
             for k in range(n):
                 step = None if on_token is None else (lambda tokens, k=k: on_token(k, int(tokens[0])))
                 if greedy_search:
-                    hyp = greedy(self.model, src, stop_at_eos=False, on_step=step, **limits)[0]
+                    hyp = greedy(self.model, src, on_step=step, **limits)[0]
                 else:
-                    hyp = sample(
-                        self.model, src, temperature, top_k, top_p, generator, stop_at_eos=False, on_step=step, **limits
-                    )[0]
+                    hyp = sample(self.model, src, temperature, top_k, top_p, generator, on_step=step, **limits)[0]
                 out.append(hyp.tokens)
         return out
 

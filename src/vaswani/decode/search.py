@@ -68,7 +68,8 @@ class Steps:
     def __init__(self, model, use_cache: bool) -> None:
         self.model, self.use_cache = model, use_cache
         c = model.config
-        self.banned = [c.pad_id, c.bos_id]  # never generated
+        # never generated; EOS always may be, when it is also PAD and BOS (GPT-2's <|endoftext|>)
+        self.banned = [i for i in (c.pad_id, c.bos_id) if i != c.eos_id]
 
     def _logits(self, tokens: Tensor) -> Tensor:
         raise NotImplementedError
@@ -142,9 +143,9 @@ class DecoderOnlySteps(Steps):
 
     def __init__(self, model, prompts: Tensor, beam: int, cache: bool, context: int | None = None) -> None:
         super().__init__(model, cache)
-        if (prompts == model.config.pad_id).any():
-            raise ValueError("prompts in one batch must have equal lengths, without padding")
         c = model.config
+        if c.pad_id != c.eos_id and (prompts == c.pad_id).any():  # a PAD that is EOS is text (a document's end)
+            raise ValueError("prompts in one batch must have equal lengths, without padding")
         bounds = [x for x in (context, c.max_positions if c.positions == "learned" else None) if x]
         self.context = min(bounds) if bounds else None
         self.inputs = prompts.size(0)

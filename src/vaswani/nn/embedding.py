@@ -89,15 +89,19 @@ class LearnedPositions(nn.Module):
 
 
 class Embeddings(nn.Module):
-    """Dropout(token embedding * sqrt(d_model) + position), as the input to each stack (§3.4, §5.4)."""
+    """Dropout(token embedding * sqrt(d_model) + position), as the input to each stack (§3.4, §5.4).
 
-    def __init__(self, tokens: TokenEmbedding, positions: nn.Module, dropout: float) -> None:
+    `norm` (model.embedding_norm, BERT's): a LayerNorm over the sum, before the dropout; None: none.
+    """
+
+    def __init__(self, tokens: TokenEmbedding, positions: nn.Module, dropout: float, norm: nn.Module | None = None):
         super().__init__()
         self.tokens = tokens
         self.positions = positions
+        self.norm = norm if norm is not None else nn.Identity()
         self.dropout = Dropout(dropout)
 
     def forward(self, ids: Tensor, start: int = 0) -> Tensor:
         """Shape: ids (B, L) -> (B, L, D), positions start, ..., start + L - 1"""
         x = self.tokens(ids)
-        return self.dropout(x + self.positions(start, ids.size(1)).to(x.dtype))
+        return self.dropout(self.norm(x + self.positions(start, ids.size(1)).to(x.dtype)))

@@ -16,18 +16,24 @@ from vaswani.config import ModelConfig
 from vaswani.nn.cache import KVCache
 from vaswani.nn.dropout import Dropout
 from vaswani.nn.embedding import TokenEmbedding
+from vaswani.nn.layers import OutputTransform
 from vaswani.nn.masks import padding_mask
 from vaswani.nn.transformer import Decoder, Encoder, check_ids, init_weights
 
 
 class _LanguageModel(nn.Module):
-    """What both descendants share: the tied output projection and the classification head."""
+    """What both descendants share: the tied output projection (after BERT's transform, model.output_transform)
+    and the classification head (after BERT's pooler, model.pooler)."""
 
     config: ModelConfig
 
     def _finish(self, config: ModelConfig) -> None:
-        # GPT's and BERT's classifier: a linear layer on one position's final state, after dropout.
+        # GPT's and BERT's classifier: a linear layer on one position's final state, after dropout; BERT's
+        # pooler (model.pooler) first passes that state through a dense layer and tanh.
         self.classifier = nn.Linear(config.d_model, config.n_classes) if config.n_classes else None
+        self.pooler = nn.Linear(config.d_model, config.d_model) if config.n_classes and config.pooler else None
+        transform = OutputTransform(config.d_model, config.activation, config.layer_norm_eps)
+        self.output_transform = transform if config.output_transform else None
         # model.output_bias: a bias on the logits (GPT-2 has none; BERT's MLM head has one)
         self.output_bias = nn.Parameter(torch.zeros(config.tgt_vocab_size)) if config.output_bias else None
         self.classifier_dropout = Dropout(config.dropout)
@@ -42,9 +48,14 @@ class _LanguageModel(nn.Module):
         """The pre-softmax matrix: the token embedding. Shape: (V, D)"""
         return self.stack.embed.tokens.weight
 
+    def head_states(self, hidden: Tensor) -> Tensor:
+        """What the pre-softmax projection reads: the final states, through model.output_transform where the
+        model has one (the training loss projects these). Shape: (..., D) -> (..., D)"""
+        return hidden if self.output_transform is None else self.output_transform(hidden)
+
     def logits(self, hidden: Tensor) -> Tensor:
         """Shape: hidden (..., D) -> logits (..., V)"""
-        return F.linear(hidden, self.output_weight, self.output_bias)
+        return F.linear(self.head_states(hidden), self.output_weight, self.output_bias)
 
     def forward(self, ids: Tensor) -> Tensor:
         """Shape: ids (B, T) -> logits (B, T, V)"""
@@ -70,7 +81,10 @@ class _LanguageModel(nn.Module):
         if self.classifier is None:
             raise ValueError("this model has no classifier (model.n_classes is 0); fine-tune it with vaswani finetune")
         hidden = self.hidden_states(ids) if hidden is None else hidden
-        return self.classifier(self.classifier_dropout(self.pooled(hidden, ids)))
+        pooled = self.pooled(hidden, ids)  # (B, D)
+        if self.pooler is not None:
+            pooled = torch.tanh(self.pooler(pooled))
+        return self.classifier(self.classifier_dropout(pooled))
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters() if p.requires_grad)

@@ -41,6 +41,23 @@ class FeedForward(nn.Module):
         return self.linear2(self.activation(self.linear1(x)))
 
 
+class OutputTransform(nn.Module):
+    """BERT's masked-LM head transform (model.output_transform): LayerNorm(activation(x W + b)), between the
+    last layer and the pre-softmax projection.
+
+    Shape: (..., D) -> (..., D)
+    """
+
+    def __init__(self, d_model: int, activation: str, eps: float) -> None:
+        super().__init__()
+        self.dense = nn.Linear(d_model, d_model)
+        self.activation = ACTIVATIONS[activation]
+        self.norm = nn.LayerNorm(d_model, eps=eps)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.norm(self.activation(self.dense(x)))
+
+
 class TransformerLayer(nn.Module):
     """One layer of §3.1: self-attention, encoder-decoder attention when `cross`, then feed-forward.
 

@@ -22,6 +22,11 @@ def _positions(config: ModelConfig) -> nn.Module:
     return SinusoidalPositions(config.d_model, config.max_positions)
 
 
+def _embeddings(config: ModelConfig, tokens: TokenEmbedding) -> Embeddings:
+    norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.embedding_norm else None
+    return Embeddings(tokens, _positions(config), config.dropout, norm)
+
+
 def _final_norm(config: ModelConfig) -> nn.Module:
     # Pre-norm leaves the last residual sum unnormalised, so each stack ends with a LayerNorm.
     return nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.norm_first else nn.Identity()
@@ -44,7 +49,7 @@ class Encoder(nn.Module):
 
     def __init__(self, config: ModelConfig, tokens: TokenEmbedding) -> None:
         super().__init__()
-        self.embed = Embeddings(tokens, _positions(config), config.dropout)
+        self.embed = _embeddings(config, tokens)
         self.layers = nn.ModuleList(TransformerLayer(config) for _ in range(config.n_layers))
         self.norm = _final_norm(config)
 
@@ -64,7 +69,7 @@ class Decoder(nn.Module):
 
     def __init__(self, config: ModelConfig, tokens: TokenEmbedding, cross: bool = True) -> None:
         super().__init__()
-        self.embed = Embeddings(tokens, _positions(config), config.dropout)
+        self.embed = _embeddings(config, tokens)
         self.layers = nn.ModuleList(TransformerLayer(config, cross=cross) for _ in range(config.decoder_layers))
         self.norm = _final_norm(config)
         self.n_heads, self.d_head = config.n_heads, config.d_head

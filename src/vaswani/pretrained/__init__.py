@@ -112,9 +112,9 @@ def resolve(src: str | Path) -> Path:
 def import_pretrained(src: str | Path, model_dir: str | Path) -> Path:
     """Write the model in `src` as a vaswani model directory `model_dir` (new or empty); nothing is written
     when it cannot be imported. Returns `model_dir`."""
-    from vaswani.pretrained import marian
+    from vaswani.pretrained import bert, gpt2, marian
 
-    layouts = {"marian": marian}
+    layouts = {"marian": marian, "bert": bert, "gpt2": gpt2}
     source = resolve(src)
     out = Path(model_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -140,8 +140,11 @@ def import_pretrained(src: str | Path, model_dir: str | Path) -> Path:
         out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
     try:
-        for name, path in tokenizer_files.items():
-            shutil.copyfile(path, tmp / name)
+        for name, file in tokenizer_files.items():  # a file of the checkpoint, or one the layout made (bytes)
+            if isinstance(file, bytes):
+                (tmp / name).write_bytes(file)
+            else:
+                shutil.copyfile(file, tmp / name)
         save_weights(weights_of(model), tmp / WEIGHTS)
         write_model_directory(tmp, config, origin)
         if out.exists():

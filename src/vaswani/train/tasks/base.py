@@ -27,6 +27,7 @@ from vaswani.config import Config, ModelConfig
 from vaswani.families import family
 from vaswani.flops import lengths, training_flops
 from vaswani.nn import build_model
+from vaswani.train.loss import label_smoothed_cross_entropy
 
 
 class HiddenStates(torch.nn.Module):
@@ -38,6 +39,18 @@ class HiddenStates(torch.nn.Module):
 
     def forward(self, *inputs: Tensor) -> Tensor:
         return self.model.hidden_states(*inputs)
+
+
+def token_loss(model: torch.nn.Module, hidden: Tensor, targets: Tensor, smoothing: float) -> tuple[Tensor, Tensor]:
+    """A language model's summed loss on the tokens it predicts (targets not PAD), and how many: the final
+    states at those positions through model.output_transform where it has one (BERT's MLM head; only those
+    positions, as the FLOP count has it), projected with output_weight and output_bias.
+    Shape: hidden (B, T, D), targets (B, T) -> loss (), tokens ()"""
+    pad_id = model.config.pad_id
+    if model.output_transform is not None:
+        real = targets != pad_id  # (B, T)
+        hidden, targets = model.output_transform(hidden[real])[None], targets[real][None]  # (1, N, D), (1, N)
+    return label_smoothed_cross_entropy(hidden, model.output_weight, targets, smoothing, pad_id, bias=model.output_bias)
 
 
 @dataclass(frozen=True)
@@ -128,14 +141,15 @@ class Task:
 
     def flops(self, batch: Any, config: ModelConfig) -> float:
         """Model FLOPs of one training pass over `batch` (vaswani/flops.py), counted on the host from its
-        lengths: a TextBatch's sequences, read by the family's one stack, and its predicted tokens; an
-        encoder's auxiliary masked-LM copy (classify) as a second pass."""
+        lengths: a TextBatch's sequences, read by the family's one stack, its predicted tokens and its
+        classified sequences; an encoder's auxiliary masked-LM copy (classify) as a second pass."""
         n = lengths(batch.ids, config.pad_id)
         src, tgt = (n, None) if family(config.type).stack == "encoder" else (None, n)
+        classified = 0 if batch.labels is None else len(batch.labels)
         if batch.masked is not None:
-            return training_flops(config, src, tgt, 0) + training_flops(config, src, tgt, batch.aux_count)
+            return training_flops(config, src, tgt, 0, classified) + training_flops(config, src, tgt, batch.aux_count)
         predicted = batch.aux_count if batch.labels is not None else batch.count
-        return training_flops(config, src, tgt, predicted)
+        return training_flops(config, src, tgt, predicted, classified)
 
     def loss(self, wrapped: torch.nn.Module, model: torch.nn.Module, batch: Any) -> Tensor:
         """The batch's summed loss (the trainer divides by the global `count`)."""

@@ -24,9 +24,7 @@ from vaswani.data.labelled import classifier_inputs, pad, read_labelled
 from vaswani.data.masking import mask_tokens
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.families import family
-from vaswani.special import PAD_ID
-from vaswani.train.loss import label_smoothed_cross_entropy
-from vaswani.train.tasks.base import Task, TextBatch
+from vaswani.train.tasks.base import Task, TextBatch, token_loss
 
 
 @dataclass
@@ -145,17 +143,20 @@ class Classify(Task):
         the next tokens (decoder_only), or a masked copy of the inputs and the masked tokens (encoder_only).
         Masking is drawn for (seed, epoch, batch number): the same on resume."""
         inputs, labels = (data.train, data.train_labels) if split == "train" else (data.valid, data.valid_labels)
-        ids = pad([inputs[i] for i in indices.tolist()])
+        pad_id = self.config.model.pad_id
+        ids = pad([inputs[i] for i in indices.tolist()], pad_id)
         labels = torch.from_numpy(labels[indices])
         aux = self.aux_weight > 0 if aux is None else aux
         if not aux:
             return TextBatch(ids, ids.new_zeros(0), len(indices), labels)
         if family(self.config.model.type).task == "lm":  # the auxiliary loss is the pretraining objective
-            targets = torch.cat([ids[:, 1:], ids.new_full((ids.size(0), 1), PAD_ID)], dim=1)
-            return TextBatch(ids, targets, len(indices), labels, aux_count=int((targets != PAD_ID).sum()))
+            targets = torch.cat([ids[:, 1:], ids.new_full((ids.size(0), 1), pad_id)], dim=1)
+            return TextBatch(ids, targets, len(indices), labels, aux_count=int((targets != pad_id).sum()))
         rng = np.random.default_rng([self.config.train.seed, epoch, number, int(split == "valid")])
+        m, mask_id = self.config.model, data.tokenizer.mask_id
+        never = [i for i in (m.pad_id, m.bos_id, m.eos_id, mask_id, data.tokenizer.src.unk_id()) if i is not None]
         masked, targets, count = mask_tokens(
-            ids.numpy(), rng, data.tokenizer.mask_id, data.tokenizer.src_vocab_size, self.config.data.mask_prob
+            ids.numpy(), rng, mask_id, data.tokenizer.src_vocab_size, self.config.data.mask_prob, never=never
         )
         return TextBatch(
             ids, torch.from_numpy(targets), len(indices), labels, masked=torch.from_numpy(masked), aux_count=count
@@ -175,14 +176,7 @@ class Classify(Task):
         task = F.cross_entropy(logits, batch.labels, reduction="sum")
         if not batch.targets.numel():
             return task, None, logits
-        aux, _ = label_smoothed_cross_entropy(
-            hidden[B:] if both else hidden,
-            model.output_weight,
-            batch.targets,
-            0.0,
-            self.config.model.pad_id,
-            bias=model.output_bias,
-        )
+        aux, _ = token_loss(model, hidden[B:] if both else hidden, batch.targets, 0.0)
         return task, aux * B / max(1, batch.aux_count), logits
 
     def loss(self, wrapped, model, batch: TextBatch) -> torch.Tensor:

@@ -22,8 +22,7 @@ from vaswani.data.plain import PlainRecipe
 from vaswani.data.prepare import install_tokenizer, open_or_prepare
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.special import BOS_ID
-from vaswani.train.loss import label_smoothed_cross_entropy
-from vaswani.train.tasks.base import Task, TextBatch
+from vaswani.train.tasks.base import Task, TextBatch, token_loss
 
 
 @dataclass
@@ -104,14 +103,7 @@ class _Blocks(Task):
         raise NotImplementedError
 
     def loss(self, wrapped, model, batch: TextBatch) -> torch.Tensor:
-        loss, _ = label_smoothed_cross_entropy(
-            wrapped(batch.ids),
-            model.output_weight,
-            batch.targets,
-            self.config.train.label_smoothing,
-            self.config.model.pad_id,
-            bias=model.output_bias,
-        )
+        loss, _ = token_loss(model, wrapped(batch.ids), batch.targets, self.config.train.label_smoothing)
         return loss
 
     def held_out_blocks(self, data: TextData) -> list[TextBatch]:
@@ -128,9 +120,7 @@ def held_out_loss(model, batches: list[TextBatch], device: torch.device) -> dict
     for batch in batches:
         batch = batch.to(device)
         hidden = model.hidden_states(batch.ids)
-        loss, n = label_smoothed_cross_entropy(
-            hidden, model.output_weight, batch.targets, 0.0, model.config.pad_id, bias=model.output_bias
-        )
+        loss, n = token_loss(model, hidden, batch.targets, 0.0)
         real = batch.targets != model.config.pad_id
         correct += (model.logits(hidden[real]).argmax(-1) == batch.targets[real]).sum().item()
         total, tokens = total + loss.item(), tokens + n.item()

@@ -1,0 +1,213 @@
+"""BERT in: a BertForMaskedLM and a BertForSequenceClassification saved as the hub publishes them, imported by
+the CLI, proven equal to transformers' (logits, probabilities, labels), fine-tuned and refused where they cannot
+be read."""
+
+import json
+import shutil
+from types import SimpleNamespace
+
+import pytest
+import torch
+import yaml
+
+from tests.pretrained.bert_models import LABELS, save_bert_classifier, save_bert_mlm, sst2
+from vaswani.cli import main
+from vaswani.data.labelled import classifier_inputs
+from vaswani.data.tokenizer import Tokenizer
+from vaswani.decode.classifier import Classifier
+from vaswani.model_dir import load_model
+from vaswani.pretrained import import_pretrained
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("tokenizers")
+
+
+@pytest.fixture(scope="module")
+def bert(tmp_path_factory):
+    """A small BertForMaskedLM and a BertForSequenceClassification built from it, their tokenizer, and the
+    vaswani models the CLI imported from them."""
+    root = tmp_path_factory.mktemp("bert")
+    mlm = save_bert_mlm(root / "hf-mlm")
+    classifier = save_bert_classifier(mlm, root / "hf-classifier")
+    assert main(["import", str(mlm), str(root / "mlm")]) == 0
+    assert main(["import", str(classifier), str(root / "classifier")]) == 0
+    return SimpleNamespace(
+        hf_mlm=mlm,
+        hf_classifier=classifier,
+        mlm=root / "mlm",
+        classifier=root / "classifier",
+        tokenizer=transformers.BertTokenizerFast.from_pretrained(str(mlm)),
+    )
+
+
+@pytest.fixture(scope="module")
+def texts():
+    return [text for _, text in sst2("dev", 64)]
+
+
+def _mlm_logits_agree(model_dir, hf_dir, tokenizer, texts) -> None:
+    """Our MLM logits at every real position of a padded batch (some tokens [MASK]ed) are transformers'."""
+    model, _ = load_model(model_dir)
+    hf = transformers.BertForMaskedLM.from_pretrained(str(hf_dir)).eval()
+    batch = tokenizer(texts, return_tensors="pt", padding=True)
+    ids = batch["input_ids"].clone()
+    regular = ~torch.isin(ids, torch.tensor(tokenizer.all_special_ids))
+    ids[regular & (torch.rand(ids.shape, generator=torch.Generator().manual_seed(0)) < 0.15)] = tokenizer.mask_token_id
+    with torch.no_grad():
+        theirs = hf(input_ids=ids, attention_mask=batch["attention_mask"]).logits
+        ours = model(ids)
+    real = batch["attention_mask"].bool()
+    assert (~real).sum() > 100 and (ids == tokenizer.mask_token_id).sum() > 50  # padding, and masks, to read
+    assert (ours - theirs)[real].abs().max() < 1e-4
+    assert theirs[real].std() > 1.0  # logits that differ from token to token
+
+
+def test_the_import_maps_bert_s_settings_and_special_tokens(bert):
+    tokenizer = bert.tokenizer
+    info = json.loads((bert.mlm / "vaswani.json").read_text())
+    assert info["origin"]["model_type"] == "bert" and info["origin"]["architectures"] == ["BertForMaskedLM"]
+    _, config = load_model(bert.mlm)
+    m = config.model
+    assert (m.type, m.positions, m.scale_embeddings, m.layer_norm_eps, m.activation) == (
+        "encoder_only",
+        "learned",
+        False,
+        1e-12,
+        "gelu",
+    )
+    assert m.embedding_norm and m.output_transform and m.output_bias and not m.n_classes
+    assert (m.bos_id, m.eos_id, m.pad_id) == (tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id)
+    assert (m.bos_id, m.eos_id) == (4, 5)  # not the ids of a vocabulary trained here (1, 2)
+    assert sorted(p.name for p in bert.mlm.iterdir()) == [
+        "config.yaml",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "vaswani.json",
+    ]
+    _, config = load_model(bert.classifier)
+    assert config.model.pooler and config.model.n_classes == 2 and config.model.pooling == "first"
+    assert config.finetune.labels == ["negative", "positive"]
+    assert not config.model.output_transform  # a sequence classifier has no masked-LM head
+
+
+def test_mlm_logits_are_transformers_within_1e_4(bert, texts):
+    _mlm_logits_agree(bert.mlm, bert.hf_mlm, bert.tokenizer, texts)
+
+
+def test_our_tokenizer_gives_bert_s_ids_and_framing(bert, texts):
+    ours = Tokenizer.load(bert.mlm)
+    sample = [*texts, "Ein ☃ unbekanntes Zeichen", "A GREAT movie, isn't it?"]
+    assert ours.encode_src(sample) == bert.tokenizer(sample, add_special_tokens=False)["input_ids"]
+    _, config = load_model(bert.mlm)
+    framed = classifier_inputs(ours, sample, config.model, config.data.block_size)
+    assert [list(x) for x in framed] == bert.tokenizer(sample)["input_ids"]  # [CLS] text [SEP]
+
+
+def test_the_masked_token_objective_finds_mask(bert):
+    """Tokenizer.mask_id, which the masked-token objectives read (mlm, classify's auxiliary loss), is [MASK]."""
+    assert Tokenizer.load(bert.mlm).mask_id == bert.tokenizer.mask_token_id
+
+
+def test_classifier_probabilities_are_transformers_within_1e_4(bert, texts):
+    hf = transformers.BertForSequenceClassification.from_pretrained(str(bert.hf_classifier)).eval()
+    batch = bert.tokenizer(texts, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        theirs = hf(**batch).logits.softmax(-1)
+    ours = Classifier.load(bert.classifier, "cpu").probabilities(texts)  # our tokenizer, framing and padding
+    assert (ours - theirs).abs().max() < 1e-4
+    assert theirs[:, 1].std() > 0.1  # probabilities that differ from text to text
+
+
+def test_vaswani_classify_gives_the_checkpoint_s_labels(bert, texts, tmp_path):
+    hf = transformers.BertForSequenceClassification.from_pretrained(str(bert.hf_classifier)).eval()
+    with torch.no_grad():
+        best = hf(**bert.tokenizer(texts, return_tensors="pt", padding=True)).logits.argmax(-1)
+    expected = [hf.config.id2label[int(i)] for i in best]
+    assert set(expected) == set(LABELS.values())
+    (tmp_path / "in.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
+    args = ["classify", str(bert.classifier), "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "out.txt")]
+    assert main([*args, "--device", "cpu"]) == 0
+    lines = (tmp_path / "out.txt").read_text(encoding="utf-8").splitlines()
+    assert [line.split("\t")[0] for line in lines] == expected
+
+
+def test_a_checkpoint_with_vocab_txt_only_imports_equal(bert, texts, tmp_path):
+    src = shutil.copytree(bert.hf_mlm, tmp_path / "src")
+    (src / "tokenizer.json").unlink()  # as older hub checkpoints: vocab.txt and tokenizer_config.json
+    model_dir = import_pretrained(src, tmp_path / "model")
+    assert (model_dir / "tokenizer.json").is_file()
+    ours = Tokenizer.load(model_dir)
+    assert ours.encode_src(texts) == bert.tokenizer(texts, add_special_tokens=False)["input_ids"]
+    _mlm_logits_agree(model_dir, bert.hf_mlm, bert.tokenizer, texts)
+
+
+def test_finetune_an_imported_bert_end_to_end(bert, tmp_path):
+    for name, rows in (("train", sst2("train", 160, start=20000)), ("dev", sst2("dev", 40, start=100))):
+        lines = ["label\tsentence", *(f"{label}\t{text}" for label, text in rows)]
+        (tmp_path / f"{name}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    recipe = {
+        "data": {"labelled_train": str(tmp_path / "train.tsv"), "labelled_valid": str(tmp_path / "dev.tsv"),
+                 "batch_size": 8},
+        "train": {"max_steps": 4, "valid_every": 2, "lr_schedule": "constant", "warmup_steps": 1,
+                  "precision": "fp32", "loader_workers": 0},
+        "finetune": {"aux_weight": 0.5},  # BERT's masked tokens ([MASK]) through its MLM head, beside the task
+    }  # fmt: skip
+    (tmp_path / "ft.yaml").write_text(yaml.safe_dump(recipe), encoding="utf-8")
+    assert main(["finetune", str(bert.mlm), str(tmp_path / "ft.yaml"), str(tmp_path / "out")]) == 0
+    out = tmp_path / "out"
+    assert Tokenizer.load(out).file_names == Tokenizer.load(bert.mlm).file_names
+    history = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert any("valid_pretrain_loss" in record for record in history)
+    classifier = Classifier.load(out, "cpu")
+    m = classifier.config.model
+    assert m.n_classes == 2 and m.embedding_norm and m.output_transform and not m.pooler
+    sample = ["a gorgeous , witty , seductive movie .", "the plot is nothing but boilerplate clichés"]
+    assert [list(x) for x in classifier_inputs(classifier.tokenizer, sample, m, 128)] == bert.tokenizer(sample)[
+        "input_ids"
+    ]
+    assert [label for label, _ in classifier.classify(sample)] != [] and classifier.labels == ["0", "1"]
+
+
+def _set(directory, **values):
+    path = directory / "config.json"
+    config = json.loads(path.read_text())
+    config.update(values)
+    path.write_text(json.dumps(config))
+
+
+def _without(*names):
+    return lambda d: [(d / name).unlink() for name in names]
+
+
+@pytest.mark.parametrize(
+    ("edit", "named"),
+    [
+        (lambda d: _set(d, position_embedding_type="relative_key"), "position_embedding_type"),
+        (lambda d: _set(d, hidden_size=32, num_attention_heads=4), "shape"),
+        (_without("tokenizer.json", "vocab.txt"), "vocab.txt"),
+        (lambda d: _set(d, hidden_act="silu"), "hidden_act"),
+        (lambda d: _set(d, is_decoder=True), "is_decoder"),
+        (lambda d: _set(d, add_cross_attention=True), "add_cross_attention"),
+        (lambda d: _set(d, architectures=["BertForTokenClassification"]), "BertForTokenClassification"),
+        (lambda d: (d / "model.safetensors").write_bytes(b"garbage"), "model.safetensors"),
+    ],
+    ids=[
+        "relative-positions",
+        "shape-mismatch",
+        "no-vocabulary",
+        "activation",
+        "decoder",
+        "cross-attention",
+        "token-classifier",
+        "corrupt-weights",
+    ],
+)
+def test_a_wrong_directory_is_one_line_exit_2_and_nothing_written(bert, tmp_path, capsys, edit, named):
+    src = shutil.copytree(bert.hf_mlm, tmp_path / "src")
+    edit(src)
+    assert main(["import", str(src), str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("vaswani: error: ") and len(err.strip().splitlines()) == 1 and named in err
+    assert not (tmp_path / "out").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]

@@ -1,0 +1,254 @@
+"""GPT-2 in: a GPT2LMHeadModel saved as the hub publishes it, imported, proven equal to transformers'."""
+
+import itertools
+import json
+import shutil
+
+import pytest
+import torch
+import yaml
+
+from tests.pretrained.gpt2_models import EOT, SHAKESPEARE, save_gpt2, shakespeare
+from vaswani.cli import main
+from vaswani.data.labelled import classifier_inputs
+from vaswani.data.tokenizer import Tokenizer
+from vaswani.decode.classifier import Classifier
+from vaswani.decode.generate import Generator
+from vaswani.model_dir import load_model
+
+transformers = pytest.importorskip("transformers")
+
+SST2 = SHAKESPEARE.parents[1] / "sst2"
+MAX_NEW = 40
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    """Matrices this small gain nothing from more threads, and lose much on a CPU other processes share."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def gpt2(tmp_path_factory, _one_thread):
+    """A small GPT2LMHeadModel (2 layers, d 64, n_positions 128, byte-level BPE of 1,001 ids, <|endoftext|>
+    last), its GPT2TokenizerFast and the vaswani model imported from it by the CLI."""
+    root = tmp_path_factory.mktemp("gpt2")
+    src = save_gpt2(root / "hf")
+    assert main(["import", str(src), str(root / "model")]) == 0
+    hf = transformers.GPT2LMHeadModel.from_pretrained(str(src)).eval()
+    tokenizer = transformers.GPT2TokenizerFast.from_pretrained(str(src))
+    return src, root / "model", hf, tokenizer
+
+
+@pytest.fixture(scope="module")
+def held_out():
+    """Speeches from the last tenth of Tiny Shakespeare (the model trained on the first), newlines kept."""
+    text = shakespeare()
+    return [s for s in text[int(0.9 * len(text)) :].split("\n\n") if s.strip()][:150]
+
+
+PROMPTS = [
+    "",  # GPT-2's start of a document: <|endoftext|>
+    "ROMEO:\nWhat",
+    "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n\n",
+    "KING RICHARD III:\nNow is the winter of our discontent\nMade glorious summer",
+    "O, wilt thou leave me so unsatisfied?\n",
+    "JULIET:\n'Tis but thy name that is my enemy;",
+    "Café — “naïve” ☃\n\n\n",
+    f"An end.{EOT}A new beginning:\n",
+]
+
+
+def test_the_import_records_its_origin_and_gpt2_s_settings(gpt2):
+    _, model_dir, hf, _ = gpt2
+    info = json.loads((model_dir / "vaswani.json").read_text())
+    assert info["origin"]["model_type"] == "gpt2" and info["origin"]["architectures"] == ["GPT2LMHeadModel"]
+    _, config = load_model(model_dir)
+    m, eot = config.model, hf.config.eos_token_id
+    assert eot == hf.config.vocab_size - 1 == 1000  # as GPT-2's 50256: the last id
+    assert (m.type, m.norm_first, m.positions, m.max_positions) == ("decoder_only", True, "learned", 128)
+    assert (m.activation, m.scale_embeddings, m.output_bias, m.layer_norm_eps) == ("gelu_tanh", False, False, 1e-5)
+    assert (m.pad_id, m.bos_id, m.eos_id) == (eot, eot, eot)  # <|endoftext|>: the one special token
+    assert config.data.block_size == 128
+    assert sorted(p.name for p in model_dir.iterdir()) == [
+        "config.yaml",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "vaswani.json",
+    ]
+
+
+def test_our_tokenizer_gives_gpt2_tokenizer_s_ids_and_text(gpt2, held_out):
+    _, model_dir, _, tokenizer = gpt2
+    ours = Tokenizer.load(model_dir)
+    sample = [
+        *held_out,
+        *PROMPTS,
+        "  two leading spaces,\ttabs\t\tand trailing spaces   ",
+        "\n\n\nnewlines first\r\nand a Windows line end",
+        "unicode: Ünïcödé, 日本語のテキスト, emoji 🤖👍🏽, math ∑∫√, RTL שלום",
+        "digits 1234567890 and 3.14159, 'quotes' \"double\" — dashes –",
+        f"{EOT}{EOT} specials back to back, and a partial <|endof",
+    ]
+    theirs = tokenizer(sample)["input_ids"]
+    assert ours.encode_src(sample) == theirs
+    assert sum(len(ids) for ids in theirs) > 5000
+    assert ours.decode_tgt(theirs) == tokenizer.batch_decode(theirs, skip_special_tokens=True)
+    assert ours.decode_tgt(theirs)[:-1] == [s.replace(EOT, "") for s in sample[:-1]]  # byte-level: text back
+    assert ours.text_newlines and ours.mask_id is None and ours.src_vocab_size == 1001
+
+
+def test_vocab_json_and_merges_txt_without_tokenizer_json_import_the_same_tokenizer(gpt2, held_out, tmp_path):
+    src = shutil.copytree(gpt2[0], tmp_path / "src")
+    (src / "tokenizer.json").unlink()
+    assert main(["import", str(src), str(tmp_path / "model")]) == 0
+    ours = Tokenizer.load(tmp_path / "model")
+    assert ours.file_names == ["vocab.json", "merges.txt", "tokenizer_config.json"]
+    lines = [*held_out[:50], *PROMPTS]
+    assert ours.encode_src(lines) == gpt2[3](lines)["input_ids"]  # the tokenizer.json the hub model has
+    assert ours.encode_src(lines) == transformers.GPT2TokenizerFast.from_pretrained(str(src))(lines)["input_ids"]
+    (tmp_path / "copy").mkdir()
+    ours.save(tmp_path / "copy")
+    assert Tokenizer.load(tmp_path / "copy").encode_src(lines) == ours.encode_src(lines)
+
+
+def test_logits_are_transformers_within_1e_4(gpt2, held_out):
+    _, model_dir, hf, tokenizer = gpt2
+    model, _ = load_model(model_dir)
+    ids = [x for x in tokenizer(held_out)["input_ids"] if len(x) >= 120][:16]
+    batch = torch.tensor([x[:120] for x in ids])  # (16, 120): positions up to n_positions
+    with torch.no_grad():
+        theirs = hf(batch).logits
+        ours = model(batch)
+        _, cache = model.decode_step(batch[:, :-1])
+        last, _ = model.decode_step(batch[:, -1], cache)  # the KV cache's path
+    assert batch.shape == (16, 120)
+    assert (ours - theirs).abs().max() < 1e-4
+    assert (last - theirs[:, -1]).abs().max() < 1e-4
+    assert theirs.std() > 1.0  # the comparison is between logits that differ from token to token
+
+
+def _hf_greedy(hf, ids: list[int], max_new: int) -> list[int]:
+    with torch.no_grad():
+        out = hf.generate(
+            torch.tensor([ids]),
+            attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+            do_sample=False,
+            max_new_tokens=max_new,
+            pad_token_id=hf.config.eos_token_id,
+        )
+    return out[0, len(ids) :].tolist()
+
+
+def test_greedy_is_transformers_generate_and_stops_at_endoftext(gpt2):
+    _, model_dir, hf, tokenizer = gpt2
+    generator = Generator.load(model_dir, "cpu")
+    eot, stopped, limited = hf.config.eos_token_id, 0, 0
+    for prompt, max_new in itertools.product(PROMPTS, (MAX_NEW, 3)):
+        ids = generator.encode(prompt)
+        assert ids == (tokenizer(prompt)["input_ids"] or [eot])
+        theirs = _hf_greedy(hf, ids, max_new)
+        ended = theirs[-1] == eot
+        ours = generator.generate_ids(ids, max_new, greedy_search=True)[0]
+        assert ours == (theirs[:-1] if ended else theirs), prompt  # ours ends at <|endoftext|>, not with it
+        assert generator.generate_ids(ids, max_new, greedy_search=True, cache=False)[0] == ours
+        text = generator.generate(prompt, max_new, greedy_search=True)[0]
+        assert text == tokenizer.decode(theirs, skip_special_tokens=True)
+        stopped, limited = stopped + ended, limited + (not ended)
+    assert stopped and limited  # some documents end, some continuations run to the limit
+
+
+def test_vaswani_generate_writes_the_prompt_and_its_continuation(gpt2, capsys):
+    _, model_dir, hf, tokenizer = gpt2
+    prompt = "ROMEO:\nWhat"
+    ids = tokenizer(prompt)["input_ids"]
+    expected = prompt + tokenizer.decode(_hf_greedy(hf, ids, 30), skip_special_tokens=True) + "\n"
+    args = ["generate", str(model_dir), "--prompt", prompt, "--greedy", "--max-new-tokens", "30", "--device", "cpu"]
+    assert main(args) == 0
+    assert capsys.readouterr().out == expected
+    assert main(["generate", str(model_dir), "--max-new-tokens", "20", "-n", "2", "--device", "cpu"]) == 0
+    assert capsys.readouterr().out.count("\n---\n") == 1  # sampled, from <|endoftext|>
+
+
+def test_finetune_and_classify_an_imported_gpt2(gpt2, tmp_path):
+    _, model_dir, _, _ = gpt2
+    for name, n in (("train", 200), ("dev", 40)):
+        lines = (SST2 / f"{name}.tsv").read_text(encoding="utf-8").splitlines()[: n + 1]
+        (tmp_path / f"{name}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    recipe = {
+        "data": {"labelled_train": str(tmp_path / "train.tsv"), "labelled_valid": str(tmp_path / "dev.tsv"),
+                 "batch_size": 8},
+        "train": {"max_steps": 4, "valid_every": 2, "lr_schedule": "constant", "warmup_steps": 1,
+                  "precision": "fp32", "loader_workers": 0},
+        "finetune": {"aux_weight": 0.5},
+    }  # fmt: skip
+    (tmp_path / "ft.yaml").write_text(yaml.safe_dump(recipe), encoding="utf-8")
+    assert main(["finetune", str(model_dir), str(tmp_path / "ft.yaml"), str(tmp_path / "out")]) == 0
+    out = tmp_path / "out"
+    assert Tokenizer.load(out).file_names == Tokenizer.load(model_dir).file_names
+    classifier = Classifier.load(out, "cpu")
+    texts = ["a gorgeous , witty , seductive movie .", "", "the plot is nothing but boilerplate clichés"]
+    inputs = classifier_inputs(classifier.tokenizer, texts, classifier.config.model, 128)
+    assert all(x[-1] == 1000 for x in inputs)  # `text <|endoftext|>`, padded with <|endoftext|>
+    together = classifier.probabilities(texts)
+    for text, probs in zip(texts, together, strict=True):
+        torch.testing.assert_close(classifier.probabilities([text])[0], probs, rtol=1e-4, atol=1e-5)
+
+
+def _broken(gpt2, tmp_path, edit):
+    src = shutil.copytree(gpt2[0], tmp_path / "src")
+    edit(src)
+    return src
+
+
+def _set(directory, **values):
+    path = directory / "config.json"
+    config = json.loads(path.read_text())
+    config.update(values)
+    path.write_text(json.dumps(config))
+
+
+def _without(*names):
+    return lambda d: [(d / name).unlink() for name in names]
+
+
+@pytest.mark.parametrize(
+    ("edit", "named"),
+    [
+        (_without("tokenizer.json", "merges.txt"), "merges.txt"),
+        (lambda d: (d / "tokenizer.json").write_text("{not json"), "tokenizer.json"),
+        (lambda d: _set(d, n_embd=32), "shape"),
+        (lambda d: _set(d, vocab_size=1100, eos_token_id=1099, bos_token_id=1099), "shape"),
+        (lambda d: _set(d, vocab_size=900), "config.json: model.pad_id=1000 is outside the vocabulary"),
+        (lambda d: _set(d, n_positions=256), "wpe.weight"),
+        (lambda d: _set(d, scale_attn_by_inverse_layer_idx=True), "scale_attn_by_inverse_layer_idx"),
+        (lambda d: _set(d, reorder_and_upcast_attn=True), "reorder_and_upcast_attn"),
+        (lambda d: _set(d, activation_function="swish"), "activation_function"),
+        (lambda d: _set(d, tie_word_embeddings=False), "tie_word_embeddings"),
+        (lambda d: _set(d, n_inner=100), "c_fc.weight"),
+    ],
+    ids=[
+        "no-tokenizer",
+        "corrupt-tokenizer",
+        "shape-mismatch",
+        "vocabulary-mismatch",
+        "special-id-outside",
+        "positions-mismatch",
+        "inverse-layer-scaling",
+        "reorder-and-upcast",
+        "activation",
+        "untied-head",
+        "n-inner-mismatch",
+    ],
+)
+def test_a_wrong_directory_is_one_line_exit_2_and_nothing_written(gpt2, tmp_path, capsys, edit, named):
+    src = _broken(gpt2, tmp_path, edit)
+    assert main(["import", str(src), str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("vaswani: error: ") and len(err.strip().splitlines()) == 1 and named in err, err
+    assert not (tmp_path / "out").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]
