@@ -45,7 +45,7 @@ def opus_shaped(out: Path) -> Path:
         with gzip.open(RAW / f"train.{side}.gz", "rt", encoding="utf-8") as f:
             lines = [line.strip() for line in f]
         spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(lines), model_prefix=str(out / side), vocab_size=8000, minloglevel=2
+            sentence_iterator=iter(lines), model_prefix=str(out / side), vocab_size=6000, minloglevel=2
         )
         (out / f"{side}.model").rename(out / name)
         processor = spm.SentencePieceProcessor(model_file=str(out / name))

@@ -162,3 +162,26 @@ def _set(directory, **values):
     config = json.loads(path.read_text())
     config.update(values)
     path.write_text(json.dumps(config))
+
+
+def test_the_imported_model_serves_and_shows_its_attention(opus, lines):
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from vaswani.serve.app import Settings, create_app
+
+    _, model_dir, _, _ = opus
+    translator = Translator.load(model_dir, "cpu", "fp32")
+    expected = translator.translate(lines[:2])
+    with TestClient(create_app(translator, model_dir, Settings())) as client:
+        reply = client.post("/v1/translate", json={"text": lines[:2], "attention": True, "split_sentences": False})
+    assert reply.status_code == 200
+    translations = reply.json()["translations"]
+    assert [t["text"] for t in translations] == expected
+    attention = translations[0]["attention"]
+    cross = torch.tensor(attention["cross"])  # (layers, heads, target, source)
+    assert attention["source_pieces"][-1] == "</s>" and cross.shape[-1] == len(attention["source_pieces"])
+    assert len(attention["source_pieces"]) == len(translator.encode_sources(lines[:1])[0]) + 1  # pieces, EOS
+    assert torch.allclose(cross.sum(-1), torch.ones(()), atol=1e-2)
+    found = translator.attention(lines[0])
+    assert found.text == expected[0] and found.attention is not None
