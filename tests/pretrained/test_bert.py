@@ -8,9 +8,9 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-import yaml
 
 from tests.pretrained.bert_models import LABELS, save_bert_classifier, save_bert_mlm, sst2
+from tests.pretrained.checks import assert_refused, finetune_a_classifier, set_config, without
 from vaswani.cli import main
 from vaswani.data.labelled import classifier_inputs
 from vaswani.data.tokenizer import Tokenizer
@@ -143,19 +143,12 @@ def test_a_checkpoint_with_vocab_txt_only_imports_equal(bert, texts, tmp_path):
 
 
 def test_finetune_an_imported_bert_end_to_end(bert, tmp_path):
-    for name, rows in (("train", sst2("train", 160, start=20000)), ("dev", sst2("dev", 40, start=100))):
-        lines = ["label\tsentence", *(f"{label}\t{text}" for label, text in rows)]
-        (tmp_path / f"{name}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    recipe = {
-        "data": {"labelled_train": str(tmp_path / "train.tsv"), "labelled_valid": str(tmp_path / "dev.tsv"),
-                 "batch_size": 8},
-        "train": {"max_steps": 4, "valid_every": 2, "lr_schedule": "constant", "warmup_steps": 1,
-                  "precision": "fp32", "loader_workers": 0},
-        "finetune": {"aux_weight": 0.5},  # BERT's masked tokens ([MASK]) through its MLM head, beside the task
-    }  # fmt: skip
-    (tmp_path / "ft.yaml").write_text(yaml.safe_dump(recipe), encoding="utf-8")
-    assert main(["finetune", str(bert.mlm), str(tmp_path / "ft.yaml"), str(tmp_path / "out")]) == 0
-    out = tmp_path / "out"
+    train, dev = (
+        ["label\tsentence", *(f"{label}\t{text}" for label, text in rows)]
+        for rows in (sst2("train", 160, start=20000), sst2("dev", 40, start=100))
+    )
+    # λ 0.5: BERT's masked tokens ([MASK]) through its MLM head, beside the task
+    out = finetune_a_classifier(bert.mlm, tmp_path, train, dev)
     assert Tokenizer.load(out).file_names == Tokenizer.load(bert.mlm).file_names
     history = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert any("valid_pretrain_loss" in record for record in history)
@@ -169,27 +162,16 @@ def test_finetune_an_imported_bert_end_to_end(bert, tmp_path):
     assert [label for label, _ in classifier.classify(sample)] != [] and classifier.labels == ["0", "1"]
 
 
-def _set(directory, **values):
-    path = directory / "config.json"
-    config = json.loads(path.read_text())
-    config.update(values)
-    path.write_text(json.dumps(config))
-
-
-def _without(*names):
-    return lambda d: [(d / name).unlink() for name in names]
-
-
 @pytest.mark.parametrize(
     ("edit", "named"),
     [
-        (lambda d: _set(d, position_embedding_type="relative_key"), "position_embedding_type"),
-        (lambda d: _set(d, hidden_size=32, num_attention_heads=4), "shape"),
-        (_without("tokenizer.json", "vocab.txt"), "vocab.txt"),
-        (lambda d: _set(d, hidden_act="silu"), "hidden_act"),
-        (lambda d: _set(d, is_decoder=True), "is_decoder"),
-        (lambda d: _set(d, add_cross_attention=True), "add_cross_attention"),
-        (lambda d: _set(d, architectures=["BertForTokenClassification"]), "BertForTokenClassification"),
+        (lambda d: set_config(d, position_embedding_type="relative_key"), "position_embedding_type"),
+        (lambda d: set_config(d, hidden_size=32, num_attention_heads=4), "shape"),
+        (without("tokenizer.json", "vocab.txt"), "vocab.txt"),
+        (lambda d: set_config(d, hidden_act="silu"), "hidden_act"),
+        (lambda d: set_config(d, is_decoder=True), "is_decoder"),
+        (lambda d: set_config(d, add_cross_attention=True), "add_cross_attention"),
+        (lambda d: set_config(d, architectures=["BertForTokenClassification"]), "BertForTokenClassification"),
         (lambda d: (d / "model.safetensors").write_bytes(b"garbage"), "model.safetensors"),
     ],
     ids=[
@@ -204,10 +186,4 @@ def _without(*names):
     ],
 )
 def test_a_wrong_directory_is_one_line_exit_2_and_nothing_written(bert, tmp_path, capsys, edit, named):
-    src = shutil.copytree(bert.hf_mlm, tmp_path / "src")
-    edit(src)
-    assert main(["import", str(src), str(tmp_path / "out")]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("vaswani: error: ") and len(err.strip().splitlines()) == 1 and named in err
-    assert not (tmp_path / "out").exists()
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]
+    assert_refused(bert.hf_mlm, tmp_path, capsys, edit, named)

@@ -6,8 +6,8 @@ import shutil
 
 import pytest
 import torch
-import yaml
 
+from tests.pretrained.checks import assert_refused, finetune_a_classifier, set_config, without
 from tests.pretrained.gpt2_models import EOT, SHAKESPEARE, save_gpt2, shakespeare
 from vaswani.cli import main
 from vaswani.data.labelled import classifier_inputs
@@ -176,19 +176,11 @@ def test_vaswani_generate_writes_the_prompt_and_its_continuation(gpt2, capsys):
 
 def test_finetune_and_classify_an_imported_gpt2(gpt2, tmp_path):
     _, model_dir, _, _ = gpt2
-    for name, n in (("train", 200), ("dev", 40)):
-        lines = (SST2 / f"{name}.tsv").read_text(encoding="utf-8").splitlines()[: n + 1]
-        (tmp_path / f"{name}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    recipe = {
-        "data": {"labelled_train": str(tmp_path / "train.tsv"), "labelled_valid": str(tmp_path / "dev.tsv"),
-                 "batch_size": 8},
-        "train": {"max_steps": 4, "valid_every": 2, "lr_schedule": "constant", "warmup_steps": 1,
-                  "precision": "fp32", "loader_workers": 0},
-        "finetune": {"aux_weight": 0.5},
-    }  # fmt: skip
-    (tmp_path / "ft.yaml").write_text(yaml.safe_dump(recipe), encoding="utf-8")
-    assert main(["finetune", str(model_dir), str(tmp_path / "ft.yaml"), str(tmp_path / "out")]) == 0
-    out = tmp_path / "out"
+    train, dev = (
+        (SST2 / f"{name}.tsv").read_text(encoding="utf-8").splitlines()[: n + 1]
+        for name, n in (("train", 200), ("dev", 40))
+    )
+    out = finetune_a_classifier(model_dir, tmp_path, train, dev)
     assert Tokenizer.load(out).file_names == Tokenizer.load(model_dir).file_names
     classifier = Classifier.load(out, "cpu")
     texts = ["a gorgeous , witty , seductive movie .", "", "the plot is nothing but boilerplate clichés"]
@@ -199,37 +191,20 @@ def test_finetune_and_classify_an_imported_gpt2(gpt2, tmp_path):
         torch.testing.assert_close(classifier.probabilities([text])[0], probs, rtol=1e-4, atol=1e-5)
 
 
-def _broken(gpt2, tmp_path, edit):
-    src = shutil.copytree(gpt2[0], tmp_path / "src")
-    edit(src)
-    return src
-
-
-def _set(directory, **values):
-    path = directory / "config.json"
-    config = json.loads(path.read_text())
-    config.update(values)
-    path.write_text(json.dumps(config))
-
-
-def _without(*names):
-    return lambda d: [(d / name).unlink() for name in names]
-
-
 @pytest.mark.parametrize(
     ("edit", "named"),
     [
-        (_without("tokenizer.json", "merges.txt"), "merges.txt"),
+        (without("tokenizer.json", "merges.txt"), "merges.txt"),
         (lambda d: (d / "tokenizer.json").write_text("{not json"), "tokenizer.json"),
-        (lambda d: _set(d, n_embd=32), "shape"),
-        (lambda d: _set(d, vocab_size=1100, eos_token_id=1099, bos_token_id=1099), "shape"),
-        (lambda d: _set(d, vocab_size=900), "config.json: model.pad_id=1000 is outside the vocabulary"),
-        (lambda d: _set(d, n_positions=256), "wpe.weight"),
-        (lambda d: _set(d, scale_attn_by_inverse_layer_idx=True), "scale_attn_by_inverse_layer_idx"),
-        (lambda d: _set(d, reorder_and_upcast_attn=True), "reorder_and_upcast_attn"),
-        (lambda d: _set(d, activation_function="swish"), "activation_function"),
-        (lambda d: _set(d, tie_word_embeddings=False), "tie_word_embeddings"),
-        (lambda d: _set(d, n_inner=100), "c_fc.weight"),
+        (lambda d: set_config(d, n_embd=32), "shape"),
+        (lambda d: set_config(d, vocab_size=1100, eos_token_id=1099, bos_token_id=1099), "shape"),
+        (lambda d: set_config(d, vocab_size=900), "config.json: model.pad_id=1000 is outside the vocabulary"),
+        (lambda d: set_config(d, n_positions=256), "wpe.weight"),
+        (lambda d: set_config(d, scale_attn_by_inverse_layer_idx=True), "scale_attn_by_inverse_layer_idx"),
+        (lambda d: set_config(d, reorder_and_upcast_attn=True), "reorder_and_upcast_attn"),
+        (lambda d: set_config(d, activation_function="swish"), "activation_function"),
+        (lambda d: set_config(d, tie_word_embeddings=False), "tie_word_embeddings"),
+        (lambda d: set_config(d, n_inner=100), "c_fc.weight"),
     ],
     ids=[
         "no-tokenizer",
@@ -246,9 +221,4 @@ def _without(*names):
     ],
 )
 def test_a_wrong_directory_is_one_line_exit_2_and_nothing_written(gpt2, tmp_path, capsys, edit, named):
-    src = _broken(gpt2, tmp_path, edit)
-    assert main(["import", str(src), str(tmp_path / "out")]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("vaswani: error: ") and len(err.strip().splitlines()) == 1 and named in err, err
-    assert not (tmp_path / "out").exists()
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]
+    assert_refused(gpt2[0], tmp_path, capsys, edit, named)

@@ -6,6 +6,7 @@ import shutil
 import pytest
 import torch
 
+from tests.pretrained.checks import assert_refused, set_config
 from tests.pretrained.hf_models import multi30k, save_marian
 from vaswani.cli import main
 from vaswani.data.tokenizer import Tokenizer
@@ -130,38 +131,20 @@ def test_ctranslate2_runs_the_imported_model_as_we_do(opus, lines, tmp_path):
     assert sum(a == b for a, b in zip(ours, ct2, strict=True)) >= 38
 
 
-def _broken(opus, tmp_path, edit):
-    src = shutil.copytree(opus[0], tmp_path / "src")
-    edit(src)
-    return src
-
-
 @pytest.mark.parametrize(
     ("edit", "named"),
     [
         (lambda d: (d / "config.json").unlink(), "config.json"),
-        (lambda d: _set(d, model_type="gpt_neo"), "config.json"),
+        (lambda d: set_config(d, model_type="gpt_neo"), "config.json"),
         (lambda d: (d / "source.spm").unlink(), "source.spm"),
-        (lambda d: _set(d, d_model=64), "shape"),
-        (lambda d: _set(d, normalize_before=True), "normalize_before"),
+        (lambda d: set_config(d, d_model=64), "shape"),
+        (lambda d: set_config(d, normalize_before=True), "normalize_before"),
         (lambda d: (d / "model.safetensors").write_bytes(b"garbage"), "model.safetensors"),
     ],
     ids=["no-config", "unknown-type", "no-source-spm", "shape-mismatch", "pre-norm", "corrupt-weights"],
 )
 def test_a_wrong_directory_is_one_line_exit_2_and_nothing_written(opus, tmp_path, capsys, edit, named):
-    src = _broken(opus, tmp_path, edit)
-    assert main(["import", str(src), str(tmp_path / "out")]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("vaswani: error: ") and len(err.strip().splitlines()) == 1 and named in err
-    assert not (tmp_path / "out").exists()
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]
-
-
-def _set(directory, **values):
-    path = directory / "config.json"
-    config = json.loads(path.read_text())
-    config.update(values)
-    path.write_text(json.dumps(config))
+    assert_refused(opus[0], tmp_path, capsys, edit, named)
 
 
 def test_the_imported_model_serves_and_shows_its_attention(opus, lines):

@@ -45,21 +45,7 @@ def finetune_config(pretrained: Config, values: dict) -> Config:
         raise CheckpointError(
             f"fine-tuning needs a pretrained {' or '.join(takes)} model; this one is {kind.type} ({kind.about})"
         )
-    unknown = set(values) - {"model", "data", "train", "finetune"}
-    if unknown:
-        raise ConfigError(
-            f"a fine-tuning config has the sections data, train, finetune (and model.dropout / "
-            f"model.pool); remove {', '.join(sorted(unknown))}"
-        )
-    base = pretrained.to_dict()
-    model = dict(base["model"])
-    for key, value in (values.get("model") or {}).items():
-        if key not in _MODEL_KEYS:
-            raise ConfigError(
-                f"model.{key} is the pretrained model's; a fine-tuning config may set only "
-                f"{', '.join('model.' + k for k in _MODEL_KEYS)}"
-            )
-        model[key] = value
+    base, model = _sections(pretrained, values, _MODEL_KEYS)
     data = {**base["data"], "prepared": "", **(values.get("data") or {})}
     finetune = dict(values.get("finetune") or {})
     labelled = data.get("labelled_train")
@@ -76,23 +62,28 @@ def finetune_config(pretrained: Config, values: dict) -> Config:
     )
 
 
-def _translation_config(pretrained: Config, values: dict) -> Config:
-    """Domain adaptation: the pretrained translation model with new parallel text (and the original's sample)."""
+def _sections(pretrained: Config, values: dict, model_keys: tuple[str, ...]) -> tuple[dict, dict]:
+    """The pretrained config as a mapping, and its model section with the fine-tuning config's `model_keys`
+    applied (any other model key, or an unknown section, is an error naming what may be set)."""
+    allowed = ", ".join("model." + k for k in model_keys)
     unknown = set(values) - {"model", "data", "train", "finetune"}
     if unknown:
         raise ConfigError(
-            f"a fine-tuning config has the sections data, train, finetune (and model.dropout); remove "
+            f"a fine-tuning config has the sections data, train, finetune (and {allowed}); remove "
             f"{', '.join(sorted(unknown))}"
         )
     base = pretrained.to_dict()
     model = dict(base["model"])
     for key, value in (values.get("model") or {}).items():
-        if key not in ("dropout", "attention_dropout"):
-            raise ConfigError(
-                f"model.{key} is the pretrained model's; a fine-tuning config may set only model.dropout and "
-                "model.attention_dropout"
-            )
+        if key not in model_keys:
+            raise ConfigError(f"model.{key} is the pretrained model's; a fine-tuning config may set only {allowed}")
         model[key] = value
+    return base, model
+
+
+def _translation_config(pretrained: Config, values: dict) -> Config:
+    """Domain adaptation: the pretrained translation model with new parallel text (and the original's sample)."""
+    base, model = _sections(pretrained, values, ("dropout", "attention_dropout"))
     data = dict(base["data"])
     for key in ("train_src", "train_tgt", "valid_src", "valid_tgt", "corpora", "prepared"):
         data.pop(key, None)  # the pretrained model's own training files are not the in-domain data

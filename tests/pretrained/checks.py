@@ -1,0 +1,50 @@
+"""What every importer's tests check: broken copies of a checkpoint directory and the refusal owed to them
+(one line, exit 2, nothing written), and fine-tuning an imported language model into a classifier."""
+
+import json
+import shutil
+
+from vaswani.cli import main
+
+
+def set_config(directory, **values):
+    """config.json with `values` changed."""
+    path = directory / "config.json"
+    config = json.loads(path.read_text())
+    config.update(values)
+    path.write_text(json.dumps(config))
+
+
+def without(*names):
+    """An edit removing these files."""
+    return lambda d: [(d / name).unlink() for name in names]
+
+
+def assert_refused(src, tmp_path, capsys, edit, named: str) -> None:
+    """`vaswani import` of `src` changed by `edit`: a one-line error naming `named`, exit 2, nothing written."""
+    broken = shutil.copytree(src, tmp_path / "src")
+    edit(broken)
+    assert main(["import", str(broken), str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("vaswani: error: ") and len(err.strip().splitlines()) == 1 and named in err, err
+    assert not (tmp_path / "out").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]
+
+
+def finetune_a_classifier(model_dir, tmp_path, train: list[str], dev: list[str]):
+    """`vaswani finetune` of `model_dir` for 4 steps on these labelled TSV lines (header included), the
+    pretraining loss beside the task's (λ 0.5); returns the fine-tuned model directory."""
+    import yaml
+
+    for name, lines in (("train", train), ("dev", dev)):
+        (tmp_path / f"{name}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    recipe = {
+        "data": {"labelled_train": str(tmp_path / "train.tsv"), "labelled_valid": str(tmp_path / "dev.tsv"),
+                 "batch_size": 8},
+        "train": {"max_steps": 4, "valid_every": 2, "lr_schedule": "constant", "warmup_steps": 1,
+                  "precision": "fp32", "loader_workers": 0},
+        "finetune": {"aux_weight": 0.5},
+    }  # fmt: skip
+    (tmp_path / "ft.yaml").write_text(yaml.safe_dump(recipe), encoding="utf-8")
+    assert main(["finetune", str(model_dir), str(tmp_path / "ft.yaml"), str(tmp_path / "out")]) == 0
+    return tmp_path / "out"
