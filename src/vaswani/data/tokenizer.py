@@ -65,14 +65,13 @@ class VocabPieces:
 
     def encode(self, lines: Sequence[str], **sampling) -> list[list[int]]:
         sampling.pop("num_threads", None)
-        out = []
-        for line in lines:
-            code = []
-            if line.startswith(">>") and (end := line.find("<<")) != -1:  # MarianTokenizer.remove_language_code
-                code, line = [line[: end + 2]], line[end + 2 :]
-            pieces = self.processor.encode(line, out_type=str, **sampling)
-            out.append([self.vocab.get(p, self._unk) for p in code + pieces])
-        return out
+        codes, texts = [], []
+        for line in lines:  # MarianTokenizer.remove_language_code: a leading >>lang<< is one piece
+            end = line.find("<<") if line.startswith(">>") else -1
+            codes.append([line[: end + 2]] if end != -1 else [])
+            texts.append(line[end + 2 :] if end != -1 else line)
+        pieces = self.processor.encode(texts, out_type=str, **sampling)  # one call for the whole batch
+        return [[self.vocab.get(p, self._unk) for p in code + line] for code, line in zip(codes, pieces, strict=True)]
 
     def decode(self, ids: Sequence[int] | Sequence[Sequence[int]]) -> str | list[str]:
         if ids and not isinstance(ids[0], int):

@@ -135,9 +135,7 @@ def import_pretrained(src: str | Path, model_dir: str | Path) -> Path:
         "architectures": hf.get("architectures"),
         "transformers_version": hf.get("transformers_version"),
     }
-    parent = out.parent if out.parent.exists() else None
-    if parent is None:
-        out.parent.mkdir(parents=True, exist_ok=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
     try:
         for name, file in tokenizer_files.items():  # a file of the checkpoint, or one the layout made (bytes)
