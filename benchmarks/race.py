@@ -46,6 +46,7 @@ from vaswani.model_dir import WEIGHTS, load_model, save_weights, weights_of, wri
 from vaswani.precision import bf16_emulated
 from vaswani.runtime import cpu_name, keep_freed_memory
 from vaswani.train.loss import label_smoothed_cross_entropy
+from vaswani.train.tasks.base import HiddenStates
 
 THREADS = torch.get_num_threads()
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "multi30k" / "raw"
@@ -104,8 +105,30 @@ def vaswani_loss(model: Transformer, batch: tuple) -> torch.Tensor:
     return total / tokens
 
 
+class Compiled(nn.Module):
+    """vaswani's model with its final states computed by torch.compile (dynamic shapes), as train.compile runs it."""
+
+    def __init__(self, model: Transformer) -> None:
+        super().__init__()
+        self.model = model
+        self.hidden = torch.compile(HiddenStates(model), dynamic=True)
+
+    def loss(self, batch: tuple) -> torch.Tensor:
+        src, tgt_in, tgt_out = batch
+        total, tokens = label_smoothed_cross_entropy(
+            self.hidden(src, tgt_in), self.model.output_weight, tgt_out, 0.1, self.model.config.pad_id
+        )
+        return total / tokens
+
+
 def train_race(
-    config: ModelConfig, batches: list, steps: int, warmup: int, bf16: bool, device: torch.device
+    config: ModelConfig,
+    batches: list,
+    steps: int,
+    warmup: int,
+    bf16: bool,
+    device: torch.device,
+    compiled: bool = False,
 ) -> dict[str, float]:
     torch.manual_seed(0)
     runs = {
@@ -113,6 +136,8 @@ def train_race(
         "Marian (HF)": (MarianLogits(marian(config), config.pad_id), logits_loss),
         "torch.nn.Transformer": (TorchBaseline(config), logits_loss),
     }
+    if compiled:  # train.compile: the same step through torch.compile
+        runs["vaswani compiled"] = (Compiled(Transformer(config)), lambda module, batch: module.loss(batch))
     rates = alternate(runs, batches, steps, warmup, bf16, device)
     flops = statistics.median(
         training_flops(config, lengths(src, 0), lengths(tgt_in, 0), int((tgt_out != 0).sum()))
@@ -131,7 +156,7 @@ def train_race(
     return {**rates, "matrix-product floor": statistics.median(floor)}
 
 
-DECODERS = ("vaswani", "CTranslate2 float32", "CTranslate2 int8", "Marian (HF) generate")
+DECODERS = ("vaswani", "CTranslate2 float32", "CTranslate2 int8", "Marian (HF) generate")  # and "CTranslate2 float16"
 
 
 def _decode_worker(
@@ -228,7 +253,7 @@ def decode_race(
             if bf16 and name.startswith("CTranslate2"):
                 import ctranslate2
 
-                if name.endswith("int8") or "bfloat16" not in ctranslate2.get_supported_compute_types(device):
+                if not name.endswith("float32") or "bfloat16" not in ctranslate2.get_supported_compute_types(device):
                     continue
             with concurrent.futures.ProcessPoolExecutor(1, mp_context=spawn) as pool:
                 seconds[name].append(
@@ -295,6 +320,9 @@ def main() -> None:
         help=f"decoding: comma-separated subset of {','.join(DECODERS)}",
     )
     parser.add_argument("--data", type=Path, default=DATA, help="Multi30k's raw/ directory")
+    parser.add_argument(
+        "--compile", action="store_true", help="training: also race vaswani's step through torch.compile"
+    )
     args = parser.parse_args()
     keep_freed_memory()  # for every contender alike
     import transformers
@@ -322,7 +350,7 @@ def main() -> None:
     sources = tokenizer.encode_src(read_lines(data / "test_2016_flickr.de.gz")[: args.sentences])
 
     if args.only != "decoding":
-        train_table(config, batches, args.train_steps, args.warmup, torch.device(args.device))
+        train_table(config, batches, args.train_steps, args.warmup, torch.device(args.device), args.compile)
     if args.only != "training":
         with tempfile.TemporaryDirectory() as tmp:
             ct2 = any(name.startswith("CTranslate2") for name in args.decoders)
@@ -339,28 +367,33 @@ def main() -> None:
 PAPER_RECIPES = {"base": 100_000 * 25_000, "big": 300_000 * 25_000}
 
 
-def train_table(config: ModelConfig, batches: list, steps: int, warmup: int, device: torch.device) -> None:
+def train_table(
+    config: ModelConfig, batches: list, steps: int, warmup: int, device: torch.device, compiled: bool = False
+) -> None:
+    extra = " vaswani compiled tok/s | compiled vs eager |" if compiled else ""
     print(
         "\n| training | vaswani tok/s | Marian (HF) tok/s | torch.nn.Transformer tok/s | vs faster peer "
-        "| vaswani MFU | matrix-product floor tok/s | floor vs faster peer |"
+        f"| vaswani MFU | matrix-product floor tok/s | floor vs faster peer |{extra}"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|" + "---|---|" * compiled)
     for bf16 in (False, True):
         if bf16 and device.type == "cpu" and (reason := bf16_emulated()):
             print(f"| bf16 autocast | skipped: {reason} |", flush=True)
             continue
-        r = train_race(config, batches, steps, warmup, bf16, device)
+        r = train_race(config, batches, steps, warmup, bf16, device, compiled)
         peer = max(r["Marian (HF)"], r["torch.nn.Transformer"])
         floor = r.get("matrix-product floor")
-        utilisation = mfu(r["vaswani"] * r["FLOPs per token"], device, "bf16" if bf16 else "fp32")
+        fastest = max(r["vaswani"], r.get("vaswani compiled", 0.0))
+        utilisation = mfu(fastest * r["FLOPs per token"], device, "bf16" if bf16 else "fp32")
         floors = f"{floor:,.0f} | {floor / peer:.2f}x" if floor else "— | —"
+        more = f" {r['vaswani compiled']:,.0f} | {r['vaswani compiled'] / r['vaswani']:.2f}x |" if compiled else ""
         print(
             f"| {'bf16 autocast' if bf16 else 'fp32'} | {r['vaswani']:,.0f} | {r['Marian (HF)']:,.0f} | "
-            f"{r['torch.nn.Transformer']:,.0f} | {r['vaswani'] / peer:.2f}x | "
-            f"{'—' if utilisation is None else f'{utilisation:.1%}'} | {floors} |",
+            f"{r['torch.nn.Transformer']:,.0f} | {fastest / peer:.2f}x | "
+            f"{'—' if utilisation is None else f'{utilisation:.1%}'} | {floors} |{more}",
             flush=True,
         )
-        hours = {name: tokens / r["vaswani"] / 3600 for name, tokens in PAPER_RECIPES.items()}
+        hours = {name: tokens / fastest / 3600 for name, tokens in PAPER_RECIPES.items()}
         print(
             f"|   at this speed | the paper's base recipe (100k steps x 25k tokens): {hours['base']:,.1f} h; "
             f"big (300k steps, at this model's speed): {hours['big']:,.1f} h, on one {device.type} device "
@@ -378,11 +411,15 @@ def decode_table(
     device: str = "cpu",
     decoders: tuple[str, ...] = DECODERS,
 ) -> None:
+    names = [n for n in decoders if n != "vaswani"]
+    versus = [n for n in ("CTranslate2 float32", "CTranslate2 float16") if n in decoders]
     print(
-        f"\n| decoding ({steps} steps/sentence) | sentences | vaswani tok/s | CTranslate2 float32 | "
-        "CTranslate2 int8 | Marian (HF) generate | vaswani vs CTranslate2 float32 | matrix-product floor |"
+        f"\n| decoding ({steps} steps/sentence) | sentences | vaswani tok/s | "
+        + "".join(f"{n} | " for n in names)
+        + "".join(f"vaswani vs {n} | " for n in versus)
+        + "matrix-product floor |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|" + "---|" * (len(names) + len(versus) + 1))
     for batch_size in batch_sizes:
         subset = sources[: min(len(sources), 100 * batch_size)]  # at most 100 batches: small ones take long
         for bf16 in (False, True):
@@ -392,14 +429,14 @@ def decode_table(
             for beam in (1, 4):
                 r = decode_race(model_dir, subset, beam, steps, batch_size, bf16, rounds, device, decoders)
                 name = f"batch {batch_size}, {'greedy' if beam == 1 else f'beam {beam}'}, {'bf16' if bf16 else 'fp32'}"
-                ct2 = r.get("CTranslate2 float32")  # bf16 rows: CTranslate2 in bfloat16, where it has it
-
-                cell = {key: f"{r[key]:,.0f}" if key in r else "-" for key in (*DECODERS, "matrix-product floor")}
-                ratio = f"{r['vaswani'] / ct2:.2f}x" if ct2 else "-"
+                # bf16 rows: the CTranslate2 float32 column runs CTranslate2 in bfloat16, where it has it
+                cell = {key: f"{r[key]:,.0f}" if key in r else "-" for key in (*decoders, "matrix-product floor")}
+                ratios = "".join(f"{r['vaswani'] / r[n]:.2f}x | " if n in r else "- | " for n in versus)
                 print(
-                    f"| {name} | {len(subset)} | {cell['vaswani']} | {cell['CTranslate2 float32']} | "
-                    f"{cell['CTranslate2 int8']} | {cell['Marian (HF) generate']} | {ratio} | "
-                    f"{cell['matrix-product floor']} |",
+                    f"| {name} | {len(subset)} | {cell['vaswani']} | "
+                    + "".join(f"{cell[n]} | " for n in names)
+                    + ratios
+                    + f"{cell['matrix-product floor']} |",
                     flush=True,
                 )
 

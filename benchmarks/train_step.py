@@ -62,7 +62,7 @@ class TorchBaseline(nn.Module):
         self.core.decoder.norm = None
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
-        causal = nn.Transformer.generate_square_subsequent_mask(tgt_in.size(1))
+        causal = nn.Transformer.generate_square_subsequent_mask(tgt_in.size(1), device=tgt_in.device)
         src_pad, tgt_pad = src == self.pad_id, tgt_in == self.pad_id
         hidden = self.core(
             self.src_embed(src),

@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from vaswani.config import PRECISIONS, ModelConfig
+from vaswani.runtime import loss_chunk_rows
 
 # bf16 is chosen only where its matrix products are at least this much faster than float32: the rest
 # of a step (casts, layer norms, softmax, attention, Adam) gains less than the products or nothing,
@@ -38,8 +39,6 @@ BF16_MIN_SPEEDUP = 1.2
 BF16_MIN_SPEEDUP_DECODING = 1.6
 # Rows per product: enough to be the kernels a batch runs, few enough to keep the measurement short.
 MAX_ROWS = 512
-# Training projects onto the vocabulary this many rows at a time (train/loss.py), so it is measured so.
-LOSS_CHUNK = 256
 # A first product this many times slower in bf16 than in fp32 means bf16 is emulated (AVX2: ~100x):
 # the measurement stops there instead of running the slow path for seconds.
 EMULATED = 8.0
@@ -131,7 +130,9 @@ def choose(
     return Choice("fp32", requested, measurement, why)
 
 
-def _shapes(config: ModelConfig, training: bool, rows: int) -> list[tuple[int, int, float, int]]:
+def _shapes(
+    config: ModelConfig, training: bool, rows: int, device_type: str = "cpu"
+) -> list[tuple[int, int, float, int]]:
     """(in, out, count, rows) of each distinct linear map one batch runs through, counted per layer."""
     d, f, v = config.d_model, config.d_ff, config.tgt_vocab_size
     decoder = [(d, 3 * d, 1), (d, d, 2), (d, 2 * d, 1), (d, d, 1), (d, f, 1), (f, d, 1)]  # self, cross, ff
@@ -143,8 +144,9 @@ def _shapes(config: ModelConfig, training: bool, rows: int) -> list[tuple[int, i
         for i, o, c in shapes:
             counts[(i, o)] = counts.get((i, o), 0) + c * n
     shapes = [(i, o, float(c), rows) for (i, o), c in counts.items()]
-    if training and rows > LOSS_CHUNK:  # the pre-softmax projection, chunk by chunk as the loss runs it
-        return [*shapes, (d, v, rows / LOSS_CHUNK, LOSS_CHUNK)]
+    chunk = loss_chunk_rows(device_type, v)
+    if training and rows > chunk:  # the pre-softmax projection, chunk by chunk as the loss runs it
+        return [*shapes, (d, v, rows / chunk, chunk)]
     return [*shapes, (d, v, 1.0, rows)]
 
 
@@ -155,7 +157,7 @@ def measure_matmuls(
     the two precisions alternating), on random data that leaves the global random state untouched."""
     rows = max(1, min(rows, MAX_ROWS * (8 if device.type == "cuda" else 1)))  # a GPU's kernels need more rows
     generator = torch.Generator(device).manual_seed(0)
-    shapes = _shapes(config, training, rows)
+    shapes = _shapes(config, training, rows, device.type)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
     def tensors(i: int, o: int, rows: int) -> tuple[torch.Tensor, torch.Tensor]:

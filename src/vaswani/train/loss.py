@@ -6,9 +6,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-# Rows of logits handled at a time: 256 x 8,000 float32 is 8 MB, which stays in this CPU's cache
-# between the passes over it (docs/benchmarks.md); the whole (tokens x vocabulary) matrix never exists.
-CHUNK_ROWS = 256
+from vaswani.runtime import loss_chunk_rows
 
 
 def label_smoothed_cross_entropy(
@@ -17,13 +15,14 @@ def label_smoothed_cross_entropy(
     target: Tensor,
     smoothing: float = 0.1,
     pad_id: int = 0,
-    chunk_rows: int = CHUNK_ROWS,
+    chunk_rows: int | None = None,
     bias: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Summed label-smoothed cross-entropy of `softmax(hidden @ weight.T + bias)`, and how many tokens it sums.
 
     Only the positions whose target is not padding are projected onto the vocabulary, `chunk_rows` of
-    them at a time: the pre-softmax projection, the loss and its gradient are computed chunk by chunk
+    them at a time (default: runtime.loss_chunk_rows, 256 on a CPU, larger on a GPU): the pre-softmax
+    projection, the loss and its gradient are computed chunk by chunk
     while the chunk's logits are in cache, and no (tokens x vocabulary) tensor is kept for backward.
     The value and its gradients equal `F.cross_entropy(logits, target, label_smoothing=smoothing,
     ignore_index=pad_id, reduction="sum")` on the full logits (tested). Under autocast the projection
@@ -37,6 +36,8 @@ def label_smoothed_cross_entropy(
             f"expected hidden (B, T, D), weight (V, D) and target (B, T), got {tuple(hidden.shape)}, "
             f"{tuple(weight.shape)} and {tuple(target.shape)}"
         )
+    if chunk_rows is None:
+        chunk_rows = loss_chunk_rows(hidden.device.type, weight.size(0))
     if chunk_rows <= 0:
         raise ValueError(f"chunk_rows must be positive, got {chunk_rows}")
     real = target != pad_id  # (B, T)
