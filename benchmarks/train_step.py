@@ -146,9 +146,12 @@ def alternate(
     warmup: int,
     autocast: bool,
     device: torch.device | None = None,
+    overall: frozenset[str] = frozenset(),
 ) -> dict[str, float]:
     """Target tokens/s of each (model, loss_fn) (median over steps), steps alternating between the models;
-    on `device` (a GPU's steps are timed to their end: synchronised before and after)."""
+    on `device` (a GPU's steps are timed to their end: synchronised before and after). The names in
+    `overall` get all measured tokens over all measured seconds instead: a compiled step's recompiles for
+    new shapes are slow steps that a median would hide."""
     device = device or torch.device("cpu")
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     runs = {name: (model.to(device), loss_fn) for name, (model, loss_fn) in runs.items()}
@@ -158,6 +161,7 @@ def alternate(
         for name, (m, _) in runs.items()
     }
     rates: dict[str, list[float]] = {name: [] for name in runs}
+    totals = {name: [0, 0.0] for name in runs}  # tokens, seconds
     for i in range(warmup + steps):
         batch = batches[i % len(batches)]
         tokens = int((batch[2] != 0).sum())
@@ -167,8 +171,14 @@ def alternate(
             train_step(model.train(), optims[name], batch, autocast, loss_fn)
             sync()
             if i >= warmup:
-                rates[name].append(tokens / (time.perf_counter() - start))
-    return {name: statistics.median(r) for name, r in rates.items()}
+                seconds = time.perf_counter() - start
+                rates[name].append(tokens / seconds)
+                totals[name][0] += tokens
+                totals[name][1] += seconds
+    return {
+        name: totals[name][0] / totals[name][1] if name in overall else statistics.median(r)
+        for name, r in rates.items()
+    }
 
 
 def main() -> None:

@@ -84,6 +84,7 @@ def test_yaml_recipe_with_overrides_and_number_strings(tmp_path):
         ("train:\n  max_steps: many\n", "train.max_steps must be an integer"),
         ("train:\n  adam_eps: tiny\n", "train.adam_eps must be a number"),
         ("model:\n  norm_first: 3\n", "model.norm_first must be true or false"),
+        ("train:\n  compile: auto\n", "train.compile must be true or false"),
         ("data:\n  src_sampling_alpha: 1.0\n", r"data.src_sampling_alpha must be in \[0, 1\)"),
         ("data:\n  tokenizer: char\n  tgt_sampling_alpha: 0.1\n", "data.tgt_sampling_alpha needs a bpe or unigram"),
     ],

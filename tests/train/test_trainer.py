@@ -242,7 +242,7 @@ def test_a_compiled_training_step_trains_as_the_eager_one(tmp_path):
     """train.compile: torch.compile works on the CPU (Inductor, a C++ compiler) and trains as the eager step does:
     the same losses step by step, to float reordering. (Its weights differ by up to ~lr in single elements whose
     gradient is float noise, such as the attention's key biases, which Adam blows up.) Off by default: it measured
-    slower here (docs/benchmarks.md, "MFU")."""
+    slower here (docs/benchmarks.md, "MFU") and on an H100 ("The paper's scale on a GPU")."""
     from vaswani.config import ConfigError
     from vaswani.train.trainer import _inductor_isa
 

@@ -267,8 +267,8 @@ class Trainer:
         kernels = attention_kernels(m.d_model, m.n_heads, self.device, dtype)
         self.log(
             f"task {self.task.name}; {self.model.num_parameters():,} parameters; device {self.device}, "
-            f"{self.world} process(es); attention kernels: "
-            + ", ".join(f"{kind} {kernel}" for kind, kernel in kernels.items())
+            f"{self.world} process(es); torch.compile {'on' if self.config.train.compile else 'off'}; "
+            "attention kernels: " + ", ".join(f"{kind} {kernel}" for kind, kernel in kernels.items())
         )
         state = self._resume()
         stream = self.task.stream(data, state.epoch, state.position)
