@@ -109,6 +109,47 @@ def test_the_masked_token_objective_finds_mask(bert):
     assert Tokenizer.load(bert.mlm).mask_id == bert.tokenizer.mask_token_id
 
 
+def test_continued_pretraining_adapts_an_imported_bert_to_the_user_s_text(bert, tmp_path):
+    """`vaswani finetune` with data.text continues BERT's masked-token objective on new text (Multi30k's captions):
+    each line is `text [SEP]` in the stream, each block starts with [CLS], special tokens are never masked, and
+    the held-out masked-token loss falls below the imported model's on the same masked blocks."""
+    import yaml
+
+    from tests.pretrained.hf_models import multi30k
+    from vaswani.config import Config
+    from vaswani.train.tasks.base import RunContext
+    from vaswani.train.tasks.language import MaskedLanguageModelling, held_out_loss
+
+    train, valid = multi30k("train", "en", 3000), multi30k("val", "en", 300)
+    (tmp_path / "captions.txt").write_text("\n".join(train) + "\n", encoding="utf-8")
+    (tmp_path / "valid.txt").write_text("\n".join(valid) + "\n", encoding="utf-8")
+    recipe = {
+        "data": {"text": str(tmp_path / "captions.txt"), "valid_text": str(tmp_path / "valid.txt"),
+                 "block_size": 64, "batch_size": 16},
+        "train": {"max_steps": 80, "valid_every": 40, "lr_schedule": "constant", "peak_lr": 1e-3,
+                  "warmup_steps": 1, "precision": "fp32"},
+    }  # fmt: skip
+    (tmp_path / "adapt.yaml").write_text(yaml.safe_dump(recipe), encoding="utf-8")
+    out = tmp_path / "adapted"
+    assert main(["finetune", str(bert.mlm), str(tmp_path / "adapt.yaml"), str(out)]) == 0
+
+    tok = bert.tokenizer
+    task = MaskedLanguageModelling(RunContext(Config.load(out / "config.yaml"), out))
+    data = task.prepare(True)  # the run's prepared text, reused
+    lines = tok(valid, add_special_tokens=False)["input_ids"]
+    assert data.valid.tolist() == [i for ids in lines for i in (*ids, tok.sep_token_id)]
+    batch = task.batch(data, 0, 0)
+    assert (batch.ids[:, 0] == tok.cls_token_id).all()
+    predicted = batch.targets[batch.targets != tok.pad_token_id]  # PAD: nothing to predict there
+    assert predicted.numel() > 0
+    assert not torch.isin(predicted, torch.tensor([tok.cls_token_id, tok.sep_token_id, tok.unk_token_id])).any()
+    assert (batch.ids == tok.mask_token_id).sum() > 0
+    blocks = task.held_out_blocks(data)
+    cpu = torch.device("cpu")
+    before, after = (held_out_loss(load_model(d)[0].eval(), blocks, cpu)["loss"] for d in (bert.mlm, out))
+    assert after < before - 0.5, (before, after)  # measured: 6.03 -> 5.36 in 80 steps
+
+
 def test_classifier_probabilities_are_transformers_within_1e_4(bert, texts):
     hf = transformers.BertForSequenceClassification.from_pretrained(str(bert.hf_classifier)).eval()
     batch = bert.tokenizer(texts, return_tensors="pt", padding=True)

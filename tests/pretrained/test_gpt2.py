@@ -191,6 +191,73 @@ def test_finetune_and_classify_an_imported_gpt2(gpt2, tmp_path):
         torch.testing.assert_close(classifier.probabilities([text])[0], probs, rtol=1e-4, atol=1e-5)
 
 
+def _held_out_loss(model_dir, stream, block: int) -> float:
+    """Nats per predicted token of the model in `model_dir` on consecutive blocks of the token `stream`."""
+    from vaswani.train.tasks.base import TextBatch
+    from vaswani.train.tasks.language import held_out_loss
+
+    model = load_model(model_dir)[0].eval()
+    ids = torch.from_numpy(stream.astype("int64"))
+    n = (len(ids) - 1) // block
+    x, y = ids[: n * block].view(n, block), ids[1 : n * block + 1].view(n, block)
+    return held_out_loss(model, [TextBatch(x, y, y.numel())], torch.device("cpu"))["loss"]
+
+
+def test_continued_pretraining_adapts_an_imported_gpt2_to_the_user_s_text(gpt2, tmp_path, capsys):
+    """`vaswani finetune` with data.text: GPT-2's next-token objective on new text (Multi30k's captions, far from
+    the Shakespeare it learned), its own tokenizer and <|endoftext|>. The prepared stream is GPT2TokenizerFast's
+    ids of the text, newlines included, then <|endoftext|>; the held-out loss on captions falls well below the
+    imported model's; the result generates."""
+    import yaml
+
+    from tests.pretrained.hf_models import multi30k
+    from vaswani.data.store import PreparedData
+
+    _, model_dir, _, hf_tokenizer = gpt2
+    train, valid = multi30k("train", "en", 3000), multi30k("val", "en", 300)
+    (tmp_path / "captions.txt").write_text("\n".join(train) + "\n", encoding="utf-8")
+    (tmp_path / "valid.txt").write_text("\n".join(valid) + "\n", encoding="utf-8")
+    recipe = {
+        "data": {"text": str(tmp_path / "captions.txt"), "valid_text": str(tmp_path / "valid.txt"),
+                 "block_size": 64, "batch_size": 16},
+        "train": {"max_steps": 80, "valid_every": 40, "lr_schedule": "constant", "peak_lr": 1e-3,
+                  "warmup_steps": 1, "precision": "fp32"},
+    }  # fmt: skip
+    (tmp_path / "adapt.yaml").write_text(yaml.safe_dump(recipe), encoding="utf-8")
+    out = tmp_path / "adapted"
+    assert main(["finetune", str(model_dir), str(tmp_path / "adapt.yaml"), str(out)]) == 0
+    assert json.loads((out / "vaswani.json").read_text())["origin"]["finetuned_from"] == str(model_dir.resolve())
+    assert (out / "tokenizer.json").read_bytes() == (model_dir / "tokenizer.json").read_bytes()
+
+    streams = PreparedData.open(out / "prepared").streams
+    text = "\n".join(valid) + "\n"
+    assert streams["valid"].tolist() == [*hf_tokenizer(text)["input_ids"], 1000]  # 1000: <|endoftext|>
+    assert streams["train"][-1] == 1000 and (streams["train"] == 1000).sum() == 1
+    before, after = (_held_out_loss(d, streams["valid"], 64) for d in (model_dir, out))
+    assert after < before - 0.5, (before, after)  # measured: 5.63 -> 4.81 in 80 steps
+
+    capsys.readouterr()
+    assert main(["generate", str(out), "--prompt", "A man", "--max-new-tokens", "12"]) == 0
+    assert capsys.readouterr().out.startswith("A man")
+
+
+def test_continued_pretraining_refuses_what_belongs_to_the_pretrained_model(gpt2, tmp_path, capsys):
+    import yaml
+
+    _, model_dir, _, _ = gpt2
+    (tmp_path / "t.txt").write_text("A dog runs.\n" * 50, encoding="utf-8")
+    for data, named in (
+        ({"vocab_size": 500}, "data.vocab_size is the pretrained model's"),
+        ({"block_size": 256}, "data.block_size 256 is longer than the model's learned positions"),
+    ):
+        recipe = {"data": {"text": str(tmp_path / "t.txt"), **data}, "train": {"max_steps": 1}}
+        (tmp_path / "r.yaml").write_text(yaml.safe_dump(recipe), encoding="utf-8")
+        capsys.readouterr()
+        assert main(["finetune", str(model_dir), str(tmp_path / "r.yaml"), str(tmp_path / "o")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert named in err and "\n" not in err and "Traceback" not in err
+
+
 @pytest.mark.parametrize(
     ("edit", "named"),
     [

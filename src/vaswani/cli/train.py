@@ -50,7 +50,7 @@ def _prepare(args: argparse.Namespace) -> None:
     console = Console(stderr=True, soft_wrap=True)
     if config.task in ("lm", "mlm"):
         open_or_prepare(
-            PlainRecipe(config.data, config.train.seed),
+            PlainRecipe(config.data, config.train.seed, config.model.eos_id),
             Path(args.data_dir),
             log=lambda message: console.print(message, highlight=False),
         )
@@ -129,8 +129,12 @@ def register(commands: argparse._SubParsersAction) -> None:
     _add_overrides(prepare, "data.vocab_size=16000")
     prepare.set_defaults(run=_prepare)
 
-    finetune = commands.add_parser("finetune", help="fine-tune a pretrained language model on labelled text")
-    finetune.add_argument("pretrained_dir", help="a decoder_only or encoder_only model trained by vaswani train")
+    finetune = commands.add_parser(
+        "finetune",
+        help="train a pretrained model further: a classifier on labelled text, a language model on plain text "
+        "(data.text), a translation model on parallel text",
+    )
+    finetune.add_argument("pretrained_dir", help="a model directory (trained by vaswani train, or imported)")
     finetune.add_argument("config", help="fine-tuning recipe, e.g. configs/sst2_finetune.yaml")
     finetune.add_argument("model_dir", help="directory for the fine-tuned model (resumes a run there)")
     _add_overrides(finetune, "finetune.aux_weight=0")

@@ -3,8 +3,9 @@
 
     DATA_DIR/
       manifest.json      "streams": {"train": {...}, "valid": {...}} (tokens, lines and characters of each)
-      tokenizer.model    a text tokenizer (exact round trip, a <mask> piece)
-      train.ids          every line's ids followed by EOS, back to back: one stream (uint16 below 65,536)
+      tokenizer.model    a text tokenizer (exact round trip, a <mask> piece), or the model's own (imported)
+      train.ids          every line's ids followed by EOS, back to back: one stream (uint16 below 65,536);
+                         with a tokenizer that encodes newlines (GPT-2's), the text's ids, then EOS
       valid.ids          the held-out stream
 
 Training reads contiguous blocks of `data.block_size` tokens at any offset (nanoGPT's data, for the
@@ -41,11 +42,12 @@ class PlainRecipe:
 
     data: DataConfig
     seed: int
+    eos_id: int = EOS_ID  # the model's EOS (an imported GPT-2's <|endoftext|>, BERT's [SEP])
 
     def key(self) -> dict:
         """What decides a text preparation (compared with the manifest on reuse)."""
         d = self.data
-        return {
+        key = {
             "kind": "text",
             "tokenizer": d.tokenizer,
             "vocab_size": d.vocab_size,
@@ -54,6 +56,7 @@ class PlainRecipe:
             "seed": self.seed,
             "invalid_utf8": d.invalid_utf8,
         }
+        return key if self.eos_id == EOS_ID else {**key, "eos_id": self.eos_id}
 
     def input_files(self) -> list[Path]:
         d = self.data
@@ -95,7 +98,7 @@ def _prepare(recipe: PlainRecipe, directory: Path, tokenizer: Tokenizer | None, 
             tokenizer.save(partial)
         files, streams = {}, {}
         for name, lines, text in (("train", train_lines, train_text), ("valid", valid_lines, valid_text)):
-            ids = encode_stream(tokenizer, lines, data.lowercase)
+            ids = encode_stream(tokenizer, lines, data.lowercase, recipe.eos_id)
             if ids.size < data.block_size + 1:
                 which = "training" if name == "train" else "held-out"
                 raise DataError(
@@ -115,7 +118,7 @@ def _prepare(recipe: PlainRecipe, directory: Path, tokenizer: Tokenizer | None, 
                 "streams": streams,
                 "corpora": [],
                 "report": {},
-                "tokenizer": {n: store.file_sha256(partial / n) for n in Tokenizer.files(True)},
+                "tokenizer": {n: store.file_sha256(partial / n) for n in tokenizer.file_names},
             },
         )
 
@@ -165,12 +168,19 @@ def _with_newline(text: str) -> str:
     return text if text.endswith("\n") else text + "\n"
 
 
-def encode_stream(tokenizer: Tokenizer, lines: list[str], lowercase: bool = False) -> np.ndarray:
-    """Each line's ids then EOS, concatenated. Shape: -> (tokens,)"""
+def encode_stream(tokenizer: Tokenizer, lines: list[str], lowercase: bool = False, eos_id: int = EOS_ID) -> np.ndarray:
+    """Each line's ids then EOS, concatenated; where newlines are text to the tokenizer (an imported GPT-2's),
+    the lines as one text, newlines encoded as such, then one EOS (the text is one document).
+    Shape: -> (tokens,)"""
     dtype = store.id_dtype(tokenizer.src_vocab_size)
     parts = []
     for start in range(0, len(lines), ENCODE_LINES):
-        chunk = lines[start : start + ENCODE_LINES]
-        for ids in tokenizer.encode_src([line.lower() if lowercase else line for line in chunk]):
-            parts.append(np.asarray([*ids, EOS_ID], dtype=dtype))
+        chunk = [line.lower() if lowercase else line for line in lines[start : start + ENCODE_LINES]]
+        if tokenizer.text_newlines:  # chunks end at a line's end: the text's own segmentation, to the byte
+            parts.append(np.asarray(tokenizer.encode_src(["".join(line + "\n" for line in chunk)])[0], dtype=dtype))
+            continue
+        for ids in tokenizer.encode_src(chunk):
+            parts.append(np.asarray([*ids, eos_id], dtype=dtype))
+    if tokenizer.text_newlines:
+        parts.append(np.asarray([eos_id], dtype=dtype))
     return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)

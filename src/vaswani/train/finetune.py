@@ -3,6 +3,9 @@
 - A language model (decoder_only, encoder_only): a classifier added, trained on labelled text. The config
   holds the labelled files (data.labelled_train, data.labelled_valid), the optimisation (train) and the
   finetune section (aux_weight λ, init, labels); model.dropout and model.pool may be changed too.
+- A language model on the user's plain text (data.text instead of data.labelled_train): its own objective
+  continued (lm: the next token for a decoder_only model, an imported GPT-2 too; mlm: masked tokens for an
+  encoder_only one, an imported BERT too), adapting it to the domain before fine-tuning or generating.
 - A translation model (encoder_decoder, trained here or imported): domain adaptation on new parallel text.
   The config holds the in-domain files (data.train_src/train_tgt or data.corpora, data.valid_src/valid_tgt),
   the optimisation, and optionally a sample of the original training data (finetune.original_src/_tgt) with
@@ -35,11 +38,21 @@ _TRANSLATION_DATA_KEYS = (
 )  # fmt: skip
 
 
+# What the fine-tuning config's data section may set for continued pretraining on plain text.
+_TEXT_DATA_KEYS = (
+    "text", "valid_text", "valid_fraction", "block_size", "batch_size", "max_tokens", "mask_prob", "invalid_utf8",
+    "prepared",
+)  # fmt: skip
+
+
 def finetune_config(pretrained: Config, values: dict) -> Config:
     """The run's config: the pretrained model and data settings, the fine-tuning config's sections."""
     kind = family(pretrained.model.type)
     if "translation" in kind.tasks:
         return _translation_config(pretrained, values)
+    text = (values.get("data") or {}).get("text")
+    if text and kind.task in ("lm", "mlm"):
+        return _text_config(pretrained, values, kind.task)
     if "classify" not in kind.tasks:
         takes = [f.type for f in FAMILIES.values() if "classify" in f.tasks or "translation" in f.tasks]
         raise CheckpointError(
@@ -79,6 +92,34 @@ def _sections(pretrained: Config, values: dict, model_keys: tuple[str, ...]) -> 
             raise ConfigError(f"model.{key} is the pretrained model's; a fine-tuning config may set only {allowed}")
         model[key] = value
     return base, model
+
+
+def _text_config(pretrained: Config, values: dict, task: str) -> Config:
+    """Continued pretraining: the pretrained language model's own objective on the user's plain text."""
+    base, model = _sections(pretrained, values, ("dropout", "attention_dropout"))
+    data = {k: v for k, v in base["data"].items() if k not in ("text", "valid_text", "prepared", "labelled_train")}
+    for key, value in (values.get("data") or {}).items():
+        if key not in _TEXT_DATA_KEYS:
+            raise ConfigError(
+                f"data.{key} is the pretrained model's (its tokenizer and text settings are kept); continued "
+                f"pretraining's data section may set {', '.join(_TEXT_DATA_KEYS)}"
+            )
+        data[key] = value
+    m = pretrained.model
+    if m.positions == "learned" and data.get("block_size", 0) > m.max_positions:
+        raise ConfigError(
+            f"data.block_size {data['block_size']} is longer than the model's learned positions "
+            f"(model.max_positions {m.max_positions}); set data.block_size to at most that"
+        )
+    finetune = dict(values.get("finetune") or {})
+    if finetune.get("labels") or finetune.get("aux_weight"):
+        raise ConfigError(
+            "finetune.labels and finetune.aux_weight are for classifiers; continued pretraining on data.text takes "
+            "neither (give data.labelled_train to fine-tune a classifier)"
+        )
+    train = {**(values.get("train") or {}), "task": task}
+    sections = {"model": model, "data": data, "train": train, "decode": base["decode"], "finetune": finetune}
+    return Config.from_dict(sections)
 
 
 def _translation_config(pretrained: Config, values: dict) -> Config:

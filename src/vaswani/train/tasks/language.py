@@ -21,7 +21,6 @@ from vaswani.data.masking import mask_tokens
 from vaswani.data.plain import PlainRecipe
 from vaswani.data.prepare import install_tokenizer, open_or_prepare
 from vaswani.data.tokenizer import Tokenizer
-from vaswani.special import BOS_ID
 from vaswani.train.tasks.base import Task, TextBatch, token_loss
 
 
@@ -44,8 +43,9 @@ def open_text(task: Task, rank0: bool) -> TextData:
     c, model_dir = task.config, task.context.model_dir
     directory = Path(c.data.prepared) if c.data.prepared else model_dir / "prepared"
     if rank0:
-        existing = Tokenizer.load(model_dir) if (model_dir / "tokenizer.model").is_file() else None
-        prepared = open_or_prepare(PlainRecipe(c.data, c.train.seed), directory, existing, log=task.log)
+        existing = Tokenizer.load(model_dir) if Tokenizer.present(model_dir) else None
+        recipe = PlainRecipe(c.data, c.train.seed, c.model.eos_id)
+        prepared = open_or_prepare(recipe, directory, existing, log=task.log)
         install_tokenizer(prepared, model_dir)
     else:
         prepared = store.PreparedData.open(directory)
@@ -156,14 +156,18 @@ class LanguageModelling(_Blocks):
 
 
 class MaskedLanguageModelling(_Blocks):
-    """mlm: an encoder-only model predicting BERT's masked tokens in blocks that start with BOS ([CLS])."""
+    """mlm: an encoder-only model predicting BERT's masked tokens in blocks that start with BOS ([CLS]); EOS
+    ([SEP] for an imported BERT) ends each line of the text."""
 
     name = "mlm"
 
     def _masked(self, data: TextData, x: np.ndarray, rng: np.random.Generator) -> TextBatch:
-        x = np.concatenate([np.full((x.shape[0], 1), BOS_ID, dtype=np.int64), x], axis=1)
+        m, mask_id = self.config.model, self.mask_id(data)
+        x = np.concatenate([np.full((x.shape[0], 1), m.bos_id, dtype=np.int64), x], axis=1)
+        # an imported tokenizer's special tokens ([CLS], [SEP], [UNK]) are never masked, as BERT's are not
+        never = [i for i in (m.pad_id, m.bos_id, m.eos_id, mask_id, data.tokenizer.src.unk_id()) if i is not None]
         inputs, targets, count = mask_tokens(
-            x, rng, self.mask_id(data), data.tokenizer.src_vocab_size, self.config.data.mask_prob
+            x, rng, mask_id, data.tokenizer.src_vocab_size, self.config.data.mask_prob, never=never
         )
         return TextBatch(torch.from_numpy(inputs), torch.from_numpy(targets), count)
 
