@@ -191,6 +191,72 @@ def test_finetune_and_classify_an_imported_gpt2(gpt2, tmp_path):
         torch.testing.assert_close(classifier.probabilities([text])[0], probs, rtol=1e-4, atol=1e-5)
 
 
+def _sharded(d, safetensors: bool = True):
+    """An edit: the checkpoint saved again in shards of at most 100 kB, with their index; or those shards as
+    pickled pytorch_model-*.bin files, as older transformers wrote them (transformers 5 writes safetensors only)."""
+    from safetensors.torch import load_file
+
+    hf = transformers.GPT2LMHeadModel.from_pretrained(str(d))
+    (d / "model.safetensors").unlink()
+    hf.save_pretrained(str(d), max_shard_size="100KB")
+    if not safetensors:
+        index = json.loads((d / "model.safetensors.index.json").read_text())
+        names = {shard: shard.replace("model-", "pytorch_model-").replace(".safetensors", ".bin")
+                 for shard in set(index["weight_map"].values())}  # fmt: skip
+        for shard, name in names.items():
+            torch.save(load_file(d / shard), d / name)
+            (d / shard).unlink()
+        index["weight_map"] = {k: names[v] for k, v in index["weight_map"].items()}
+        (d / "pytorch_model.bin.index.json").write_text(json.dumps(index))
+        (d / "model.safetensors.index.json").unlink()
+    return d
+
+
+@pytest.mark.parametrize("safetensors", [True, False], ids=["safetensors", "bin"])
+def test_a_sharded_checkpoint_imports_the_same_weights(gpt2, tmp_path, safetensors):
+    from safetensors.torch import load_file
+
+    src, model_dir, _, _ = gpt2
+    sharded = _sharded(shutil.copytree(src, tmp_path / "src"), safetensors)
+    index = "model.safetensors.index.json" if safetensors else "pytorch_model.bin.index.json"
+    shards = set(json.loads((sharded / index).read_text())["weight_map"].values())
+    assert len(shards) > 3 and not (sharded / "model.safetensors").exists()
+    assert main(["import", str(sharded), str(tmp_path / "out")]) == 0
+    ours, whole = load_file(tmp_path / "out" / "model.safetensors"), load_file(model_dir / "model.safetensors")
+    assert ours.keys() == whole.keys() and all(torch.equal(ours[k], whole[k]) for k in ours)
+
+
+def test_a_sharded_checkpoint_missing_a_shard_is_refused(gpt2, tmp_path, capsys):
+    def edit(d):
+        _sharded(d)
+        index = json.loads((d / "model.safetensors.index.json").read_text())
+        (d / sorted(set(index["weight_map"].values()))[1]).unlink()
+        capsys.readouterr()  # transformers' progress bars while saving
+
+    assert_refused(gpt2[0], tmp_path, capsys, edit, "names the shard model-00002-of-")
+
+
+def test_a_hub_id_fetches_safetensors_where_the_repository_has_them_else_the_bin(monkeypatch, tmp_path):
+    """Online, `vaswani import owner/name` downloads the configs, the tokenizer files and one kind of weights:
+    many older checkpoints (OPUS-MT's among them) have pytorch_model.bin only."""
+    import huggingface_hub
+
+    from vaswani.pretrained import resolve
+
+    asked = {}
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda repo, allow_patterns: asked.update(
+        {repo: allow_patterns}) or str(tmp_path))  # fmt: skip
+    repos = {
+        "Helsinki-NLP/opus-mt-de-en": ["config.json", "pytorch_model.bin", "tf_model.h5", "source.spm"],
+        "gpt2": ["config.json", "model.safetensors", "pytorch_model.bin", "tokenizer.json"],
+    }
+    monkeypatch.setattr(huggingface_hub, "list_repo_files", lambda repo: repos[repo])
+    for repo in repos:
+        assert resolve(repo) == tmp_path
+    assert asked["Helsinki-NLP/opus-mt-de-en"][-1] == "pytorch_model*.bin"
+    assert asked["gpt2"][-1] == "*.safetensors" and not any(".bin" in p for p in asked["gpt2"])
+
+
 def _held_out_loss(model_dir, stream, block: int) -> float:
     """Nats per predicted token of the model in `model_dir` on consecutive blocks of the token `stream`."""
     from vaswani.train.tasks.base import TextBatch

@@ -55,19 +55,44 @@ def read_json(path: Path, default: dict | None = None) -> dict:
 
 
 def read_weights(src: Path) -> dict[str, torch.Tensor]:
-    """model.safetensors, or pytorch_model.bin (read with weights_only: no code runs)."""
-    safetensors, pickled = src / "model.safetensors", src / "pytorch_model.bin"
+    """model.safetensors, or pytorch_model.bin (read with weights_only: no code runs), or their shards as
+    model.safetensors.index.json / pytorch_model.bin.index.json list them."""
+    for name in ("model.safetensors", "pytorch_model.bin"):
+        if (src / name).is_file():
+            return _read_weight_file(src / name)
+    for name in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
+        if (src / name).is_file():
+            return _read_shards(src / name)
+    raise PretrainedError(f"{src} has no model.safetensors or pytorch_model.bin (nor their sharded index)")
+
+
+def _read_weight_file(path: Path) -> dict[str, torch.Tensor]:
     try:
-        if safetensors.is_file():
-            return load_file(str(safetensors))
-        if pickled.is_file():
-            return torch.load(pickled, map_location="cpu", weights_only=True)
-    except (SafetensorError, OSError, RuntimeError, ValueError) as error:
-        path = safetensors if safetensors.is_file() else pickled
+        if path.suffix == ".safetensors":
+            return load_file(str(path))
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except (SafetensorError, OSError, RuntimeError, ValueError, EOFError) as error:
         raise PretrainedError(f"{path} is corrupt or incomplete ({error})") from None
-    if (src / "model.safetensors.index.json").is_file() or (src / "pytorch_model.bin.index.json").is_file():
-        raise PretrainedError(f"{src} holds sharded weights; save the model again with max_shard_size larger than it")
-    raise PretrainedError(f"{src} has no model.safetensors or pytorch_model.bin")
+
+
+def _read_shards(index: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of a sharded checkpoint: each shard its index names, read once, checked to hold its tensors."""
+    try:
+        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        if not isinstance(weight_map, dict):
+            raise TypeError("weight_map is not a mapping")
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise PretrainedError(f"{index} is not a checkpoint index ({type(error).__name__}: {error})") from None
+    weights: dict[str, torch.Tensor] = {}
+    for shard in sorted(set(weight_map.values())):
+        path = index.parent / shard
+        if Path(shard).name != shard or not path.is_file():
+            raise PretrainedError(f"{index} names the shard {shard}, which is not in {index.parent}")
+        weights.update(_read_weight_file(path))
+    missing = sorted(set(weight_map) - set(weights))
+    if missing:
+        raise PretrainedError(f"{index} lists {missing[0]} (and {len(missing) - 1} more), which no shard holds")
+    return weights
 
 
 def take(weights: dict[str, torch.Tensor], name: str, shape: tuple[int, ...], source: Path) -> torch.Tensor:
@@ -100,13 +125,21 @@ def resolve(src: str | Path) -> Path:
             "(pip install huggingface_hub); or pass a directory saved with save_pretrained"
         ) from None
     try:
-        return Path(
-            snapshot_download(str(src), allow_patterns=["*.json", "*.spm", "*.txt", "*.model", "*.safetensors"])
-        )
+        return Path(snapshot_download(str(src), allow_patterns=_hub_patterns(str(src))))
     except Exception as error:  # offline, unknown id, gated model: huggingface_hub raises many kinds
         raise PretrainedError(
             f"could not fetch {src} from the Hugging Face hub ({type(error).__name__}: {error})"
         ) from None
+
+
+def _hub_patterns(repo: str) -> list[str]:
+    """The files to fetch: configs and tokenizer files, and the weights once: safetensors (and their shards)
+    where the repository has them, else pytorch_model.bin (many older checkpoints, OPUS-MT's among them)."""
+    from huggingface_hub import list_repo_files
+
+    files = list_repo_files(repo)
+    weights = "*.safetensors" if any(f.endswith(".safetensors") for f in files) else "pytorch_model*.bin"
+    return ["*.json", "*.spm", "*.txt", "*.model", weights]
 
 
 def import_pretrained(src: str | Path, model_dir: str | Path) -> Path:

@@ -15,7 +15,7 @@
   to it, so `vaswani generate` reads and writes them as tokens (Tokenizer.text_newlines).
 
 Refused, in one line: scale_attn_by_inverse_layer_idx, reorder_and_upcast_attn, scale_attn_weights false,
-add_cross_attention, untied LM heads, activations other than gelu_new, gelu and relu, sharded weights.
+add_cross_attention, untied LM heads, activations other than gelu_new, gelu and relu.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@
   with Hugging Face's rule (decode.length_rule power: score / |Y|^alpha), early_stopping.
 
 Refused, in one line: pre-norm variants (normalize_before, normalize_embedding, add_final_layer_norm),
-unequal encoder/decoder widths or heads, learned positions, bad_words_ids beyond PAD, sharded weights.
+unequal encoder/decoder widths or heads, learned positions, bad_words_ids beyond PAD.
 """
 
 from __future__ import annotations
