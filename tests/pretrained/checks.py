@@ -48,3 +48,26 @@ def finetune_a_classifier(model_dir, tmp_path, train: list[str], dev: list[str])
     (tmp_path / "ft.yaml").write_text(yaml.safe_dump(recipe), encoding="utf-8")
     assert main(["finetune", str(model_dir), str(tmp_path / "ft.yaml"), str(tmp_path / "out")]) == 0
     return tmp_path / "out"
+
+
+def adapt_to_captions(model_dir, tmp_path):
+    """`vaswani finetune` of the language model in `model_dir` on 3,000 Multi30k English captions (data.text),
+    80 steps of blocks of 64 tokens, 300 held-out captions; returns (the adapted model's directory, those
+    held-out captions)."""
+    import yaml
+
+    from tests.pretrained.hf_models import multi30k
+
+    train, valid = multi30k("train", "en", 3000), multi30k("val", "en", 300)
+    (tmp_path / "captions.txt").write_text("\n".join(train) + "\n", encoding="utf-8")
+    (tmp_path / "valid.txt").write_text("\n".join(valid) + "\n", encoding="utf-8")
+    recipe = {
+        "data": {"text": str(tmp_path / "captions.txt"), "valid_text": str(tmp_path / "valid.txt"),
+                 "block_size": 64, "batch_size": 16},
+        "train": {"max_steps": 80, "valid_every": 40, "lr_schedule": "constant", "peak_lr": 1e-3,
+                  "warmup_steps": 1, "precision": "fp32"},
+    }  # fmt: skip
+    (tmp_path / "adapt.yaml").write_text(yaml.safe_dump(recipe), encoding="utf-8")
+    out = tmp_path / "adapted"
+    assert main(["finetune", str(model_dir), str(tmp_path / "adapt.yaml"), str(out)]) == 0
+    return out, valid

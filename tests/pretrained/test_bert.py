@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tests.pretrained.bert_models import LABELS, save_bert_classifier, save_bert_mlm, sst2
-from tests.pretrained.checks import assert_refused, finetune_a_classifier, set_config, without
+from tests.pretrained.checks import adapt_to_captions, assert_refused, finetune_a_classifier, set_config, without
 from vaswani.cli import main
 from vaswani.data.labelled import classifier_inputs
 from vaswani.data.tokenizer import Tokenizer
@@ -113,25 +113,11 @@ def test_continued_pretraining_adapts_an_imported_bert_to_the_user_s_text(bert, 
     """`vaswani finetune` with data.text continues BERT's masked-token objective on new text (Multi30k's captions):
     each line is `text [SEP]` in the stream, each block starts with [CLS], special tokens are never masked, and
     the held-out masked-token loss falls below the imported model's on the same masked blocks."""
-    import yaml
-
-    from tests.pretrained.hf_models import multi30k
     from vaswani.config import Config
     from vaswani.train.tasks.base import RunContext
     from vaswani.train.tasks.language import MaskedLanguageModelling, held_out_loss
 
-    train, valid = multi30k("train", "en", 3000), multi30k("val", "en", 300)
-    (tmp_path / "captions.txt").write_text("\n".join(train) + "\n", encoding="utf-8")
-    (tmp_path / "valid.txt").write_text("\n".join(valid) + "\n", encoding="utf-8")
-    recipe = {
-        "data": {"text": str(tmp_path / "captions.txt"), "valid_text": str(tmp_path / "valid.txt"),
-                 "block_size": 64, "batch_size": 16},
-        "train": {"max_steps": 80, "valid_every": 40, "lr_schedule": "constant", "peak_lr": 1e-3,
-                  "warmup_steps": 1, "precision": "fp32"},
-    }  # fmt: skip
-    (tmp_path / "adapt.yaml").write_text(yaml.safe_dump(recipe), encoding="utf-8")
-    out = tmp_path / "adapted"
-    assert main(["finetune", str(bert.mlm), str(tmp_path / "adapt.yaml"), str(out)]) == 0
+    out, valid = adapt_to_captions(bert.mlm, tmp_path)
 
     tok = bert.tokenizer
     task = MaskedLanguageModelling(RunContext(Config.load(out / "config.yaml"), out))

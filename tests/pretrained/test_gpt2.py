@@ -7,7 +7,7 @@ import shutil
 import pytest
 import torch
 
-from tests.pretrained.checks import assert_refused, finetune_a_classifier, set_config, without
+from tests.pretrained.checks import adapt_to_captions, assert_refused, finetune_a_classifier, set_config, without
 from tests.pretrained.gpt2_models import EOT, SHAKESPEARE, save_gpt2, shakespeare
 from vaswani.cli import main
 from vaswani.data.labelled import classifier_inputs
@@ -274,24 +274,10 @@ def test_continued_pretraining_adapts_an_imported_gpt2_to_the_user_s_text(gpt2, 
     the Shakespeare it learned), its own tokenizer and <|endoftext|>. The prepared stream is GPT2TokenizerFast's
     ids of the text, newlines included, then <|endoftext|>; the held-out loss on captions falls well below the
     imported model's; the result generates."""
-    import yaml
-
-    from tests.pretrained.hf_models import multi30k
     from vaswani.data.store import PreparedData
 
     _, model_dir, _, hf_tokenizer = gpt2
-    train, valid = multi30k("train", "en", 3000), multi30k("val", "en", 300)
-    (tmp_path / "captions.txt").write_text("\n".join(train) + "\n", encoding="utf-8")
-    (tmp_path / "valid.txt").write_text("\n".join(valid) + "\n", encoding="utf-8")
-    recipe = {
-        "data": {"text": str(tmp_path / "captions.txt"), "valid_text": str(tmp_path / "valid.txt"),
-                 "block_size": 64, "batch_size": 16},
-        "train": {"max_steps": 80, "valid_every": 40, "lr_schedule": "constant", "peak_lr": 1e-3,
-                  "warmup_steps": 1, "precision": "fp32"},
-    }  # fmt: skip
-    (tmp_path / "adapt.yaml").write_text(yaml.safe_dump(recipe), encoding="utf-8")
-    out = tmp_path / "adapted"
-    assert main(["finetune", str(model_dir), str(tmp_path / "adapt.yaml"), str(out)]) == 0
+    out, valid = adapt_to_captions(model_dir, tmp_path)
     assert json.loads((out / "vaswani.json").read_text())["origin"]["finetuned_from"] == str(model_dir.resolve())
     assert (out / "tokenizer.json").read_bytes() == (model_dir / "tokenizer.json").read_bytes()
 

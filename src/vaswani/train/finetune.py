@@ -94,17 +94,25 @@ def _sections(pretrained: Config, values: dict, model_keys: tuple[str, ...]) -> 
     return base, model
 
 
+def _user_data(pretrained: dict, own: tuple[str, ...], values: dict, allowed: tuple[str, ...], whose: str) -> dict:
+    """The pretrained model's data section without its own training files (`own`), with the fine-tuning config's
+    data keys, which must be among `allowed` (the tokenizer and text settings are the pretrained model's)."""
+    data = {k: v for k, v in pretrained.items() if k not in own}
+    for key, value in (values.get("data") or {}).items():
+        if key not in allowed:
+            raise ConfigError(
+                f"data.{key} is the pretrained model's (its tokenizer and text settings are kept); {whose} data "
+                f"section may set {', '.join(allowed)}"
+            )
+        data[key] = value
+    return data
+
+
 def _text_config(pretrained: Config, values: dict, task: str) -> Config:
     """Continued pretraining: the pretrained language model's own objective on the user's plain text."""
     base, model = _sections(pretrained, values, ("dropout", "attention_dropout"))
-    data = {k: v for k, v in base["data"].items() if k not in ("text", "valid_text", "prepared", "labelled_train")}
-    for key, value in (values.get("data") or {}).items():
-        if key not in _TEXT_DATA_KEYS:
-            raise ConfigError(
-                f"data.{key} is the pretrained model's (its tokenizer and text settings are kept); continued "
-                f"pretraining's data section may set {', '.join(_TEXT_DATA_KEYS)}"
-            )
-        data[key] = value
+    own = ("text", "valid_text", "prepared", "labelled_train")  # the pretrained model's text is not the user's
+    data = _user_data(base["data"], own, values, _TEXT_DATA_KEYS, "continued pretraining's")
     m = pretrained.model
     if m.positions == "learned" and data.get("block_size", 0) > m.max_positions:
         raise ConfigError(
@@ -125,16 +133,8 @@ def _text_config(pretrained: Config, values: dict, task: str) -> Config:
 def _translation_config(pretrained: Config, values: dict) -> Config:
     """Domain adaptation: the pretrained translation model with new parallel text (and the original's sample)."""
     base, model = _sections(pretrained, values, ("dropout", "attention_dropout"))
-    data = dict(base["data"])
-    for key in ("train_src", "train_tgt", "valid_src", "valid_tgt", "corpora", "prepared"):
-        data.pop(key, None)  # the pretrained model's own training files are not the in-domain data
-    for key, value in (values.get("data") or {}).items():
-        if key not in _TRANSLATION_DATA_KEYS:
-            raise ConfigError(
-                f"data.{key} is the pretrained model's (its tokenizer and text settings are kept); a fine-tuning "
-                f"config's data section may set {', '.join(_TRANSLATION_DATA_KEYS)}"
-            )
-        data[key] = value
+    own = ("train_src", "train_tgt", "valid_src", "valid_tgt", "corpora", "prepared")  # not the in-domain data
+    data = _user_data(base["data"], own, values, _TRANSLATION_DATA_KEYS, "a fine-tuning config's")
     train = {**(values.get("train") or {}), "task": "translation"}
     finetune = {k: v for k, v in (values.get("finetune") or {}).items()}
     if "labels" in finetune:
