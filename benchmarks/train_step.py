@@ -150,8 +150,8 @@ def alternate(
 ) -> dict[str, float]:
     """Target tokens/s of each (model, loss_fn) (median over steps), steps alternating between the models;
     on `device` (a GPU's steps are timed to their end: synchronised before and after). The names in
-    `overall` get all measured tokens over all measured seconds instead: a compiled step's recompiles for
-    new shapes are slow steps that a median would hide."""
+    `overall` get all tokens over all seconds instead, warm-up steps included: a compiled step's compiling
+    (again for each new shape) is slow steps that a median, or leaving out the warm-up, would hide."""
     device = device or torch.device("cpu")
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     runs = {name: (model.to(device), loss_fn) for name, (model, loss_fn) in runs.items()}
@@ -170,11 +170,11 @@ def alternate(
             start = time.perf_counter()
             train_step(model.train(), optims[name], batch, autocast, loss_fn)
             sync()
+            seconds = time.perf_counter() - start
             if i >= warmup:
-                seconds = time.perf_counter() - start
                 rates[name].append(tokens / seconds)
-                totals[name][0] += tokens
-                totals[name][1] += seconds
+            totals[name][0] += tokens
+            totals[name][1] += seconds
     return {
         name: totals[name][0] / totals[name][1] if name in overall else statistics.median(r)
         for name, r in rates.items()

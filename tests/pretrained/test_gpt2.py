@@ -256,6 +256,12 @@ def test_a_hub_id_fetches_safetensors_where_the_repository_has_them_else_the_bin
     assert asked["Helsinki-NLP/opus-mt-de-en"][-1] == "pytorch_model*.bin"
     assert asked["gpt2"][-1] == "*.safetensors" and not any(".bin" in p for p in asked["gpt2"])
 
+    def offline(repo):
+        raise huggingface_hub.errors.OfflineModeIsEnabled("HF_HUB_OFFLINE is set")
+
+    monkeypatch.setattr(huggingface_hub, "list_repo_files", offline)  # the cache serves it: either weights
+    assert resolve("gpt2") == tmp_path and {"*.safetensors", "pytorch_model*.bin"} <= set(asked["gpt2"])
+
 
 def _held_out_loss(model_dir, stream, block: int) -> float:
     """Nats per predicted token of the model in `model_dir` on consecutive blocks of the token `stream`."""
@@ -298,11 +304,13 @@ def test_continued_pretraining_refuses_what_belongs_to_the_pretrained_model(gpt2
 
     _, model_dir, _, _ = gpt2
     (tmp_path / "t.txt").write_text("A dog runs.\n" * 50, encoding="utf-8")
-    for data, named in (
-        ({"vocab_size": 500}, "data.vocab_size is the pretrained model's"),
-        ({"block_size": 256}, "data.block_size 256 is longer than the model's learned positions"),
+    for data, finetune, named in (
+        ({"vocab_size": 500}, {}, "data.vocab_size is the pretrained model's"),
+        ({"block_size": 256}, {}, "data.block_size 256 is longer than the model's learned positions"),
+        ({"labelled_train": "x.tsv"}, {}, "give data.text (continue the language model's pretraining"),
+        ({}, {"original_src": "a.de", "original_tgt": "a.en"}, "finetune.original_src is for classifiers"),
     ):
-        recipe = {"data": {"text": str(tmp_path / "t.txt"), **data}, "train": {"max_steps": 1}}
+        recipe = {"data": {"text": str(tmp_path / "t.txt"), **data}, "train": {"max_steps": 1}, "finetune": finetune}
         (tmp_path / "r.yaml").write_text(yaml.safe_dump(recipe), encoding="utf-8")
         capsys.readouterr()
         assert main(["finetune", str(model_dir), str(tmp_path / "r.yaml"), str(tmp_path / "o")]) == 2

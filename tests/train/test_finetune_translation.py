@@ -138,6 +138,9 @@ def test_a_translation_fine_tuning_config_keeps_the_model_s_text_settings(pretra
     (tmp_path / "half.yaml").write_text(yaml.safe_dump(recipe))
     assert main(["finetune", str(model_dir), str(tmp_path / "half.yaml"), str(tmp_path / "out2")]) == 2
     assert "original_src and finetune.original_tgt go together" in capsys.readouterr().err
+    (tmp_path / "text.yaml").write_text(yaml.safe_dump({"data": {"text": "notes.txt"}}))
+    assert main(["finetune", str(model_dir), str(tmp_path / "text.yaml"), str(tmp_path / "out3")]) == 2
+    assert "a translation model is fine-tuned on parallel text" in capsys.readouterr().err
 
 
 def _load(root, model_dir, tmp_path, **finetune_values) -> Config:

@@ -199,6 +199,24 @@ def test_the_manifest_decides_reuse_and_names_what_changed(tmp_path):
     assert len(data.prepared.train) == 120
 
 
+def test_a_text_prepared_with_another_eos_is_not_reused(tmp_path):
+    """The EOS a text was prepared with (an imported GPT-2's <|endoftext|>, BERT's [SEP]) is in its manifest; a
+    manifest from before it was recorded stands for vaswani's own EOS, so such directories are still reused."""
+    from vaswani.data.plain import PlainRecipe
+    from vaswani.special import EOS_ID
+
+    (tmp_path / "t.txt").write_text("A man rides a bike.\nTwo dogs play in the snow.\n" * 40, encoding="utf-8")
+    data = DataConfig(text=str(tmp_path / "t.txt"), tokenizer="char", vocab_size=40, block_size=8)
+    prepared = open_or_prepare(PlainRecipe(data, 1), tmp_path / "p")
+    assert prepared.manifest["recipe"]["eos_id"] == EOS_ID
+    manifest = json.loads((tmp_path / "p" / store.MANIFEST).read_text())
+    del manifest["recipe"]["eos_id"]  # as written before the EOS was recorded
+    store.write_manifest(tmp_path / "p", manifest)
+    open_or_prepare(PlainRecipe(data, 1), tmp_path / "p")  # reused
+    with pytest.raises(DataError, match=f"prepared with eos_id={EOS_ID}, this run asks for 50256"):
+        open_or_prepare(PlainRecipe(data, 1, eos_id=50256), tmp_path / "p")
+
+
 def _no_hashing(path):
     raise AssertionError(f"{path} was hashed")
 

@@ -43,6 +43,7 @@ class ParallelRecipe:
 
     noun: ClassVar[str] = "data"  # "prepared data: DIR (...)"
     inputs_by_path: ClassVar[bool] = False  # corpora are known by name and content: moved files still match
+    absent: ClassVar[dict] = {}
 
     corpora: tuple[Corpus, ...] = ()
     valid: tuple[str, str] | None = None

@@ -39,6 +39,7 @@ class PlainRecipe:
 
     noun: ClassVar[str] = "text"  # "prepared text: DIR (...)"
     inputs_by_path: ClassVar[bool] = True  # the files themselves, in order, are part of what was prepared
+    absent: ClassVar[dict] = {"eos_id": EOS_ID}  # text prepared before the EOS was recorded used vaswani's
 
     data: DataConfig
     seed: int
@@ -47,7 +48,7 @@ class PlainRecipe:
     def key(self) -> dict:
         """What decides a text preparation (compared with the manifest on reuse)."""
         d = self.data
-        key = {
+        return {
             "kind": "text",
             "tokenizer": d.tokenizer,
             "vocab_size": d.vocab_size,
@@ -55,8 +56,8 @@ class PlainRecipe:
             "valid_fraction": None if d.valid_text else d.valid_fraction,
             "seed": self.seed,
             "invalid_utf8": d.invalid_utf8,
+            "eos_id": self.eos_id,
         }
-        return key if self.eos_id == EOS_ID else {**key, "eos_id": self.eos_id}
 
     def input_files(self) -> list[Path]:
         d = self.data
@@ -176,7 +177,7 @@ def encode_stream(tokenizer: Tokenizer, lines: list[str], lowercase: bool = Fals
     parts = []
     for start in range(0, len(lines), ENCODE_LINES):
         chunk = [line.lower() if lowercase else line for line in lines[start : start + ENCODE_LINES]]
-        if tokenizer.text_newlines:  # chunks end at a line's end: the text's own segmentation, to the byte
+        if tokenizer.text_newlines:  # chunks end at a line's end (a run of whitespace across one may split otherwise)
             parts.append(np.asarray(tokenizer.encode_src(["".join(line + "\n" for line in chunk)])[0], dtype=dtype))
             continue
         for ids in tokenizer.encode_src(chunk):

@@ -29,6 +29,7 @@ class Recipe(Protocol):
 
     noun: ClassVar[str]  # how the log names the result: "prepared data: DIR (...)"
     inputs_by_path: ClassVar[bool]  # True: the manifest must name the same files; False: the same content
+    absent: ClassVar[dict]  # what a key() entry missing from an older manifest stands for
 
     def key(self) -> dict:
         """The settings recorded in the manifest and compared on reuse."""
@@ -83,10 +84,9 @@ def check_manifest(recipe: Recipe, directory: Path, manifest: dict) -> None:
     fix = f"delete {directory} or prepare into another directory (data.prepared)"
     made = manifest.get("recipe", {})
     for key, value in recipe.key().items():
-        if made.get(key) != value:
-            raise DataError(
-                f"{directory} was prepared with {key}={made.get(key)!r}, this run asks for {value!r}; {fix}"
-            )
+        recorded = made.get(key, recipe.absent.get(key))
+        if recorded != value:
+            raise DataError(f"{directory} was prepared with {key}={recorded!r}, this run asks for {value!r}; {fix}")
     files, made_from = recipe.input_files(), manifest["inputs"]
     if recipe.inputs_by_path and [str(p) for p in files] != [entry["path"] for entry in made_from]:
         raise DataError(f"{directory} was prepared from other files; {fix}")

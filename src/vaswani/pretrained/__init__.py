@@ -82,16 +82,21 @@ def _read_shards(index: Path) -> dict[str, torch.Tensor]:
         if not isinstance(weight_map, dict):
             raise TypeError("weight_map is not a mapping")
     except (OSError, ValueError, KeyError, TypeError) as error:
-        raise PretrainedError(f"{index} is not a checkpoint index ({type(error).__name__}: {error})") from None
+        raise PretrainedError(
+            f"{index} is not a checkpoint index ({type(error).__name__}: {error}); download the checkpoint again"
+        ) from None
     weights: dict[str, torch.Tensor] = {}
     for shard in sorted(set(weight_map.values())):
         path = index.parent / shard
         if Path(shard).name != shard or not path.is_file():
-            raise PretrainedError(f"{index} names the shard {shard}, which is not in {index.parent}")
+            raise PretrainedError(
+                f"{index} names the shard {shard}, which is not in {index.parent}; download the checkpoint again"
+            )
         weights.update(_read_weight_file(path))
     missing = sorted(set(weight_map) - set(weights))
     if missing:
-        raise PretrainedError(f"{index} lists {missing[0]} (and {len(missing) - 1} more), which no shard holds")
+        more = f" and {len(missing) - 1} more tensors" if len(missing) > 1 else ""
+        raise PretrainedError(f"{index} lists {missing[0]}{more}, which no shard holds; download the checkpoint again")
     return weights
 
 
@@ -137,9 +142,13 @@ def _hub_patterns(repo: str) -> list[str]:
     where the repository has them, else pytorch_model.bin (many older checkpoints, OPUS-MT's among them)."""
     from huggingface_hub import list_repo_files
 
-    files = list_repo_files(repo)
+    patterns = ["*.json", "*.spm", "*.txt", "*.model"]
+    try:
+        files = list_repo_files(repo)
+    except Exception:  # offline (HF_HUB_OFFLINE, no network): the cached snapshot, whichever weights it holds
+        return [*patterns, "*.safetensors", "pytorch_model*.bin"]
     weights = "*.safetensors" if any(f.endswith(".safetensors") for f in files) else "pytorch_model*.bin"
-    return ["*.json", "*.spm", "*.txt", "*.model", weights]
+    return [*patterns, weights]
 
 
 def import_pretrained(src: str | Path, model_dir: str | Path) -> Path:

@@ -48,10 +48,20 @@ _TEXT_DATA_KEYS = (
 def finetune_config(pretrained: Config, values: dict) -> Config:
     """The run's config: the pretrained model and data settings, the fine-tuning config's sections."""
     kind = family(pretrained.model.type)
+    data = values.get("data") or {}
     if "translation" in kind.tasks:
+        if data.get("text") or data.get("labelled_train"):
+            raise ConfigError(
+                "a translation model is fine-tuned on parallel text: give data.train_src and data.train_tgt "
+                "(or data.corpora), not data.text or data.labelled_train"
+            )
         return _translation_config(pretrained, values)
-    text = (values.get("data") or {}).get("text")
-    if text and kind.task in ("lm", "mlm"):
+    if data.get("text") and data.get("labelled_train"):
+        raise ConfigError(
+            "give data.text (continue the language model's pretraining on plain text) or data.labelled_train "
+            "(fine-tune a classifier), not both"
+        )
+    if data.get("text") and kind.task in ("lm", "mlm"):
         return _text_config(pretrained, values, kind.task)
     if "classify" not in kind.tasks:
         takes = [f.type for f in FAMILIES.values() if "classify" in f.tasks or "translation" in f.tasks]
@@ -120,10 +130,11 @@ def _text_config(pretrained: Config, values: dict, task: str) -> Config:
             f"(model.max_positions {m.max_positions}); set data.block_size to at most that"
         )
     finetune = dict(values.get("finetune") or {})
-    if finetune.get("labels") or finetune.get("aux_weight"):
+    taken = [k for k in ("labels", "aux_weight", "original_src", "original_tgt") if finetune.get(k)]
+    if taken:
         raise ConfigError(
-            "finetune.labels and finetune.aux_weight are for classifiers; continued pretraining on data.text takes "
-            "neither (give data.labelled_train to fine-tune a classifier)"
+            f"finetune.{taken[0]} is for classifiers and translation models; continued pretraining on data.text "
+            "takes only finetune.init (give data.labelled_train to fine-tune a classifier)"
         )
     train = {**(values.get("train") or {}), "task": task}
     sections = {"model": model, "data": data, "train": train, "decode": base["decode"], "finetune": finetune}

@@ -22,8 +22,8 @@ def label_smoothed_cross_entropy(
 
     Only the positions whose target is not padding are projected onto the vocabulary, `chunk_rows` of
     them at a time (default: runtime.loss_chunk_rows, 256 on a CPU, larger on a GPU): the pre-softmax
-    projection, the loss and its gradient are computed chunk by chunk
-    while the chunk's logits are in cache, and no (tokens x vocabulary) tensor is kept for backward.
+    projection, the loss and its gradient are computed chunk by chunk (on a CPU while the chunk's logits are in
+    cache), and no (tokens x vocabulary) tensor is kept for backward.
     The value and its gradients equal `F.cross_entropy(logits, target, label_smoothing=smoothing,
     ignore_index=pad_id, reduction="sum")` on the full logits (tested). Under autocast the projection
     runs in the autocast dtype and the softmax in float32, as autocast would run them.
