@@ -173,6 +173,35 @@ def test_finetune_resume_is_exact_and_classify_writes_a_line_per_line(tmp_path, 
         torch.testing.assert_close(alone, probs, rtol=1e-4, atol=1e-5)
 
 
+def test_continued_pretraining_of_a_model_trained_here_keeps_its_tokenizer_and_resumes_exactly(
+    tmp_path, pretrained, labelled
+):
+    """`vaswani finetune` with data.text on our own language model: its objective (lm or mlm) on new text (SST-2's
+    sentences), its char tokenizer kept, each line ending in its EOS; an interrupted run resumes exactly."""
+    from vaswani.data.store import PreparedData
+    from vaswani.special import EOS_ID
+
+    sentences = [text for _, text in (line.split("\t", 1) for line in labelled[0].read_text().splitlines()[1:])]
+    (tmp_path / "domain.txt").write_text("\n".join(sentences) + "\n", encoding="utf-8")
+    recipe = tmp_path / "domain.yaml"
+    recipe.write_text(yaml.safe_dump({
+        "data": {"text": str(tmp_path / "domain.txt"), "block_size": 32, "batch_size": 4, "valid_fraction": 0.2},
+        "train": {"max_steps": 6, "valid_every": 3, "lr_schedule": "constant", "peak_lr": 1e-3, "warmup_steps": 1,
+                  "precision": "fp32"},
+    }))  # fmt: skip
+    finetune(pretrained, recipe, tmp_path / "straight", console=_quiet())
+    finetune(pretrained, recipe, tmp_path / "resumed", ["train.max_steps=3"], console=_quiet())
+    state = finetune(pretrained, recipe, tmp_path / "resumed", console=_quiet())
+    assert state.step == 6 and "valid_loss" in state.history[-1]
+    _same_weights(tmp_path / "straight", tmp_path / "resumed")
+    assert (tmp_path / "straight/tokenizer.model").read_bytes() == (pretrained / "tokenizer.model").read_bytes()
+    task = Config.load(tmp_path / "straight/config.yaml").train.task
+    assert task == {"decoder_only": "lm", "encoder_only": "mlm"}[Config.load(pretrained / "config.yaml").model.type]
+    ids = Tokenizer.load(pretrained).encode_src(sentences[:5])
+    stream = PreparedData.open(tmp_path / "straight/prepared").streams["train"]
+    assert stream[: sum(len(x) + 1 for x in ids)].tolist() == [i for x in ids for i in (*x, EOS_ID)]
+
+
 def test_the_task_returns_the_labels_it_finds_and_the_trainer_writes_them(tmp_path, pretrained, labelled, monkeypatch):
     """finetune.labels given as numbers: the task reads them as the file's label strings and returns them
     (Task.run_config); the trainer's config, the task's view of it and config.yaml all hold the strings."""
