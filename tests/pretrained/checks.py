@@ -15,6 +15,14 @@ def set_config(directory, **values):
     path.write_text(json.dumps(config))
 
 
+def saved_and_imported(root, save, model_class, tokenizer_class):
+    """A Hugging Face checkpoint written by `save(root / "hf")` and imported by the CLI into root / "model":
+    (its directory, the vaswani model directory, transformers' model in eval mode, its tokenizer)."""
+    src = save(root / "hf")
+    assert main(["import", str(src), str(root / "model")]) == 0
+    return src, root / "model", model_class.from_pretrained(str(src)).eval(), tokenizer_class.from_pretrained(str(src))
+
+
 def without(*names):
     """An edit removing these files."""
     return lambda d: [(d / name).unlink() for name in names]

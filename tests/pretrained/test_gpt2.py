@@ -7,7 +7,14 @@ import shutil
 import pytest
 import torch
 
-from tests.pretrained.checks import adapt_to_captions, assert_refused, finetune_a_classifier, set_config, without
+from tests.pretrained.checks import (
+    adapt_to_captions,
+    assert_refused,
+    finetune_a_classifier,
+    saved_and_imported,
+    set_config,
+    without,
+)
 from tests.pretrained.gpt2_models import EOT, SHAKESPEARE, save_gpt2, shakespeare
 from vaswani.cli import main
 from vaswani.data.labelled import classifier_inputs
@@ -36,11 +43,7 @@ def gpt2(tmp_path_factory, _one_thread):
     """A small GPT2LMHeadModel (2 layers, d 64, n_positions 128, byte-level BPE of 1,001 ids, <|endoftext|>
     last), its GPT2TokenizerFast and the vaswani model imported from it by the CLI."""
     root = tmp_path_factory.mktemp("gpt2")
-    src = save_gpt2(root / "hf")
-    assert main(["import", str(src), str(root / "model")]) == 0
-    hf = transformers.GPT2LMHeadModel.from_pretrained(str(src)).eval()
-    tokenizer = transformers.GPT2TokenizerFast.from_pretrained(str(src))
-    return src, root / "model", hf, tokenizer
+    return saved_and_imported(root, save_gpt2, transformers.GPT2LMHeadModel, transformers.GPT2TokenizerFast)
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ import shutil
 import pytest
 import torch
 
-from tests.pretrained.checks import assert_refused, set_config
+from tests.pretrained.checks import assert_refused, saved_and_imported, set_config
 from tests.pretrained.hf_models import multi30k, save_marian
 from vaswani.cli import main
 from vaswani.data.tokenizer import Tokenizer
@@ -22,11 +22,8 @@ def opus(tmp_path_factory):
     """A small de-en MarianMTModel (swish, joint vocab.json with a >>en<< token, non-zero final_logits_bias),
     its MarianTokenizer and the vaswani model imported from it by the CLI."""
     root = tmp_path_factory.mktemp("opus")
-    src = save_marian(root / "hf", steps=400)
-    assert main(["import", str(src), str(root / "model")]) == 0
-    hf = transformers.MarianMTModel.from_pretrained(str(src)).eval()
-    tokenizer = transformers.MarianTokenizer.from_pretrained(str(src))
-    return src, root / "model", hf, tokenizer
+    save = lambda out: save_marian(out, steps=400)  # noqa: E731
+    return saved_and_imported(root, save, transformers.MarianMTModel, transformers.MarianTokenizer)
 
 
 @pytest.fixture(scope="module")
