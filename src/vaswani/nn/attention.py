@@ -12,6 +12,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from vaswani.nn.masks import causal_mask
@@ -48,6 +49,14 @@ def reference_attention(
     return weights @ v, weights
 
 
+def _causal_flag(q: Tensor, k: Tensor, mask: Tensor | None, causal: bool) -> bool:
+    """Whether the kernel's own is_causal flag is the causal mask: it aligns the diagonal top-left, right only
+    when T == S and no other mask. A Python bool: under torch.compile's dynamic shapes `T == S` is a symbolic
+    value, which scaled_dot_product_attention refuses (the attention then fell back to eager); it is True there
+    where q and k have one length by construction (self-attention without a cache), else the explicit mask."""
+    return causal and mask is None and statically_known_true(q.size(-2) == k.size(-2))
+
+
 def fused_attention(
     q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causal: bool = False, dropout_p: float = 0.0
 ) -> Tensor:
@@ -55,8 +64,7 @@ def fused_attention(
 
     Shape: q (B, H, T, Dh), k and v (B, H, S, Dh) -> output (B, H, T, Dh)
     """
-    # The kernel's own is_causal aligns the diagonal top-left, right only when T == S and no other mask.
-    use_flag = causal and mask is None and q.size(-2) == k.size(-2)
+    use_flag = _causal_flag(q, k, mask, causal)
     if not use_flag:
         mask = _full_mask(mask, causal, q.size(-2), k.size(-2), q.device)
     if q.size(-2) == 1:
@@ -76,7 +84,7 @@ def fused_backend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, c
     cudnn_attention or math (torch's dispatcher asked, after our CPU bf16 rule); "unknown" where this torch
     does not say. A padded batch carries a mask, which rules out some kernels (flash on CUDA): this tells
     whether the fused kernel is actually used. Shape: as fused_attention"""
-    use_flag = causal and mask is None and q.size(-2) == k.size(-2)
+    use_flag = _causal_flag(q, k, mask, causal)
     if not use_flag:
         mask = _full_mask(mask, causal, q.size(-2), k.size(-2), q.device)
     if q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16):

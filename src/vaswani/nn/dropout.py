@@ -15,7 +15,7 @@ class Dropout(nn.Module):
     generator, instead of `nn.Dropout`'s `bernoulli_` (one draw per element): 6x faster there, where
     `bernoulli_` took 18% of a bf16 training step of the Multi30k model (docs/benchmarks.md). The drop
     probability is thus p rounded to a multiple of 1/65536; the generator is torch's default, so
-    seeded runs repeat and resume exactly. On other devices torch's fused kernel is used.
+    seeded runs repeat and resume exactly. On other devices, and under torch.compile, torch's own dropout is used.
     """
 
     def __init__(self, p: float) -> None:
@@ -27,7 +27,8 @@ class Dropout(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         if not self.training or self.p == 0.0:
             return x
-        if x.device.type != "cpu":
+        if x.device.type != "cpu" or torch.compiler.is_compiling():
+            # torch.compile draws its own masks in generated code; our in-place draw would break its graph
             return F.dropout(x, self.p, training=True)
         n = x.numel()
         bits = torch.empty((n + 3) // 4, dtype=torch.int64, device=x.device).random_(-(2**63), None)
