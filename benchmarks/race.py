@@ -39,7 +39,7 @@ from vaswani.config import Config
 from vaswani.data.batching import collate
 from vaswani.data.corpus import read_lines
 from vaswani.data.tokenizer import Tokenizer
-from vaswani.decode.search import beam_search, greedy, length_batches
+from vaswani.decode.search import beam_search, compiled_step, greedy, length_batches
 from vaswani.export.ctranslate2 import converted
 from vaswani.flops import lengths, mfu, training_flops
 from vaswani.model_dir import WEIGHTS, load_model, save_weights, weights_of, write_model_directory
@@ -156,7 +156,8 @@ def train_race(
     return {**rates, "matrix-product floor": statistics.median(floor)}
 
 
-DECODERS = ("vaswani", "CTranslate2 float32", "CTranslate2 int8", "Marian (HF) generate")  # and "CTranslate2 float16"
+DECODERS = ("vaswani", "CTranslate2 float32", "CTranslate2 int8", "Marian (HF) generate")
+# also: "CTranslate2 float16" (a GPU's), "vaswani compiled" (decode.compile: the warm-up batch compiles, untimed)
 
 
 def _decode_worker(
@@ -209,14 +210,15 @@ def _decode_worker(
             )
             assert generated.size(1) == steps + 1  # decoder start token + steps
     else:
+        step = compiled_step(model) if decoder == "vaswani compiled" else None
 
         def run(sources):
             src = collate([(s, []) for s in sources], c.pad_id, c.bos_id, c.eos_id).src.to(device)
             if beam == 1:
-                out = greedy(model, src, max_len_a=0, max_len_b=steps, min_len=steps)
+                out = greedy(model, src, max_len_a=0, max_len_b=steps, min_len=steps, step=step)
                 assert all(len(h.tokens) == steps for h in out)
             else:
-                out = beam_search(model, src, beam, max_len_a=0, max_len_b=steps, min_len=steps)
+                out = beam_search(model, src, beam, max_len_a=0, max_len_b=steps, min_len=steps, step=step)
                 assert all(len(h[0].tokens) == steps for h in out)
 
     with torch.inference_mode(), context:
@@ -319,7 +321,8 @@ def main() -> None:
         "--decoders",
         type=lambda v: tuple(v.split(",")),
         default=DECODERS,
-        help=f"decoding: comma-separated subset of {','.join(DECODERS)}, or CTranslate2 float16 (a GPU's)",
+        help=f"decoding: comma-separated subset of {','.join(DECODERS)}, CTranslate2 float16 (a GPU's), "
+        "vaswani compiled",
     )
     parser.add_argument("--data", type=Path, default=DATA, help="Multi30k's raw/ directory")
     parser.add_argument(

@@ -204,3 +204,25 @@ def test_translate_and_evaluate_show_progress_lines_and_precision_in_a_log(model
     assert cli.main(["evaluate", str(model_dir), "--src", str(source), "--ref", str(reference)]) == 0
     captured = capsys.readouterr()
     assert captured.out.startswith("BLEU") and "translating: 18/18" in captured.err
+
+
+def test_translate_compile_runs_the_compiled_step_and_writes_the_same_lines(model_dir, tmp_path, monkeypatch):
+    """`vaswani translate --compile` (decode.compile): the search runs the step search.compiled_step made, here
+    through Dynamo alone (a backend that runs the graphs it is given, to keep this test to seconds)."""
+    from vaswani import cli
+    from vaswani.decode import search as search_module
+
+    calls = []
+    compiled = search_module.compiled_step
+
+    def counted(model, backend="inductor"):
+        step = compiled(model, backend="eager")
+        return lambda *a, **kw: calls.append(1) or step(*a, **kw)
+
+    monkeypatch.setattr(search_module, "compiled_step", counted)
+    source = tmp_path / "in.de"
+    source.write_text("\n".join(SENTENCES) + "\n")
+    for name, flags in (("eager", []), ("compiled", ["--compile"])):
+        assert cli.main(["translate", str(model_dir), "-i", str(source), "-o", str(tmp_path / name), *flags]) == 0
+        assert bool(calls) == (name == "compiled")
+    assert (tmp_path / "compiled").read_text() == (tmp_path / "eager").read_text()

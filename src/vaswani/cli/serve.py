@@ -29,6 +29,11 @@ def _serve(args: argparse.Namespace) -> None:
     compute = ComputeThread()
     started = time.perf_counter()
     translator = compute.call(Translator.load, args.model_dir, args.device, args.precision)
+    if args.compile:
+        import dataclasses
+
+        decode = dataclasses.replace(translator.config.decode, compile=True)
+        translator.config = dataclasses.replace(translator.config, decode=decode)
     load_seconds = time.perf_counter() - started
     console = stderr_console()
     choice = compute.call(resolve_precision, translator)  # auto: at a micro-batch's rows (serve.app says why)
@@ -125,6 +130,11 @@ def register(commands: argparse._SubParsersAction) -> None:
     serve.add_argument("--no-batching", action="store_true", help="translate one request at a time")
     serve.add_argument("--device", default="auto", help="cpu, cuda, ... (default: the GPU if any)")
     serve.add_argument("--precision", choices=PRECISIONS, default="auto", help="as for vaswani translate")
+    serve.add_argument(
+        "--compile",
+        action="store_true",
+        help="torch.compile the decoder's step (decode.compile), compiled at startup before serving",
+    )
     serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     serve.set_defaults(run=_serve)
 

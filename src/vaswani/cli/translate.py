@@ -32,6 +32,7 @@ def decode_options(args: argparse.Namespace) -> dict[str, Any]:
         top_k=args.top_k,
         top_p=args.top_p,
         seed=args.seed,
+        compile=args.compile or None,
     )
 
 
@@ -213,6 +214,12 @@ def _add_decode_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--top-p", type=float, help="nucleus sampling probability mass")
     group.add_argument("--seed", type=int, help="sampling seed")
     group.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: the GPU if any)")
+    group.add_argument(
+        "--compile",
+        action="store_true",
+        help="torch.compile the decoder's step (decode.compile): ~20-40 s of compiling first, then faster steps "
+        "where the step is overhead (small batches, a GPU)",
+    )
     group.add_argument(
         "--precision",
         choices=PRECISIONS,

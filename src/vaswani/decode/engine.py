@@ -48,7 +48,8 @@ class TorchEngine:
     """Our own search (greedy, beam, sampling on the KV cache) on a model in memory.
 
     `precision`: "auto" (bf16 autocast only where it measures clearly faster for this model, device and
-    batch shape: vaswani/precision.py, measured once per shape), "fp32" or "bf16"."""
+    batch shape: vaswani/precision.py, measured once per shape), "fp32" or "bf16". With decode.compile the
+    decoder's step runs through torch.compile (search.compiled_step), compiled once for the engine's life."""
 
     def __init__(self, model: torch.nn.Module, precision: str = "auto") -> None:
         from vaswani.precision import check
@@ -56,6 +57,7 @@ class TorchEngine:
         check(precision)
         self.model, self.precision = model, precision
         self._choices: dict[int, Choice] = {}
+        self._compiled = None
 
     def choose_precision(self, decode: DecodeConfig) -> Choice:
         from vaswani.precision import choose
@@ -69,10 +71,33 @@ class TorchEngine:
     def __call__(
         self, sources: Sequence[Sequence[int]], decode: DecodeConfig, n_best: int = 1, progress: Progress | None = None
     ) -> list[list[Hypothesis]]:
-        from vaswani.decode.search import search_ids
+        from vaswani.decode.search import compiled_step, search_ids
 
         precision = self.choose_precision(decode).precision if sources else "fp32"
-        return search_ids(self.model, sources, decode, n_best, precision, progress)
+        if decode.compile and self._compiled is None:
+            self._compiled = compiled_step(self.model)
+        step = self._compiled if decode.compile else None
+        return search_ids(self.model, sources, decode, n_best, precision, progress, step)
+
+    def warm_up(self, decode: DecodeConfig) -> None:
+        """With decode.compile: compile the step now, for one row and for several, its first, second and later
+        steps (searches of 3 steps over empty sources), so that requests do not wait for the compiler."""
+        if not decode.compile:
+            return
+        from vaswani.data.batching import collate
+        from vaswani.decode.search import beam_search, compiled_step, decoding, greedy
+
+        if self._compiled is None:
+            self._compiled = compiled_step(self.model)
+        c, device = self.model.config, next(self.model.parameters()).device
+        src = collate([([], []), ([], [])], c.pad_id, c.bos_id, c.eos_id).src.to(device)  # two sources: EOS only
+        precision = self.choose_precision(decode).precision
+        limits = dict(max_len_a=0.0, max_len_b=3, min_len=3, step=self._compiled)
+        with decoding(device, precision):
+            for rows in (src, src[:1]):
+                greedy(self.model, rows, **limits)
+                if decode.beam_size > 1:
+                    beam_search(self.model, rows, decode.beam_size, **limits)
 
     def describe(self) -> str | None:
         return None

@@ -23,6 +23,8 @@ from vaswani.families import GENERATE, TRANSLATE, family
 from vaswani.nn import KVCache, Transformer
 from vaswani.runtime import autocast
 
+DecodeStep = Callable[..., tuple[Tensor, KVCache]]  # model.decode_step, or it compiled
+
 
 @dataclass(frozen=True)
 class Hypothesis:
@@ -60,13 +62,15 @@ class Steps:
 
     With the KV cache each step feeds one token; with cache=False the whole prefix is run again at every
     step (the reference the cached search is tested and benchmarked against). `first` holds the tokens
-    the first step feeds; `limits` each input's maximum number of generated tokens.
+    the first step feeds; `limits` each input's maximum number of generated tokens. `step`: what runs
+    model.decode_step (compiled_step's compiled form), by default the method itself.
     """
 
     first: Tensor  # (B * beam,)
 
-    def __init__(self, model, use_cache: bool) -> None:
+    def __init__(self, model, use_cache: bool, step: DecodeStep | None = None) -> None:
         self.model, self.use_cache = model, use_cache
+        self.decode_step = step or model.decode_step  # the model's incremental step, or it compiled (compiled_step)
         c = model.config
         # never generated; EOS always may be, when it is also PAD and BOS (GPT-2's <|endoftext|>)
         self.banned = [i for i in (c.pad_id, c.bos_id) if i != c.eos_id]
@@ -92,8 +96,8 @@ class EncoderDecoderSteps(Steps):
     """The paper's model: each source is encoded once, its encoder-decoder keys/values copied to its rows;
     the first step feeds BOS."""
 
-    def __init__(self, model: Transformer, src: Tensor, beam: int, cache: bool) -> None:
-        super().__init__(model, cache)
+    def __init__(self, model: Transformer, src: Tensor, beam: int, cache: bool, step: DecodeStep | None = None) -> None:
+        super().__init__(model, cache, step)
         memory, mask = model.encode(src)  # (B, S, D), (B, 1, 1, S)
         self.cache: KVCache | None = model.decoder.start_cache(memory).expand(beam) if cache else None
         if self.cache is not None:
@@ -113,11 +117,11 @@ class EncoderDecoderSteps(Steps):
 
     def _logits(self, tokens: Tensor) -> Tensor:
         if self.use_cache:
-            logits, self.cache = self.model.decode_step(tokens, None, self.mask, self.cache)
+            logits, self.cache = self.decode_step(tokens, None, self.mask, self.cache)
             return logits
         step = tokens[:, None]
         self.prefix = step if self.prefix is None else torch.cat([self.prefix, step], dim=1)
-        return self.model.decode_step(self.prefix, self.memory, self.mask)[0][:, -1]
+        return self.decode_step(self.prefix, self.memory, self.mask)[0][:, -1]
 
     def reorder(self, index: Tensor, same_sentences: bool) -> None:
         if self.prefix is not None:
@@ -141,8 +145,10 @@ class DecoderOnlySteps(Steps):
     last context / 2 tokens, which are put in the cache again (re-run once every context / 2 steps).
     Without the cache the same window is re-run at every step, so both ways see the same tokens."""
 
-    def __init__(self, model, prompts: Tensor, beam: int, cache: bool, context: int | None = None) -> None:
-        super().__init__(model, cache)
+    def __init__(
+        self, model, prompts: Tensor, beam: int, cache: bool, context: int | None = None, step: DecodeStep | None = None
+    ) -> None:
+        super().__init__(model, cache, step)
         c = model.config
         if c.pad_id != c.eos_id and (prompts == c.pad_id).any():  # a PAD that is EOS is text (a document's end)
             raise ValueError("prompts in one batch must have equal lengths, without padding")
@@ -156,7 +162,7 @@ class DecoderOnlySteps(Steps):
         self.start = 0 if self.context is None else max(0, self.prompt_length - self.context)  # first one seen
         self.cache: KVCache | None = None
         if cache and self.history.size(1) > self.start:
-            _, self.cache = model.decode_step(self.history[:, self.start :])
+            _, self.cache = self.decode_step(self.history[:, self.start :])
 
     def limits(self, a: float, b: int) -> Tensor:
         """a * prompt length + b new tokens. Shape: (B,)"""
@@ -169,10 +175,10 @@ class DecoderOnlySteps(Steps):
         if moved:
             self.start = t - max(1, self.context // 2)
         if not self.use_cache:
-            return self.model.decode_step(self.history[:, self.start :])[0][:, -1]
+            return self.decode_step(self.history[:, self.start :])[0][:, -1]
         if moved:
-            self.cache = None if t - 1 == self.start else self.model.decode_step(self.history[:, self.start : -1])[1]
-        logits, self.cache = self.model.decode_step(tokens, self.cache)
+            self.cache = None if t - 1 == self.start else self.decode_step(self.history[:, self.start : -1])[1]
+        logits, self.cache = self.decode_step(tokens, self.cache)
         return logits
 
     def reorder(self, index: Tensor, same_sentences: bool) -> None:
@@ -181,14 +187,24 @@ class DecoderOnlySteps(Steps):
             self.cache = self.cache.reorder(index)
 
 
-def start_steps(model, src: Tensor, beam: int = 1, cache: bool = True, context: int | None = None) -> Steps:
+def start_steps(
+    model, src: Tensor, beam: int = 1, cache: bool = True, context: int | None = None, step: DecodeStep | None = None
+) -> Steps:
     """The steps of `model` over `src` (sources of a Transformer, prompts of a CausalLM, which sees at most
-    `context` tokens), `beam` rows each."""
+    `context` tokens), `beam` rows each; `step` runs model.decode_step (compiled_step), by default the method."""
     kind = family(model.config.type)
     if TRANSLATE in kind.can:
-        return EncoderDecoderSteps(model, src, beam, cache)
+        return EncoderDecoderSteps(model, src, beam, cache, step)
     kind.check(GENERATE, "this search's model")
-    return DecoderOnlySteps(model, src, beam, cache, context)
+    return DecoderOnlySteps(model, src, beam, cache, context, step)
+
+
+def compiled_step(model, backend: str = "inductor") -> DecodeStep:
+    """`model.decode_step` through torch.compile, dynamic shapes: one graph per kind of call (the first step, the
+    second, then every later one, whatever the rows and lengths; tests/decode/test_compile.py), so each search step
+    runs as one compiled program instead of some hundred eager operations. The first batches compile (~20-40 s on a
+    CPU); after that, greedy search at batch 1 ran 1.44x faster on a 2-core AMD EPYC (docs/benchmarks.md)."""
+    return torch.compile(model.decode_step, dynamic=True, backend=backend)
 
 
 def _one_best(
@@ -202,12 +218,13 @@ def _one_best(
     stop_at_eos: bool = True,
     on_step: Callable[[Tensor], None] | None = None,
     context: int | None = None,
+    step_fn: DecodeStep | None = None,
 ) -> list[Hypothesis]:
     """One token per step picked by `choose(logits) -> (rows,)`, rows dropped as their input ends.
     `stop_at_eos=False` keeps EOS as a token (a language model's line break) and runs to the limit;
     `on_step(tokens)` sees each step's picks (rows still running, in input order)."""
     c = model.config
-    steps = start_steps(model, src, beam=1, cache=cache, context=context)
+    steps = start_steps(model, src, beam=1, cache=cache, context=context, step=step_fn)
     B = src.size(0)
     limits = steps.limits(max_len_a, max_len_b)  # (B,)
     out = torch.full((B, int(limits.max())), c.pad_id, dtype=torch.long)
@@ -249,9 +266,11 @@ def greedy(
     stop_at_eos: bool = True,
     on_step: Callable[[Tensor], None] | None = None,
     context: int | None = None,
+    step: DecodeStep | None = None,
 ) -> list[Hypothesis]:
     """The most probable token at each step; EOS is not allowed before `min_len` tokens.
-    `src`: a Transformer's sources, or a CausalLM's prompts (equal lengths). Shape: src (B, S) -> B hypotheses"""
+    `src`: a Transformer's sources, or a CausalLM's prompts (equal lengths). `step`: see start_steps.
+    Shape: src (B, S) -> B hypotheses"""
     return _one_best(
         model,
         src,
@@ -263,6 +282,7 @@ def greedy(
         stop_at_eos,
         on_step,
         context,
+        step,
     )
 
 
@@ -280,6 +300,7 @@ def sample(
     stop_at_eos: bool = True,
     on_step: Callable[[Tensor], None] | None = None,
     context: int | None = None,
+    step: DecodeStep | None = None,
 ) -> list[Hypothesis]:
     """Ancestral sampling from softmax(logits / temperature), restricted to the `top_k` most probable
     tokens (0: all) and to the smallest set whose probability reaches `top_p` (nucleus sampling,
@@ -288,7 +309,16 @@ def sample(
     """
     choose = sampler(temperature, top_k, top_p, generator)
     return _one_best(
-        model, src, choose, max_len_a, max_len_b, cache, stop_at_eos=stop_at_eos, on_step=on_step, context=context
+        model,
+        src,
+        choose,
+        max_len_a,
+        max_len_b,
+        cache,
+        stop_at_eos=stop_at_eos,
+        on_step=on_step,
+        context=context,
+        step_fn=step,
     )
 
 
@@ -338,6 +368,7 @@ def beam_search(
     min_len: int = 0,
     early_stopping: bool = False,
     length_rule: str = "gnmt",
+    step: DecodeStep | None = None,
 ) -> list[list[Hypothesis]]:
     """Beam search for a whole batch in one tensor of B x beam_size rows (§6.1: beam 4, alpha 0.6).
 
@@ -352,7 +383,7 @@ def beam_search(
     - or it reaches its maximum length (its live hypotheses then finish as they are).
     With beam_size 1 and `early_stopping` this is exactly greedy search. EOS is not allowed before
     `min_len` tokens. `src`: sources of a Transformer or prompts of a CausalLM. `length_rule`: the length
-    penalty's form (`length_penalty`).
+    penalty's form (`length_penalty`). `step`: see start_steps.
     Shape: src (B, S) -> B lists of n_best hypotheses, best first
     """
     if beam_size < 1 or not 1 <= n_best <= beam_size:
@@ -361,7 +392,7 @@ def beam_search(
     # All k hypotheses of a sentence start identical, so the first step runs one row per sentence (width 1)
     # and its 2k best continuations fill the beam; with fewer than 2k words, k rows of which only one counts.
     width = 1 if c.tgt_vocab_size >= 2 * k else k
-    steps = start_steps(model, src, beam=width, cache=cache)
+    steps = start_steps(model, src, beam=width, cache=cache, step=step)
     limits = steps.limits(max_len_a, max_len_b)  # (B,)
     # (B,) the penalty of a hypothesis ending at its limit
     largest_penalty = length_penalty(limits.float(), alpha, length_rule)
@@ -371,9 +402,9 @@ def beam_search(
     scores = torch.full((B, width), float("-inf"), device=src.device)  # summed log-probabilities
     scores[:, 0] = 0.0  # only one of identical rows may expand
     tokens = steps.first
-    for step in range(int(limits.max())):
+    for t in range(int(limits.max())):
         n = active.numel()
-        log_probs = F.log_softmax(steps.step(tokens, ban_eos=step < min_len), dim=-1)  # (n*width, V)
+        log_probs = F.log_softmax(steps.step(tokens, ban_eos=t < min_len), dim=-1)  # (n*width, V)
         V = log_probs.size(-1)
         candidates = (scores.view(n * width, 1) + log_probs).view(n, width * V)
         top_scores, top = candidates.topk(min(2 * k, width * V), dim=1)  # (n, 2k), best first
@@ -382,7 +413,7 @@ def beam_search(
         # The first k non-EOS continuations stay live (stable order: best first).
         rank = torch.arange(top.size(1), device=top.device) + is_eos * top.size(1)
         live = rank.argsort(dim=1)[:, :k]  # (n, k)
-        at_limit = limits[active] <= step + 1  # (n,) the last step these sentences may take
+        at_limit = limits[active] <= t + 1  # (n,) the last step these sentences may take
         # Hypotheses that finish now: EOS among the first k, or everything kept at the length limit.
         top_scores_c, origin_c, word_c = top_scores.cpu(), origin.cpu(), word.cpu()
         sentence = active.tolist()
@@ -456,16 +487,17 @@ def search_ids(
     n_best: int = 1,
     precision: str = "fp32",
     progress: Callable[[int], None] | None = None,
+    step: DecodeStep | None = None,
 ) -> list[list[Hypothesis]]:
     """Translate tokenized sources (without EOS) in batches of similar length; results in input order.
 
     Beam size 1 runs greedy search; `decode.sampling` samples `n_best` times per sentence.
-    `progress(n)` is called after each batch with the number of sentences done in it.
+    `progress(n)` is called after each batch with the number of sentences done in it. `step`: see start_steps.
     """
     c, device = model.config, next(model.parameters()).device
     out: list[list[Hypothesis]] = [[] for _ in sources]
     generator = torch.Generator(device).manual_seed(decode.seed) if decode.sampling else None
-    limits = dict(max_len_a=decode.max_len_a, max_len_b=decode.max_len_b)
+    limits = dict(max_len_a=decode.max_len_a, max_len_b=decode.max_len_b, step=step)
     for chunk in length_batches(sources, decode.batch_size):
         src = collate([(sources[i], []) for i in chunk], c.pad_id, c.bos_id, c.eos_id).src.to(device)
         with decoding(device, precision):

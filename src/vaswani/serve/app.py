@@ -193,6 +193,8 @@ def create_app(
         # Measured now, not in the first request; on the thread that decodes (runtime.ComputeThread says why).
         if await asyncio.wrap_future(thread.submit(resolve_precision, translator)) is None:  # asked for by name
             await asyncio.wrap_future(thread.submit(translator.choose_precision, translator.options()))
+        if isinstance(translator.engine, TorchEngine):  # decode.compile: compiled now, not in the first requests
+            await asyncio.wrap_future(thread.submit(translator.engine.warm_up, translator.options()))
         metrics.load_seconds.set((load_seconds or 0.0) + time.perf_counter() - started)
         batcher = MicroBatcher(
             translator,
