@@ -65,6 +65,22 @@ def autocast(device: torch.device, precision: str) -> contextlib.AbstractContext
     return contextlib.nullcontext()
 
 
+@contextlib.contextmanager
+def compiling(setting: str, fix: str):
+    """Where code compiled by torch.compile runs: a failure to compile (no C++ compiler, an operation Dynamo cannot
+    trace) becomes a one-line ValueError naming `setting` and `fix`. Errors of the compiled code itself pass."""
+    from torch._dynamo.exc import TorchDynamoException
+
+    try:
+        yield
+    except TorchDynamoException as error:
+        inner = getattr(error, "inner_exception", None) or error
+        lines = [line for line in str(inner).splitlines() if line.strip()] or [""]
+        raise ValueError(
+            f"{setting}: torch.compile failed ({type(inner).__name__}: {lines[0][:200]}); {fix}"
+        ) from error
+
+
 def pick_device(name: str) -> torch.device:
     """ "auto": the GPU when there is one, else the CPU; otherwise the named device."""
     if name == "auto":

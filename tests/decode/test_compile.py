@@ -95,3 +95,19 @@ def test_warm_up_compiles_every_graph_before_the_first_request(model, monkeypatc
         engine(sources, dataclasses.replace(decode, beam_size=beam), n_best=1)
         engine(sources[:1], dataclasses.replace(decode, beam_size=beam), n_best=1)
     assert len(graphs) == warm, "a request compiled"
+
+
+def test_a_failure_to_compile_is_a_one_line_error_naming_the_setting_and_the_fix(model):  # noqa: F811
+    def no_compiler(gm, example_inputs):
+        raise FileNotFoundError("no C++ compiler: g++ not found")
+
+    step = search.compiled_step(model, backend=no_compiler)
+    with torch.inference_mode():
+        try:
+            search.greedy(model, random_ids([3, 5]), step=step)
+        except ValueError as error:
+            message = str(error)
+        else:
+            raise AssertionError("no error")
+    assert message.startswith("decode.compile: torch.compile failed (FileNotFoundError: no C++ compiler")
+    assert message.endswith("decode without --compile (decode.compile false)") and "\n" not in message

@@ -268,3 +268,21 @@ def test_a_compiled_training_step_trains_as_the_eager_one(tmp_path):
     assert len(eager) == 3 and eager[0] == pytest.approx(compiled[0], rel=1e-6)  # the same model, the same batch
     assert eager[1:] == pytest.approx(compiled[1:], rel=1e-4)  # after updates from compiled gradients
     assert eager[2] < eager[0] - 0.1  # it learns: a wrong gradient would not stay within 1e-4
+
+
+def test_a_failure_to_compile_the_training_step_is_a_one_line_error(tmp_path, monkeypatch):
+    """train.compile where torch.compile cannot compile (here a backend that fails as a missing C++ compiler does):
+    `vaswani train` prints one line naming the setting and the fix, not the compiler's traceback."""
+    from vaswani.train import trainer as trainer_module
+
+    def no_compiler(gm, example_inputs):
+        raise FileNotFoundError("no C++ compiler: g++ not found")
+
+    compile_ = torch.compile
+    monkeypatch.setattr(trainer_module, "_inductor_isa", lambda: "avx512")  # past the AVX2 refusal
+    monkeypatch.setattr(torch, "compile", lambda module, **kw: compile_(module, **{**kw, "backend": no_compiler}))
+    with pytest.raises(ValueError) as error:
+        Trainer(_config(max_steps=2, compile=True), tmp_path / "run", _quiet()).train()
+    message = str(error.value)
+    assert message.startswith("train.compile: torch.compile failed (FileNotFoundError: no C++ compiler")
+    assert message.endswith("train with train.compile false") and "\n" not in message

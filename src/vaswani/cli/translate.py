@@ -45,6 +45,8 @@ def _load_translator(args: argparse.Namespace) -> Translator:
 
     if args.compute_type and args.engine != "ctranslate2":
         raise ValueError("--compute-type applies to --engine ctranslate2; for --engine torch use --precision")
+    if args.compile and args.engine != "torch":
+        raise ValueError("--compile applies to --engine torch (our own search); CTranslate2 runs compiled code already")
     if args.engine == "ctranslate2":  # converted once into MODEL_DIR/ctranslate2, again when the weights change
         from vaswani.export.ctranslate2 import converted
 

@@ -21,7 +21,7 @@ from vaswani.config import DecodeConfig, ModelConfig
 from vaswani.data.batching import collate
 from vaswani.families import GENERATE, TRANSLATE, family
 from vaswani.nn import KVCache, Transformer
-from vaswani.runtime import autocast
+from vaswani.runtime import autocast, compiling
 
 DecodeStep = Callable[..., tuple[Tensor, KVCache]]  # model.decode_step, or it compiled
 
@@ -203,8 +203,15 @@ def compiled_step(model, backend: str = "inductor") -> DecodeStep:
     """`model.decode_step` through torch.compile, dynamic shapes: one graph per kind of call (the first step, the
     second, then every later one, whatever the rows and lengths; tests/decode/test_compile.py), so each search step
     runs as one compiled program instead of some hundred eager operations. The first batches compile (~20-40 s on a
-    CPU); after that, greedy search at batch 1 ran 1.44x faster on a 2-core AMD EPYC (docs/benchmarks.md)."""
-    return torch.compile(model.decode_step, dynamic=True, backend=backend)
+    CPU); after that, greedy search at batch 1 ran 1.3x faster on a 2-core AMD EPYC (docs/benchmarks.md). A failure
+    to compile is a one-line ValueError (runtime.compiling)."""
+    compiled = torch.compile(model.decode_step, dynamic=True, backend=backend)
+
+    def step(*args, **kwargs) -> tuple[Tensor, KVCache]:
+        with compiling("decode.compile", "decode without --compile (decode.compile false)"):
+            return compiled(*args, **kwargs)
+
+    return step
 
 
 def _one_best(

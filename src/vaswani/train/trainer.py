@@ -35,7 +35,7 @@ from vaswani.model_dir import (
 )
 from vaswani.nn.attention import attention_kernels
 from vaswani.precision import choose
-from vaswani.runtime import autocast, pick_device
+from vaswani.runtime import autocast, compiling, pick_device
 from vaswani.train import checkpoint as ckpt
 from vaswani.train.plot import plot_metrics
 from vaswani.train.schedule import learning_rate, progress
@@ -233,10 +233,15 @@ class Trainer:
         for i, batch in enumerate(batches):
             batch = batch.to(self.device, non_blocking=True)
             sync = i == len(batches) - 1 or self.world == 1
-            with contextlib.nullcontext() if sync else self.wrapped.no_sync(), self._autocast():
+            with (
+                contextlib.nullcontext() if sync else self.wrapped.no_sync(),
+                self._autocast(),
+                compiling("train.compile", "train with train.compile false"),
+            ):
                 loss = self.task.loss(self.wrapped, self.model, batch)
             # DDP averages gradients over ranks: scale by world so the result is sum / global tokens.
-            (loss * self.world / tokens).backward()
+            with compiling("train.compile", "train with train.compile false"):  # the backward compiles on first use
+                (loss * self.world / tokens).backward()
             total += loss.detach()  # read (.item()) only when the loss is logged
         if self.config.train.clip_norm > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.train.clip_norm)
