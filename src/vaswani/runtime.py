@@ -69,10 +69,12 @@ def autocast(device: torch.device, precision: str) -> contextlib.AbstractContext
 def compiling(setting: str, fix: str):
     """Where code compiled by torch.compile runs: a failure to compile (no C++ compiler, an operation Dynamo cannot
     trace) becomes a one-line ValueError naming `setting` and `fix`. Errors of the compiled code itself pass."""
-    from torch._dynamo.exc import TorchDynamoException
+    from torch._dynamo.exc import TorchDynamoException, TorchRuntimeError
 
     try:
         yield
+    except TorchRuntimeError:  # the traced code's own error (a shape that does not fit, ...): not the compiler's
+        raise
     except TorchDynamoException as error:
         inner = getattr(error, "inner_exception", None) or error
         lines = [line for line in str(inner).splitlines() if line.strip()] or [""]

@@ -1,5 +1,6 @@
 """decode.compile: the decoder's step through torch.compile gives the search's own outputs, from a few graphs
-that every later batch reuses (a graph per step would compile on every step and never pay off)."""
+that every later batch reuses (a graph per step would compile on every step and never pay off), and every step
+runs compiled code: past Dynamo's limit of variants a function runs eager again, silently."""
 
 from __future__ import annotations
 
@@ -15,62 +16,94 @@ from vaswani.decode import search
 from vaswani.decode.engine import TorchEngine
 from vaswani.nn import build_model
 
+COMPILED_STEP = search.compiled_step  # the real one, where tests put a counting one in its place
 
-def _counting() -> tuple[list[torch.fx.GraphModule], callable]:
-    graphs: list[torch.fx.GraphModule] = []
 
-    def backend(gm: torch.fx.GraphModule, example_inputs):
-        graphs.append(gm)
-        return gm.forward
+class Counted:
+    """A torch.compile backend that records the graphs it is given and how often they run (as they are, or
+    through Inductor when `inductor`); and the step it makes, which counts its own calls."""
 
-    torch._dynamo.reset()
-    counters.clear()
-    return graphs, backend
+    def __init__(self, inductor: bool = False) -> None:
+        torch._dynamo.reset()
+        counters.clear()
+        self.graphs, self.runs, self.calls, self.inductor = 0, 0, 0, inductor
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs):
+        self.graphs += 1
+        if self.inductor:
+            from torch._inductor.compile_fx import compile_fx
+
+            run = compile_fx(gm, example_inputs)
+        else:
+            run = gm.forward
+
+        def counted(*args):
+            self.runs += 1
+            return run(*args)
+
+        return counted
+
+    def step(self, decoder):
+        compiled = COMPILED_STEP(decoder, backend=self)
+
+        def step(*args, **kwargs):
+            self.calls += 1
+            return compiled(*args, **kwargs)
+
+        return step
+
+    def check(self) -> None:
+        assert not counters["graph_break"], dict(counters["graph_break"])
+        assert self.calls > 0 and self.runs == self.calls, f"{self.calls - self.runs} of {self.calls} steps ran eager"
 
 
 def test_the_compiled_step_compiles_a_few_graphs_that_later_batches_reuse(model):  # noqa: F811
-    graphs, backend = _counting()
-    step = torch.compile(model.decode_step, dynamic=True, backend=backend)
+    backend = Counted()
+    step = backend.step(model)
 
     def decode(*batches: list[int]) -> int:
         with torch.inference_mode():
             for lengths in batches:
                 src = random_ids(lengths)
-                search.greedy(model, src, step=step)
                 search.beam_search(model, src, 4, step=step, min_len=3)
-        return len(graphs)
+                search.greedy(model, src, step=step)
+        return backend.graphs
 
-    # Graphs for: the first step (an empty cache), the second (one position), later ones; one row or several.
-    warm = decode([3, 7, 5, 2, 8], [6, 1, 4], [5])
-    assert decode([9, 9, 2, 5, 3, 7, 4], [2, 6], [4], [8, 1]) == warm, "recompiled as rows or lengths changed"
-    assert not counters["graph_break"], dict(counters["graph_break"])
-    assert warm <= 8, f"{warm} graphs"
+    # Variants: an empty cache, one position, more; one row or several; sources of one token (an empty line's EOS)
+    # or more. Each is compiled once, whatever the lengths and numbers of rows that come later.
+    warm = decode([3, 7, 5, 2, 8], [6, 1, 4], [5], [1], [1, 1])
+    later = decode([9, 9, 2, 5, 3, 7, 4], [2, 6], [4], [8, 1], [1, 1, 1])
+    assert later == warm, "recompiled as rows or lengths changed"
+    assert warm <= 16, f"{warm} graphs"
+    backend.check()
 
 
 def test_a_language_models_compiled_step_compiles_a_few_graphs_too():
     config = dataclasses.replace(tiny_config(src_vocab_size=30, tgt_vocab_size=30), type="decoder_only")
     torch.manual_seed(0)
     lm = build_model(config).eval()
-    graphs, backend = _counting()
-    step = torch.compile(lm.decode_step, dynamic=True, backend=backend)
+    backend = Counted()
+    step = backend.step(lm)
 
     def generate(*shapes: tuple[int, int]) -> int:
         with torch.inference_mode():
             for batch, prompt in shapes:
                 search.greedy(lm, torch.randint(4, 30, (batch, prompt)), max_len_a=0, max_len_b=6, step=step)
-        return len(graphs)
+        return backend.graphs
 
-    warm = generate((2, 4), (5, 6), (1, 3), (3, 1))
+    warm = generate((2, 4), (5, 6), (1, 3), (3, 1), (1, 1))
     assert generate((4, 5), (2, 9), (1, 7)) == warm, "recompiled as rows or lengths changed"
-    assert not counters["graph_break"], dict(counters["graph_break"])
-    assert warm <= 8, f"{warm} graphs"
+    assert warm <= 16, f"{warm} graphs"
+    backend.check()
 
 
-def test_compiled_decoding_gives_the_searchs_own_outputs(model):  # noqa: F811
+def test_compiled_decoding_gives_the_searchs_own_outputs(model, monkeypatch):  # noqa: F811
     """Inductor's code (a C++ compiler on the CPU), through the engine as `vaswani translate --compile` runs it."""
+    backend = Counted(inductor=True)
+    monkeypatch.setattr(search, "compiled_step", backend.step)
     sources = [random_ids([n])[0].tolist() for n in (3, 7, 5, 2, 8, 6, 1, 4)]
     engine = TorchEngine(model, "fp32")
-    for beam in (1, 4):
+    for beam in (4, 1):
         decode = DecodeConfig(beam_size=beam, batch_size=3)
         eager = engine(sources, decode, n_best=beam)
         compiled = engine(sources, dataclasses.replace(decode, compile=True), n_best=beam)
@@ -78,26 +111,31 @@ def test_compiled_decoding_gives_the_searchs_own_outputs(model):  # noqa: F811
         for ours, theirs in zip(compiled, eager, strict=True):
             for a, b in zip(ours, theirs, strict=True):
                 assert abs(a.log_prob - b.log_prob) < 1e-4
-    assert engine._compiled is not None  # compiled once, for the engine's life
+    backend.check()  # every step ran Inductor's code
 
 
 def test_warm_up_compiles_every_graph_before_the_first_request(model, monkeypatch):  # noqa: F811
-    """What `vaswani serve --compile` does at startup: afterwards no request waits for the compiler."""
-    graphs, backend = _counting()
-    monkeypatch.setattr(search, "compiled_step", lambda m: torch.compile(m.decode_step, dynamic=True, backend=backend))
+    """What `vaswani serve --compile` does at startup: afterwards no request waits for the compiler, and every
+    request runs compiled code (beam sizes, one sentence or several, any lengths)."""
+    backend = Counted()
+    monkeypatch.setattr(search, "compiled_step", backend.step)
     engine = TorchEngine(model, "fp32")
-    decode = DecodeConfig(compile=True, batch_size=4)
+    decode = DecodeConfig(compile=True, batch_size=4, beam_size=1)  # a model whose default is greedy
     engine.warm_up(decode)
-    warm = len(graphs)
+    warm = backend.graphs
     assert warm > 0
-    sources = [random_ids([n])[0].tolist() for n in (3, 7, 5, 2, 8, 6, 1)]
-    for beam in (4, 1):
+    sources = [random_ids([n])[0].tolist() for n in (3, 7, 5, 2, 8, 6, 1, 9, 9)]
+    for beam in (4, 1, 8):
         engine(sources, dataclasses.replace(decode, beam_size=beam), n_best=1)
         engine(sources[:1], dataclasses.replace(decode, beam_size=beam), n_best=1)
-    assert len(graphs) == warm, "a request compiled"
+        engine([[5]], dataclasses.replace(decode, beam_size=beam), n_best=1)
+    assert backend.graphs == warm, "a request compiled"
+    backend.check()
 
 
 def test_a_failure_to_compile_is_a_one_line_error_naming_the_setting_and_the_fix(model):  # noqa: F811
+    torch._dynamo.reset()
+
     def no_compiler(gm, example_inputs):
         raise FileNotFoundError("no C++ compiler: g++ not found")
 

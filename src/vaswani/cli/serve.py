@@ -29,10 +29,10 @@ def _serve(args: argparse.Namespace) -> None:
     compute = ComputeThread()
     started = time.perf_counter()
     translator = compute.call(Translator.load, args.model_dir, args.device, args.precision)
-    if args.compile:
+    if args.compile is not None:
         import dataclasses
 
-        decode = dataclasses.replace(translator.config.decode, compile=True)
+        decode = dataclasses.replace(translator.config.decode, compile=args.compile)
         translator.config = dataclasses.replace(translator.config, decode=decode)
     load_seconds = time.perf_counter() - started
     console = stderr_console()
@@ -132,8 +132,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     serve.add_argument("--precision", choices=PRECISIONS, default="auto", help="as for vaswani translate")
     serve.add_argument(
         "--compile",
-        action="store_true",
-        help="torch.compile the decoder's step (decode.compile), compiled at startup before serving",
+        action=argparse.BooleanOptionalAction,
+        help="torch.compile the decoder's step (decode.compile; default: the model's config.yaml, off), compiled at "
+        "startup before serving",
     )
     serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     serve.set_defaults(run=_serve)

@@ -32,7 +32,7 @@ def decode_options(args: argparse.Namespace) -> dict[str, Any]:
         top_k=args.top_k,
         top_p=args.top_p,
         seed=args.seed,
-        compile=args.compile or None,
+        compile=args.compile,
     )
 
 
@@ -218,9 +218,10 @@ def _add_decode_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: the GPU if any)")
     group.add_argument(
         "--compile",
-        action="store_true",
-        help="torch.compile the decoder's step (decode.compile): ~20-40 s of compiling first, then faster steps "
-        "where the step is overhead (small batches, a GPU)",
+        action=argparse.BooleanOptionalAction,
+        help="torch.compile the decoder's step (decode.compile; default: the model's config.yaml, off): minutes "
+        "of compiling as new kinds of step come, then faster steps where the step is overhead (one sentence at a "
+        "time, a GPU)",
     )
     group.add_argument(
         "--precision",

@@ -33,8 +33,9 @@ class DecodeConfig:
     top_k: int = 0  # sample among the k most probable tokens; 0: all
     top_p: float = 1.0  # nucleus sampling: the smallest set of tokens with this much probability
     seed: int = 1  # sampling is repeatable for a given seed and batch size
-    # torch.compile the decoder's step (engine torch): the first batches compile (~20-40 s on a CPU), later steps run
-    # as one compiled program; it pays off where the step is overhead (small batches, a GPU), for a server or a big file
+    # torch.compile the decoder's step (engine torch, search.compiled_step): its dozen variants compile as they come
+    # (~2 minutes in all on a CPU), then each step runs as one compiled program; it pays where the step is overhead
+    # (one sentence at a time, a GPU), for a server (which compiles at startup) or a big file
     compile: bool = False
 
     def validate(self) -> None:

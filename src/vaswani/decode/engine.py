@@ -71,33 +71,41 @@ class TorchEngine:
     def __call__(
         self, sources: Sequence[Sequence[int]], decode: DecodeConfig, n_best: int = 1, progress: Progress | None = None
     ) -> list[list[Hypothesis]]:
-        from vaswani.decode.search import compiled_step, search_ids
+        from vaswani.decode.search import search_ids
 
         precision = self.choose_precision(decode).precision if sources else "fp32"
-        if decode.compile and self._compiled is None:
-            self._compiled = compiled_step(self.model)
-        step = self._compiled if decode.compile else None
-        return search_ids(self.model, sources, decode, n_best, precision, progress, step)
+        return search_ids(self.model, sources, decode, n_best, precision, progress, self._step(decode))
 
-    def warm_up(self, decode: DecodeConfig) -> None:
-        """With decode.compile: compile the step now, for one row and for several, its first, second and later
-        steps (searches of 3 steps over empty sources), so that requests do not wait for the compiler."""
+    def _step(self, decode: DecodeConfig):
+        """The decoder's step the search runs: with decode.compile, compiled once for this engine's life."""
         if not decode.compile:
+            return None
+        if self._compiled is None:
+            from vaswani.decode.search import compiled_step
+
+            self._compiled = compiled_step(self.model)
+        return self._compiled
+
+    def warm_up(self, decode: DecodeConfig, beam_size: int = 4) -> None:
+        """With decode.compile: compile the step now, so that requests do not wait for the compiler. Greedy and
+        beam search (`beam_size`, or decode's if larger), over one sentence, two of different lengths and an empty
+        one, 3 steps each: every variant the step compiles into (tests/decode/test_compile.py)."""
+        step = self._step(decode)
+        if step is None:
             return
         from vaswani.data.batching import collate
-        from vaswani.decode.search import beam_search, compiled_step, decoding, greedy
+        from vaswani.decode.search import beam_search, decoding, greedy
 
-        if self._compiled is None:
-            self._compiled = compiled_step(self.model)
         c, device = self.model.config, next(self.model.parameters()).device
-        src = collate([([], []), ([], [])], c.pad_id, c.bos_id, c.eos_id).src.to(device)  # two sources: EOS only
+        word = next(i for i in range(c.src_vocab_size) if i not in (c.pad_id, c.bos_id, c.eos_id))  # any word
+        sentences = collate([([word] * 3, []), ([word], [])], c.pad_id, c.bos_id, c.eos_id).src.to(device)  # padded
+        empty = collate([([], [])] * 2, c.pad_id, c.bos_id, c.eos_id).src.to(device)  # EOS alone: one-token sources
         precision = self.choose_precision(decode).precision
-        limits = dict(max_len_a=0.0, max_len_b=3, min_len=3, step=self._compiled)
+        limits = dict(max_len_a=0.0, max_len_b=3, min_len=3, step=step)
         with decoding(device, precision):
-            for rows in (src, src[:1]):
-                greedy(self.model, rows, **limits)
-                if decode.beam_size > 1:
-                    beam_search(self.model, rows, decode.beam_size, **limits)
+            for src in (sentences, sentences[:1], empty, empty[:1]):
+                greedy(self.model, src, **limits)
+                beam_search(self.model, src, max(2, beam_size, decode.beam_size), **limits)
 
     def describe(self) -> str | None:
         return None

@@ -21,9 +21,11 @@ from vaswani.config import DecodeConfig, ModelConfig
 from vaswani.data.batching import collate
 from vaswani.families import GENERATE, TRANSLATE, family
 from vaswani.nn import KVCache, Transformer
+from vaswani.nn.cache import dense
 from vaswani.runtime import autocast, compiling
 
 DecodeStep = Callable[..., tuple[Tensor, KVCache]]  # model.decode_step, or it compiled
+STEP_VARIANTS = 64  # compiled variants of the decoder's step kept (compiled_step), Dynamo's default is 8
 
 
 @dataclass(frozen=True)
@@ -200,18 +202,36 @@ def start_steps(
 
 
 def compiled_step(model, backend: str = "inductor") -> DecodeStep:
-    """`model.decode_step` through torch.compile, dynamic shapes: one graph per kind of call (the first step, the
-    second, then every later one, whatever the rows and lengths; tests/decode/test_compile.py), so each search step
-    runs as one compiled program instead of some hundred eager operations. The first batches compile (~20-40 s on a
-    CPU); after that, greedy search at batch 1 ran 1.3x faster on a 2-core AMD EPYC (docs/benchmarks.md). A failure
-    to compile is a one-line ValueError (runtime.compiling)."""
+    """`model.decode_step` through torch.compile, dynamic shapes, so each search step runs as one compiled program
+    instead of some hundred eager operations. It compiles into about a dozen variants, each once: a cache of 0, 1
+    or more positions, one row or several, sources of one token (an empty line's EOS) or more; later batches reuse
+    them whatever their rows and lengths (tests/decode/test_compile.py; TorchEngine.warm_up compiles them all).
+    Compiling them takes ~2 minutes on a 2-core CPU for the quick recipe's model; after that, greedy search at
+    batch 1 ran 1.3x faster there, large batches no faster (docs/benchmarks.md). A failure to compile is a
+    one-line ValueError.
+    """
     compiled = torch.compile(model.decode_step, dynamic=True, backend=backend)
 
     def step(*args, **kwargs) -> tuple[Tensor, KVCache]:
-        with compiling("decode.compile", "decode without --compile (decode.compile false)"):
-            return compiled(*args, **kwargs)
+        # Dynamo keeps 8 variants of a function by default, then runs it eager without a word: the step has more
+        # (above), and inputs in one layout (_dense) and lengths never unified with a model size keep them few.
+        with (
+            torch._dynamo.config.patch(recompile_limit=STEP_VARIANTS),
+            torch.fx.experimental._config.patch(use_duck_shape=False),  # a length equal to a model size stays a length
+            compiling("decode.compile", "decode without --compile (decode.compile false)"),
+        ):
+            logits, cache = compiled(*map(_dense, args), **{k: _dense(v) for k, v in kwargs.items()})
+        return logits, cache.dense()  # the next call's guards see one layout
 
     return step
+
+
+def _dense(value):
+    """Tensors and caches in the one layout a compiled step's guards expect (views of a longer history, the first
+    step's keys and values are not); anything else as it is."""
+    if isinstance(value, KVCache):
+        return value.dense()
+    return dense(value) if isinstance(value, Tensor) else value
 
 
 def _one_best(
@@ -225,13 +245,13 @@ def _one_best(
     stop_at_eos: bool = True,
     on_step: Callable[[Tensor], None] | None = None,
     context: int | None = None,
-    step_fn: DecodeStep | None = None,
+    step: DecodeStep | None = None,
 ) -> list[Hypothesis]:
     """One token per step picked by `choose(logits) -> (rows,)`, rows dropped as their input ends.
     `stop_at_eos=False` keeps EOS as a token (a language model's line break) and runs to the limit;
     `on_step(tokens)` sees each step's picks (rows still running, in input order)."""
     c = model.config
-    steps = start_steps(model, src, beam=1, cache=cache, context=context, step=step_fn)
+    steps = start_steps(model, src, beam=1, cache=cache, context=context, step=step)
     B = src.size(0)
     limits = steps.limits(max_len_a, max_len_b)  # (B,)
     out = torch.full((B, int(limits.max())), c.pad_id, dtype=torch.long)
@@ -239,8 +259,8 @@ def _one_best(
     log_probs = torch.zeros(B, dtype=torch.float64)
     active = torch.arange(B)  # input of each row
     tokens = steps.first
-    for step in range(out.size(1)):
-        logits = steps.step(tokens, ban_eos=step < min_len)  # (rows, V)
+    for t in range(out.size(1)):
+        logits = steps.step(tokens, ban_eos=t < min_len)  # (rows, V)
         tokens = choose(logits)  # (rows,)
         if on_step is not None:
             on_step(tokens)
@@ -248,9 +268,9 @@ def _one_best(
         log_probs[active] += picked.double()
         cpu_tokens = tokens.cpu()
         ended = cpu_tokens == c.eos_id if stop_at_eos else torch.zeros(len(active), dtype=torch.bool)
-        out[active[~ended], step] = cpu_tokens[~ended]
-        lengths[active[~ended]] = step + 1
-        ended |= limits[active] <= step + 1
+        out[active[~ended], t] = cpu_tokens[~ended]
+        lengths[active[~ended]] = t + 1
+        ended |= limits[active] <= t + 1
         if ended.all():
             break
         if ended.any():
@@ -325,7 +345,7 @@ def sample(
         stop_at_eos=stop_at_eos,
         on_step=on_step,
         context=context,
-        step_fn=step,
+        step=step,
     )
 
 

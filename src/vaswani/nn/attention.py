@@ -12,7 +12,6 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.fx.experimental.symbolic_shapes import statically_known_true
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from vaswani.nn.masks import causal_mask
@@ -54,7 +53,14 @@ def _causal_flag(q: Tensor, k: Tensor, mask: Tensor | None, causal: bool) -> boo
     when T == S and no other mask. A Python bool: under torch.compile's dynamic shapes `T == S` is a symbolic
     value, which scaled_dot_product_attention refuses (the attention then fell back to eager); it is True there
     where q and k have one length by construction (self-attention without a cache), else the explicit mask."""
-    return causal and mask is None and statically_known_true(q.size(-2) == k.size(-2))
+    if not causal or mask is not None:
+        return False
+    same = q.size(-2) == k.size(-2)
+    if torch.compiler.is_compiling():  # symbolic there (importing this loads sympy: not at start-up)
+        from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+        return statically_known_true(same)
+    return same
 
 
 def fused_attention(
@@ -67,7 +73,7 @@ def fused_attention(
     use_flag = _causal_flag(q, k, mask, causal)
     if not use_flag:
         mask = _full_mask(mask, causal, q.size(-2), k.size(-2), q.device)
-    if q.size(-2) == 1:
+    if q.size(-2) == 1 and not torch.compiler.is_compiling():  # compiled code picks its own layouts
         # A decoding step's (B, H, 1, Dh) query is a strided view of the projection; the CPU kernel is
         # ~15% faster on a contiguous one (benchmarks/race.py, docs/benchmarks.md).
         q = q.contiguous()

@@ -36,6 +36,12 @@ class KVCache:
             return KVCache(self_kv, tuple((fn(k), fn(v)) for k, v in self.cross_kv))
         return KVCache(self_kv, self.cross_kv)
 
+    def dense(self) -> KVCache:
+        """Every tensor in the one row-major layout its shape has (the first step's keys/values are views of a
+        projection): what a compiled step's guards check, strides of size-1 dimensions included, which
+        `Tensor.contiguous` leaves as they are, and of empty ones. Tensors already in that layout are not copied."""
+        return self._map(dense)
+
     def expand(self, beam: int) -> KVCache:
         """Each sentence repeated `beam` times, consecutively: rows b*beam ... b*beam+beam-1 are sentence b."""
         return self._map(lambda t: t.repeat_interleave(beam, dim=0))
@@ -54,3 +60,14 @@ class KVCache:
         B, H, _, Dh = like.shape
         empty = torch.empty(B, H, 0, Dh, dtype=like.dtype, device=like.device)
         return tuple((empty, empty) for _ in range(n_layers))
+
+
+def dense(t: Tensor) -> Tensor:
+    """`t` itself if it is laid out row-major from its own first element, else such a copy."""
+    strides, n = [], 1
+    for size in reversed(t.shape):
+        strides.append(n)
+        n *= max(size, 1)  # as torch lays out an empty tensor
+    if t.stride() == tuple(reversed(strides)) and t.storage_offset() == 0:
+        return t
+    return t.clone(memory_format=torch.contiguous_format)

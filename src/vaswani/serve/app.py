@@ -377,6 +377,7 @@ def model_info(translator: Translator, model_dir: str | Path, settings: Settings
             "length_penalty": decode.length_penalty,
             "max_len_a": decode.max_len_a,
             "max_len_b": decode.max_len_b,
+            "compile": decode.compile,
         },
         "limits": {
             "max_texts": settings.max_texts,
