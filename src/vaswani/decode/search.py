@@ -214,14 +214,14 @@ def compiled_step(model, backend: str = "inductor") -> DecodeStep:
 
     def step(*args, **kwargs) -> tuple[Tensor, KVCache]:
         # Dynamo keeps 8 variants of a function by default, then runs it eager without a word: the step has more
-        # (above), and inputs in one layout (_dense) and lengths never unified with a model size keep them few.
+        # (above). Inputs in one layout (_dense: the first step's keys and values come out as views, which the next
+        # call's stride guards would tell apart) and lengths never unified with a model size keep them few.
         with (
             torch._dynamo.config.patch(recompile_limit=STEP_VARIANTS),
             torch.fx.experimental._config.patch(use_duck_shape=False),  # a length equal to a model size stays a length
             compiling("decode.compile", "decode without --compile (decode.compile false)"),
         ):
-            logits, cache = compiled(*map(_dense, args), **{k: _dense(v) for k, v in kwargs.items()})
-        return logits, cache.dense()  # the next call's guards see one layout
+            return compiled(*map(_dense, args), **{k: _dense(v) for k, v in kwargs.items()})
 
     return step
 

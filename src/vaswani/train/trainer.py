@@ -233,14 +233,10 @@ class Trainer:
         for i, batch in enumerate(batches):
             batch = batch.to(self.device, non_blocking=True)
             sync = i == len(batches) - 1 or self.world == 1
-            with (
-                contextlib.nullcontext() if sync else self.wrapped.no_sync(),
-                self._autocast(),
-                compiling("train.compile", "train with train.compile false"),
-            ):
-                loss = self.task.loss(self.wrapped, self.model, batch)
-            # DDP averages gradients over ranks: scale by world so the result is sum / global tokens.
-            with compiling("train.compile", "train with train.compile false"):  # the backward compiles on first use
+            with compiling("train.compile", "train with train.compile false"):  # the backward compiles too
+                with contextlib.nullcontext() if sync else self.wrapped.no_sync(), self._autocast():
+                    loss = self.task.loss(self.wrapped, self.model, batch)
+                # DDP averages gradients over ranks: scale by world so the result is sum / global tokens.
                 (loss * self.world / tokens).backward()
             total += loss.detach()  # read (.item()) only when the loss is logged
         if self.config.train.clip_norm > 0:
