@@ -165,8 +165,9 @@ def test_the_quick_recipe_is_saved_without_the_rate_its_schedule_ignores(tmp_pat
     assert saved["model"]["d_model"] == 128 and saved["model"]["dropout"] == 0.0 and saved["model"]["n_layers"] == 4
     assert saved["data"]["max_tokens"] == 1600 and saved["data"]["valid_max_sentences"] == 500
     assert saved["decode"]["beam_size"] == 4 and saved["decode"]["temperature"] == 1.0  # --sample reads it
-    for key in ("n_decoder_layers", "tie_output", "n_classes", "pool"):  # None; one matrix; no classifier
+    for key in ("n_decoder_layers", "n_classes", "pool"):  # None; no classifier
         assert key not in saved["model"]
+    assert saved["model"]["tie_output"] is True  # the output is the embedding (false: a matrix of its own)
     for key in (
         "toy_train_size",
         "text",
@@ -250,7 +251,7 @@ def test_a_saved_config_loads_back_equal(name, tmp_path):
 def test_vaswani_model_shows_the_fields_that_take_effect():
     tiny = ModelConfig.preset("tiny").in_effect()
     assert tiny["d_model"] == 128 and tiny["share_embeddings"] is True
-    assert not {"n_decoder_layers", "tie_output", "n_classes", "pool"} & set(tiny)
+    assert not {"n_decoder_layers", "n_classes", "pool"} & set(tiny) and tiny["tie_output"] is True
     two = ModelConfig(share_embeddings=False, tie_output=False, tgt_vocab_size=100, n_decoder_layers=2).in_effect()
     assert (two["tie_output"], two["n_decoder_layers"]) == (False, 2)
 

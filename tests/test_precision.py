@@ -24,8 +24,6 @@ def fake(speedup: float, emulated: bool = False):
         (1.7, True, "bf16"),
         (1.1, True, "fp32"),
         (0.5, True, "fp32"),  # AMD EPYC-like, near-equal, Xeon-like
-        (1.7, False, "bf16"),
-        (1.3, False, "fp32"),  # decoding needs a clearer gain
     ],
 )
 def test_auto_picks_the_precision_that_measured_faster(speedup, training, expected):
@@ -33,6 +31,17 @@ def test_auto_picks_the_precision_that_measured_faster(speedup, training, expect
     assert choice.precision == expected
     assert "fp32 10.0 ms" in choice.describe() and f"{speedup:.2f}x" in choice.describe()
     assert choice.warning() is None
+
+
+def test_decoding_auto_is_fp32_and_never_measured():
+    """The same command gives the same translation under any load: "auto" never times anything for decoding."""
+
+    def measure(*args):
+        raise AssertionError("decoding's auto must not measure")
+
+    choice = choose("auto", CONFIG, CPU, 256, False, measure=measure)
+    assert choice.precision == "fp32" and choice.measurement is None and "same translation" in choice.describe()
+    assert choose("bf16", CONFIG, CPU, 256, False, measure=fake(1.7)).precision == "bf16"  # asked for: bf16
 
 
 def test_emulated_bf16_gives_fp32_and_says_why():

@@ -106,6 +106,11 @@ def lengths(ids: torch.Tensor, pad_id: int) -> list[int]:
     return (ids != pad_id).sum(1).tolist()
 
 
+def tf32_matmuls() -> bool:
+    """Whether CUDA float32 matrix products may run in TF32 (torch.backends.cuda.matmul.allow_tf32)."""
+    return bool(torch.backends.cuda.matmul.allow_tf32)
+
+
 def peak_flops(device: torch.device, precision: str) -> tuple[float, str] | None:
     """The device's dense peak FLOP/s in `precision` ("bf16", or "fp32": TF32 where CUDA lets matrix products
     use it) and where the figure comes from; None for a GPU not in GPU_PEAKS. On a CPU: the matrix-product
@@ -116,7 +121,7 @@ def peak_flops(device: torch.device, precision: str) -> tuple[float, str] | None
             if fragment in name:
                 if precision == "bf16":
                     return bf16 * 1e12, f"{name} dense bf16 peak"
-                if torch.backends.cuda.matmul.allow_tf32:
+                if tf32_matmuls():
                     return tf32 * 1e12, f"{name} dense TF32 peak"
                 return fp32 * 1e12, f"{name} fp32 peak"
         return None

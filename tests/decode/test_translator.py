@@ -14,6 +14,8 @@ from vaswani.evaluate import multi30k_tok_reference, tok_lc
 from vaswani.precision import Measurement
 from vaswani.train import checkpoint as ckpt
 
+pytestmark = pytest.mark.shared_data  # reads ../shared/data (tests/conftest.py skips it where absent)
+
 MULTI30K = Path(__file__).resolve().parents[2] / "../shared/data/multi30k"
 
 
@@ -193,7 +195,7 @@ def test_translate_and_evaluate_show_progress_lines_and_precision_in_a_log(model
     source.write_text("\n".join(SENTENCES * 3) + "\n", encoding="utf-8")
     assert cli.main(["translate", str(model_dir), "-i", str(source), "-o", str(tmp_path / "out")]) == 0
     err = capsys.readouterr().err
-    assert "precision auto -> fp32" in err and "bf16 0.50x fp32's speed" in err
+    assert "precision auto -> fp32: decoding runs fp32 unless --precision bf16" in err
     progress = [line for line in err.splitlines() if line.startswith("translating: ")]
     assert progress[-1].startswith("translating: 18/18,") and progress[-1].endswith(", done")
     assert len(progress) >= 3 and "left" in progress[0]
@@ -231,3 +233,27 @@ def test_translate_compile_runs_the_compiled_step_and_writes_the_same_lines(mode
         assert cli.main(["translate", str(model_dir), "-i", str(source), "-o", str(tmp_path / name), *flags]) == 0
         assert bool(calls) == (name == "compiled")
     assert (tmp_path / "compiled").read_text() == (tmp_path / "eager").read_text()
+
+
+def test_the_same_command_gives_the_same_lines_with_a_busy_process_beside_it(model_dir, tmp_path):
+    """precision auto is settled without timing anything for decoding, so a CPU-bound process running beside
+    `vaswani translate` changes nothing: identical lines, and the lines of --precision fp32."""
+    source = tmp_path / "in.de"
+    source.write_text("\n".join(SENTENCES * 4) + "\n", encoding="utf-8")
+
+    def translate(out: str, *extra: str) -> list[str]:
+        command = [sys.executable, "-m", "vaswani.cli", "translate", str(model_dir), "-i", str(source)]
+        run = subprocess.run([*command, "-o", str(tmp_path / out), *extra], capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr
+        assert "precision auto -> fp32" in run.stderr or extra
+        return (tmp_path / out).read_text(encoding="utf-8").splitlines()
+
+    alone = translate("alone.en")
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        loaded = translate("loaded.en")
+    finally:
+        busy.kill()
+        busy.wait()
+    assert alone == loaded == translate("fp32.en", "--precision", "fp32")
+    assert len(alone) == len(SENTENCES) * 4 and sum(bool(line) for line in alone) == 16

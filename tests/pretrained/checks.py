@@ -7,9 +7,9 @@ import shutil
 from vaswani.cli import main
 
 
-def set_config(directory, **values):
-    """config.json with `values` changed."""
-    path = directory / "config.json"
+def set_config(directory, name="config.json", **values):
+    """config.json (or the JSON file `name`) with `values` changed."""
+    path = directory / name
     config = json.loads(path.read_text())
     config.update(values)
     path.write_text(json.dumps(config))
@@ -79,3 +79,18 @@ def adapt_to_captions(model_dir, tmp_path):
     out = tmp_path / "adapted"
     assert main(["finetune", str(model_dir), str(tmp_path / "adapt.yaml"), str(out)]) == 0
     return out, valid
+
+
+def rewrite_weights(directory, edit, legacy: bool = False) -> None:
+    """The checkpoint in `directory` with its tensors changed by `edit(weights)` (in place); `legacy`: saved as
+    pytorch_model.bin, as older transformers wrote checkpoints, in place of model.safetensors."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(str(directory / "model.safetensors"))
+    edit(weights)
+    if legacy:
+        torch.save(weights, directory / "pytorch_model.bin")
+        (directory / "model.safetensors").unlink()
+    else:
+        save_file(weights, str(directory / "model.safetensors"))

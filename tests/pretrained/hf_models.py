@@ -56,8 +56,16 @@ def save_marian(
     num_beams: int = 4,
     d_model: int = 32,
     pairs: int = 3000,
+    tie_output: bool = True,
+    legacy: bool = False,
+    generation: dict | None = None,
 ) -> Path:
-    """A MarianMTModel de-en in OPUS-MT's layout (source.spm, target.spm, vocab.json, generation_config.json)."""
+    """A MarianMTModel de-en in OPUS-MT's layout (source.spm, target.spm, vocab.json, generation_config.json).
+
+    `tie_output` false: one shared input embedding and an lm_head of its own (tie_word_embeddings false, as
+    transformers 4.x saved such models). `legacy`: as the hub's older uploads are laid out: pytorch_model.bin
+    holding every name of a tied matrix and the sinusoid tables, the generation settings in config.json and no
+    generation_config.json. `generation`: settings that replace OPUS-MT's (num_beams, max_length, ...)."""
     import transformers
 
     torch.manual_seed(0)
@@ -89,6 +97,7 @@ def save_marian(
         eos_token_id=0,
         decoder_start_token_id=tgt_vocab["<pad>"],
         share_encoder_decoder_embeddings=not separate,
+        tie_word_embeddings=tie_output,
         scale_embedding=True,
         dropout=0.1,
     )
@@ -108,18 +117,33 @@ def save_marian(
         target_lang="en",
     )
     _train(model, tokenizer, src_lines, tgt_lines, steps)
+    settings = {"forced_eos_token_id": 0, "bad_words_ids": [[tgt_vocab["<pad>"]]], "num_beams": num_beams,
+                "max_length": 64, **(generation or {})}  # fmt: skip
     model.generation_config = transformers.GenerationConfig(
-        decoder_start_token_id=tgt_vocab["<pad>"],
-        pad_token_id=pad,
-        eos_token_id=0,
-        forced_eos_token_id=0,
-        bad_words_ids=[[tgt_vocab["<pad>"]]],
-        num_beams=num_beams,
-        max_length=64,
+        decoder_start_token_id=tgt_vocab["<pad>"], pad_token_id=pad, eos_token_id=0, **settings
     )
     model.eval().save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))
+    if legacy:
+        _as_legacy_upload(model, out, settings)
     return out
+
+
+def _as_legacy_upload(model, out: Path, generation: dict) -> None:
+    """The layout of the hub's older uploads (transformers 3 and 4): every tensor of the state dict in
+    pytorch_model.bin, tied matrices under each of their names and the sinusoid tables included; the generation
+    settings in config.json, and no generation_config.json."""
+    state = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    assert "model.encoder.embed_positions.weight" in state and "lm_head.weight" in state
+    if not model.config.tie_word_embeddings:  # transformers 4 kept one input matrix, saved under each of its names
+        for name in ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight"):
+            state[name] = state["model.shared.weight"].clone()
+    torch.save(state, out / "pytorch_model.bin")
+    (out / "model.safetensors").unlink()
+    (out / "generation_config.json").unlink()
+    config = json.loads((out / "config.json").read_text())
+    config.update(generation)
+    (out / "config.json").write_text(json.dumps(config, indent=2))
 
 
 def _train(model, tokenizer, src_lines: list[str], tgt_lines: list[str], steps: int, batch: int = 32) -> None:

@@ -10,13 +10,22 @@ import pytest
 import torch
 
 from tests.pretrained.bert_models import LABELS, save_bert_classifier, save_bert_mlm, sst2
-from tests.pretrained.checks import adapt_to_captions, assert_refused, finetune_a_classifier, set_config, without
+from tests.pretrained.checks import (
+    adapt_to_captions,
+    assert_refused,
+    finetune_a_classifier,
+    rewrite_weights,
+    set_config,
+    without,
+)
 from vaswani.cli import main
 from vaswani.data.labelled import classifier_inputs
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.decode.classifier import Classifier
 from vaswani.model_dir import load_model
 from vaswani.pretrained import import_pretrained
+
+pytestmark = pytest.mark.shared_data  # reads ../shared/data (tests/conftest.py skips it where absent)
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
@@ -95,6 +104,34 @@ def test_mlm_logits_are_transformers_within_1e_4(bert, texts):
     _mlm_logits_agree(bert.mlm, bert.hf_mlm, bert.tokenizer, texts)
 
 
+@pytest.mark.parametrize("layout", ["pretraining-heads", "own-decoder"])
+def test_older_and_untied_layouts_import_equal(bert, texts, tmp_path, layout):
+    """A BertForPreTraining upload as the hub's older ones are (pytorch_model.bin with the position_ids buffer, the
+    pooler and the next-sentence head, which a masked language model leaves), and an MLM head whose decoder is its
+    own matrix (tie_word_embeddings false): MLM logits equal to transformers' on either."""
+    src = shutil.copytree(bert.hf_mlm, tmp_path / "hf")
+
+    def edit(weights):
+        D = weights["bert.embeddings.word_embeddings.weight"].size(1)
+        if layout == "pretraining-heads":
+            weights["bert.embeddings.position_ids"] = torch.arange(512)[None]
+            weights["bert.pooler.dense.weight"], weights["bert.pooler.dense.bias"] = torch.eye(D), torch.zeros(D)
+            weights["cls.seq_relationship.weight"], weights["cls.seq_relationship.bias"] = (
+                torch.ones(2, D),
+                torch.ones(2),
+            )
+        else:
+            words = weights["bert.embeddings.word_embeddings.weight"]
+            weights["cls.predictions.decoder.weight"] = words + 0.05 * torch.randn(words.shape)
+            weights["cls.predictions.decoder.bias"] = weights["cls.predictions.bias"].clone()  # untied: stored apart
+
+    rewrite_weights(src, edit, legacy=layout == "pretraining-heads")
+    if layout == "own-decoder":
+        set_config(src, tie_word_embeddings=False)
+    assert main(["import", str(src), str(tmp_path / "model")]) == 0
+    _mlm_logits_agree(tmp_path / "model", src, bert.tokenizer, texts)
+
+
 def test_our_tokenizer_gives_bert_s_ids_and_framing(bert, texts):
     ours = Tokenizer.load(bert.mlm)
     sample = [*texts, "Ein ☃ unbekanntes Zeichen", "A GREAT movie, isn't it?"]
@@ -144,6 +181,52 @@ def test_classifier_probabilities_are_transformers_within_1e_4(bert, texts):
     ours = Classifier.load(bert.classifier, "cpu").probabilities(texts)  # our tokenizer, framing and padding
     assert (ours - theirs).abs().max() < 1e-4
     assert theirs[:, 1].std() > 0.1  # probabilities that differ from text to text
+
+
+def test_sentence_pairs_are_bert_for_sequence_classification_s(bert, texts, tmp_path, capsys):
+    """Pairs read as `[CLS] a [SEP] b [SEP]`, segment B after the first [SEP] (token type embeddings imported, not
+    folded away): probabilities within 1e-4 of BertForSequenceClassification on tokenizer(a, b), long pairs cut as
+    its tokenizer cuts them; `vaswani classify --pairs` (a line without one tab refused in one line); fine-tuning
+    on pair data gives a classifier that reads pairs."""
+    hf = transformers.BertForSequenceClassification.from_pretrained(str(bert.hf_classifier)).eval()
+    with torch.no_grad():  # segment B's embedding, barely trained, made to matter
+        hf.bert.embeddings.token_type_embeddings.weight[1].normal_(0.0, 0.5)
+    hf.save_pretrained(str(tmp_path / "hf"))
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt"):
+        if (bert.hf_classifier / name).exists():
+            shutil.copy(bert.hf_classifier / name, tmp_path / "hf" / name)
+    assert main(["import", str(tmp_path / "hf"), str(tmp_path / "model")]) == 0
+    pairs = [(a, b) for a, b in zip(texts[0::2], texts[1::2], strict=True)]
+    pairs.append((" ".join(texts[:8]), texts[9]))  # longer than block_size: cut longest first
+    classifier = Classifier.load(tmp_path / "model", "cpu", pairs=True)
+    length = classifier.config.data.block_size
+    batch = bert.tokenizer(*map(list, zip(*pairs, strict=True)), return_tensors="pt", padding=True,
+                           truncation="longest_first", max_length=length)  # fmt: skip
+    assert batch["token_type_ids"].sum() > 100 and batch["input_ids"].size(1) == length
+    with torch.no_grad():
+        theirs = hf(**batch).logits.softmax(-1)
+        single = hf(**{**batch, "token_type_ids": torch.zeros_like(batch["token_type_ids"])}).logits.softmax(-1)
+    ours = classifier.probabilities(pairs)
+    assert (ours - theirs).abs().max() < 1e-4
+    assert (theirs - single).abs().max() > 0.05  # segment B matters: a folded segment A would not pass
+
+    (tmp_path / "pairs.tsv").write_text("\n".join(f"{a}\t{b}" for a, b in pairs) + "\n", encoding="utf-8")
+    command = ["classify", str(tmp_path / "model"), "-i", str(tmp_path / "pairs.tsv"), "--pairs", "--device", "cpu"]
+    assert main([*command, "-o", str(tmp_path / "labels.txt")]) == 0
+    labels = [line.split("\t")[0] for line in (tmp_path / "labels.txt").read_text(encoding="utf-8").splitlines()]
+    assert labels == [hf.config.id2label[int(i)] for i in theirs.argmax(-1)]
+    (tmp_path / "bad.tsv").write_text("a\tb\nno tab here\n", encoding="utf-8")
+    capsys.readouterr()
+    assert main(["classify", str(tmp_path / "model"), "-i", str(tmp_path / "bad.tsv"), "--pairs"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "line 2" in err and "--pairs reads two" in err
+
+    rows = [f"{label}\t{a}\t{b}" for (label, a), (_, b) in zip(sst2("train", 64), sst2("train", 64, 64), strict=True)]
+    (tmp_path / "ft").mkdir()
+    out = finetune_a_classifier(bert.mlm, tmp_path / "ft", ["label\ta\tb", *rows[:48]], ["label\ta\tb", *rows[48:]])
+    tuned = Classifier.load(out, "cpu")
+    assert tuned.config.model.pairs and tuned.config.model.segments == 2
+    assert len(tuned.classify(pairs[:4])) == 4
 
 
 def test_vaswani_classify_gives_the_checkpoint_s_labels(bert, texts, tmp_path):

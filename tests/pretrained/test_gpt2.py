@@ -11,6 +11,7 @@ from tests.pretrained.checks import (
     adapt_to_captions,
     assert_refused,
     finetune_a_classifier,
+    rewrite_weights,
     saved_and_imported,
     set_config,
     without,
@@ -22,6 +23,8 @@ from vaswani.data.tokenizer import Tokenizer
 from vaswani.decode.classifier import Classifier
 from vaswani.decode.generate import Generator
 from vaswani.model_dir import load_model
+
+pytestmark = pytest.mark.shared_data  # reads ../shared/data (tests/conftest.py skips it where absent)
 
 transformers = pytest.importorskip("transformers")
 
@@ -133,6 +136,36 @@ def test_logits_are_transformers_within_1e_4(gpt2, held_out):
     assert (ours - theirs).abs().max() < 1e-4
     assert (last - theirs[:, -1]).abs().max() < 1e-4
     assert theirs.std() > 1.0  # the comparison is between logits that differ from token to token
+
+
+@pytest.mark.parametrize("layout", ["legacy-buffers", "own-lm-head"])
+def test_older_and_untied_layouts_import_equal(gpt2, held_out, tmp_path, layout):
+    """An older upload (pytorch_model.bin with each layer's causal-mask buffers, attn.bias and attn.masked_bias) and
+    a GPT-2 whose lm_head is its own (tie_word_embeddings false): logits equal to transformers' on either."""
+    src = shutil.copytree(gpt2[0], tmp_path / "hf")
+    n_layer = json.loads((src / "config.json").read_text())["n_layer"]
+
+    def edit(weights):
+        prefix = "transformer." if "transformer.wte.weight" in weights else ""
+        if layout == "legacy-buffers":
+            for i in range(n_layer):
+                weights[f"{prefix}h.{i}.attn.bias"] = torch.tril(torch.ones(1, 1, 8, 8))
+                weights[f"{prefix}h.{i}.attn.masked_bias"] = torch.tensor(-1e4)
+        else:
+            wte = weights[f"{prefix}wte.weight"]
+            weights["lm_head.weight"] = wte + 0.05 * torch.randn(wte.shape, generator=torch.Generator().manual_seed(0))
+
+    rewrite_weights(src, edit, legacy=layout == "legacy-buffers")
+    if layout == "own-lm-head":
+        set_config(src, tie_word_embeddings=False)
+    assert main(["import", str(src), str(tmp_path / "model")]) == 0
+    model, _ = load_model(tmp_path / "model")
+    assert model.config.tie_output is (layout != "own-lm-head")
+    hf = transformers.GPT2LMHeadModel.from_pretrained(str(src)).eval()
+    assert not torch.equal(hf.lm_head.weight, hf.transformer.wte.weight) or layout != "own-lm-head"
+    batch = torch.tensor([x[:64] for x in gpt2[3](held_out)["input_ids"] if len(x) >= 64][:8])
+    with torch.no_grad():
+        assert (model(batch) - hf(batch).logits).abs().max() < 1e-4
 
 
 def _hf_greedy(hf, ids: list[int], max_new: int) -> list[int]:
@@ -333,7 +366,7 @@ def test_continued_pretraining_refuses_what_belongs_to_the_pretrained_model(gpt2
         (lambda d: set_config(d, scale_attn_by_inverse_layer_idx=True), "scale_attn_by_inverse_layer_idx"),
         (lambda d: set_config(d, reorder_and_upcast_attn=True), "reorder_and_upcast_attn"),
         (lambda d: set_config(d, activation_function="swish"), "activation_function"),
-        (lambda d: set_config(d, tie_word_embeddings=False), "tie_word_embeddings"),
+        (lambda d: set_config(d, tie_word_embeddings=False), "no lm_head.weight"),
         (lambda d: set_config(d, n_inner=100), "c_fc.weight"),
     ],
     ids=[
@@ -346,7 +379,7 @@ def test_continued_pretraining_refuses_what_belongs_to_the_pretrained_model(gpt2
         "inverse-layer-scaling",
         "reorder-and-upcast",
         "activation",
-        "untied-head",
+        "untied-head-missing",
         "n-inner-mismatch",
     ],
 )

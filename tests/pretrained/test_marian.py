@@ -14,6 +14,8 @@ from vaswani.decode.translator import Translator
 from vaswani.model_dir import load_model
 from vaswani.pretrained import import_pretrained
 
+pytestmark = pytest.mark.shared_data  # reads ../shared/data (tests/conftest.py skips it where absent)
+
 transformers = pytest.importorskip("transformers")
 
 
@@ -68,17 +70,47 @@ def test_logits_are_transformers_within_1e_4(opus, lines):
     assert theirs[real].std() > 1.0  # the comparison is between logits that differ from token to token
 
 
-def test_greedy_is_identical_and_beam_with_the_checkpoint_s_settings_is_generate_s(opus, lines):
-    _, model_dir, hf, tokenizer = opus
-    translator = Translator.load(model_dir, "cpu", "fp32")
+def assert_generate_s_outputs(src, model_dir, lines, beams: int) -> tuple[list[str], list[str]]:
+    """Greedy search and the checkpoint's own default (its num_beams, length penalty, stopping rule, length limit)
+    give transformers' generate's outputs on every line, token for token; returns generate's (greedy, default)."""
+    hf = transformers.MarianMTModel.from_pretrained(str(src)).eval()
+    tokenizer = transformers.MarianTokenizer.from_pretrained(str(src))
+    assert hf.generation_config.num_beams == beams
+    translator = Translator.load(model_dir, "cpu")  # precision auto: decoding runs fp32, as generate does
     batch = tokenizer(lines, return_tensors="pt", padding=True)
     with torch.no_grad():
-        greedy = tokenizer.batch_decode(hf.generate(**batch, num_beams=1), skip_special_tokens=True)
-        beam = tokenizer.batch_decode(hf.generate(**batch), skip_special_tokens=True)  # num_beams 4, its config
-    assert translator.translate(lines, beam_size=1) == greedy
-    ours = translator.translate(lines)
-    assert sum(a == b for a, b in zip(ours, beam, strict=True)) >= 0.95 * len(lines)
+        greedy, beam = hf.generate(**batch, num_beams=1), hf.generate(**batch)
+    strip = lambda ids: [t for t in ids if t not in (hf.config.pad_token_id, 0)]  # noqa: E731
+    found = translator.translate_with_details(lines, beam_size=1)
+    assert [c.candidates[0].tokens for c in found] == [strip(ids) for ids in greedy.tolist()]
+    found = translator.translate_with_details(lines)
+    assert [c.candidates[0].tokens for c in found] == [strip(ids) for ids in beam.tolist()]
+    return tokenizer.batch_decode(greedy, skip_special_tokens=True), tokenizer.batch_decode(
+        beam, skip_special_tokens=True
+    )
+
+
+def test_greedy_and_beam_with_the_checkpoint_s_settings_are_generate_s(opus, lines):
+    src, model_dir, _, _ = opus
+    greedy, beam = assert_generate_s_outputs(src, model_dir, lines, beams=4)
     assert len(set(beam)) > 20 and beam != greedy  # real, varied outputs where beam search has choices
+
+
+@pytest.mark.parametrize(
+    ("layout", "beams"),
+    [
+        (dict(tie_output=False), 4),  # transformers 5: one matrix per stack and an lm_head of its own
+        (dict(tie_output=False, legacy=True), 4),  # transformers 4: one input matrix, an lm_head of its own
+        (dict(legacy=True, generation={"num_beams": 6, "length_penalty": 1.3}), 6),  # settings in config.json
+        (dict(generation={"early_stopping": True, "max_length": 12}), 4),  # outputs cut at the limit, forced EOS
+        (dict(generation={"early_stopping": "never", "forced_eos_token_id": None, "max_length": 12}), 4),
+    ],
+    ids=["own-lm-head", "legacy-own-lm-head", "legacy-settings-in-config", "early-stopping-short", "never-no-forced"],
+)
+def test_every_hub_layout_gives_generate_s_outputs(tmp_path, lines, layout, beams):
+    src = save_marian(tmp_path / "hf", steps=200, **layout)
+    model_dir = import_pretrained(src, tmp_path / "model")
+    assert_generate_s_outputs(src, model_dir, lines[:100], beams)
 
 
 def test_separate_vocabularies_import_equal(tmp_path, lines):
@@ -128,6 +160,21 @@ def test_ctranslate2_runs_the_imported_model_as_we_do(opus, lines, tmp_path):
     assert sum(a == b for a, b in zip(ours, ct2, strict=True)) >= 38
 
 
+def _edit_weights(directory, extra=None, positions=None, lm_head=None) -> None:
+    """model.safetensors with a tensor nothing reads, an altered sinusoid table, or an lm_head unlike the tied
+    embedding it should equal."""
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(str(directory / "model.safetensors"))
+    if extra is not None:
+        weights["model.decoder.layers.0.extra"] = extra
+    if positions is not None:
+        weights["model.encoder.embed_positions.weight"] = positions
+    if lm_head is not None:
+        weights["lm_head.weight"] = weights["model.shared.weight"] + lm_head
+    save_file(weights, str(directory / "model.safetensors"))
+
+
 @pytest.mark.parametrize(
     ("edit", "named"),
     [
@@ -137,8 +184,23 @@ def test_ctranslate2_runs_the_imported_model_as_we_do(opus, lines, tmp_path):
         (lambda d: set_config(d, d_model=64), "shape"),
         (lambda d: set_config(d, normalize_before=True), "normalize_before"),
         (lambda d: (d / "model.safetensors").write_bytes(b"garbage"), "model.safetensors"),
+        (lambda d: _edit_weights(d, extra=torch.ones(3)), "model.decoder.layers.0.extra"),
+        (lambda d: _edit_weights(d, positions=torch.zeros(128, 32)), "embed_positions"),
+        (lambda d: _edit_weights(d, lm_head=torch.ones(1)), "lm_head.weight differs"),
+        (lambda d: set_config(d, "generation_config.json", no_repeat_ngram_size=3), "no_repeat_ngram_size"),
     ],
-    ids=["no-config", "unknown-type", "no-source-spm", "shape-mismatch", "pre-norm", "corrupt-weights"],
+    ids=[
+        "no-config",
+        "unknown-type",
+        "no-source-spm",
+        "shape-mismatch",
+        "pre-norm",
+        "corrupt-weights",
+        "unknown-tensor",
+        "altered-positions",
+        "tied-lm-head-differs",
+        "unsupported-generation",
+    ],
 )
 def test_a_wrong_directory_is_one_line_exit_2_and_nothing_written(opus, tmp_path, capsys, edit, named):
     assert_refused(opus[0], tmp_path, capsys, edit, named)
@@ -165,3 +227,51 @@ def test_the_imported_model_serves_and_shows_its_attention(opus, lines):
     assert torch.allclose(cross.sum(-1), torch.ones(()), atol=1e-2)
     found = translator.attention(lines[0])
     assert found.text == expected[0] and found.attention is not None
+
+
+def test_target_language_goes_before_every_sentence_in_line_and_document_mode(opus, lines, tmp_path, capsys):
+    """--target-language en puts the model's >>en<< token before every sentence, as MarianTokenizer encodes
+    ">>en<< text": in line mode, in document mode (each sentence, not only the first), through the API; a language
+    the model has no token for is refused in one line that lists the ones it has."""
+    _, model_dir, _, tokenizer = opus
+    translator = Translator.load(model_dir, "cpu", "fp32")
+    sentences = [line.rstrip(" .") + "." for line in lines[:6]]  # whole sentences, that a document splits back
+    expected = tokenizer([f">>en<< {s}" for s in sentences])["input_ids"]
+    assert [[*ids, 0] for ids in translator.encode_sources(sentences, "en")] == expected
+    assert translator.encode_sources([">>xx<< " + sentences[0]], ">>en<<")[0] == expected[0][:-1]  # replaced
+    with_token = translator.translate([f">>en<< {s}" for s in sentences], beam_size=1)
+    assert translator.translate(sentences, beam_size=1, target_language="en") == with_token
+    assert with_token != translator.translate(sentences, beam_size=1)  # the token changes what the model reads
+    text = " ".join(sentences[:3]) + "\n\n" + " ".join(sentences[3:]) + "\n"
+    (tmp_path / "doc.de").write_text(text, encoding="utf-8")
+    command = ["translate", str(model_dir), "-i", str(tmp_path / "doc.de"), "--document", "--beam", "1"]
+    assert main([*command, "--target-language", "en", "-o", str(tmp_path / "doc.en"), "--precision", "fp32"]) == 0
+    assert (tmp_path / "doc.en").read_text(encoding="utf-8") == (
+        " ".join(with_token[:3]) + "\n\n" + " ".join(with_token[3:]) + "\n"
+    )
+    capsys.readouterr()
+    assert main([*command, "--target-language", "fra"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "no >>fra<< token" in err and "translates into en" in err
+
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from vaswani.serve.app import Settings, create_app
+
+    with TestClient(create_app(translator, model_dir, Settings())) as client:
+        assert client.get("/v1/model").json()["target_languages"] == ["en"]
+        body = {"text": sentences[:2], "split_sentences": False, "beam": 1, "target_language": "en"}
+        reply = client.post("/v1/translate", json=body)
+        assert [t["text"] for t in reply.json()["translations"]] == with_token[:2]
+        refused = client.post("/v1/translate", json={**body, "target_language": "fra"})
+        assert refused.status_code == 422 and "no >>fra<< token" in refused.text
+
+
+def test_a_model_of_one_target_language_refuses_a_target_language(tmp_path, capsys):
+    from tests.conftest import write_tiny_model_directory
+
+    model_dir = write_tiny_model_directory(tmp_path)
+    assert main(["translate", str(model_dir), "--target-language", "fra"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "translates into one language" in err

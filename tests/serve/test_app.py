@@ -10,14 +10,15 @@ import pytest
 from fastapi.testclient import TestClient
 
 from tests.conftest import write_tiny_model_directory
+from tests.serve.server import start_server
 from vaswani import __version__
 from vaswani.decode.document import split
 from vaswani.decode.translator import Translator
 from vaswani.runtime import ComputeThread
-from vaswani.serve import app as app_module
-from vaswani.serve.app import MICRO_BATCH, Settings, create_app, resolve_precision
+from vaswani.serve.app import Settings, create_app
 from vaswani.serve.batching import BusyError, MicroBatcher
-from vaswani.serve.launch import Server, launch
+
+pytestmark = pytest.mark.shared_data  # reads ../shared/data (tests/conftest.py skips it where absent)
 
 SENTENCES = [
     "Ein Mann fährt Fahrrad.",
@@ -239,8 +240,8 @@ def test_the_model_is_loaded_measured_and_run_on_one_compute_thread(model_dir, m
 
         return record
 
-    # precision "auto" is measured at start-up by serve.app.resolve_precision, which calls precision.choose
-    monkeypatch.setattr(app_module, "choose", recorded("choose", app_module.choose))
+    # precision is settled at start-up by the translator's engine
+    monkeypatch.setattr(translator, "choose_precision", recorded("choose", translator.choose_precision))
     monkeypatch.setattr(translator, "translate_with_details", recorded("translate", translator.translate_with_details))
     with TestClient(create_app(translator, model_dir, Settings(), compute=compute)) as client:
         assert client.post("/v1/translate", json={"text": ["Ein Mann. Eine Frau."]}).status_code == 200
@@ -254,15 +255,14 @@ def test_the_model_is_loaded_measured_and_run_on_one_compute_thread(model_dir, m
     assert not compute.thread.is_alive()
 
 
-def test_a_server_resolves_precision_auto_at_a_micro_batch_not_at_translate_batches(model_dir):
+def test_a_server_s_precision_auto_is_fp32_and_measures_nothing(model_dir, monkeypatch):
+    from vaswani import precision
+
+    monkeypatch.setattr(precision, "measure_matmuls", lambda *a: (_ for _ in ()).throw(AssertionError("measured")))
     translator = Translator.load(model_dir, "cpu", "auto")
-    choice = resolve_precision(translator)
-    beam = translator.config.decode.beam_size
-    assert choice.requested == "auto" and MICRO_BATCH * beam != 64 * beam
-    # Measured at a micro-batch's rows (where bf16 is emulated, a probe decides at once: fp32).
-    assert choice.measurement.rows == MICRO_BATCH * beam or (choice.measurement.emulated and choice.precision == "fp32")
-    assert translator.engine.precision == choice.precision in ("fp32", "bf16")  # decided once, for every batch
-    assert resolve_precision(Translator.load(model_dir, "cpu", "fp32")) is None  # asked for: kept
+    with TestClient(create_app(translator, model_dir, Settings())) as client:
+        assert client.post("/v1/translate", json={"text": SENTENCES[:2]}).status_code == 200
+    assert translator.choose_precision(translator.options()).precision == "fp32"
 
 
 def test_the_batcher_never_mixes_options_and_respects_its_budget(translator):
@@ -434,13 +434,9 @@ def test_an_api_key_guards_the_api_and_cors_is_off_unless_configured(translator,
         assert response.headers["access-control-allow-origin"] == "https://elsewhere.example"
 
 
-def _start_server(model_dir: Path, *args: str) -> Server:
-    return launch(model_dir, "--device", "cpu", "--precision", "fp32", *args)
-
-
 def test_the_server_batches_concurrent_clients_and_finishes_requests_in_flight_when_stopped(model_dir):
     # A long batching wait keeps requests in flight long enough to stop the server under them.
-    server = _start_server(model_dir, "--max-wait-ms", "3000")
+    server = start_server(model_dir, "--max-wait-ms", "3000")
     process, url = server.process, server.url
     try:
         results: dict[int, httpx.Response] = {}
@@ -481,7 +477,7 @@ def test_the_server_batches_concurrent_clients_and_finishes_requests_in_flight_w
 
 
 def test_serve_binds_to_this_machine_only_by_default(model_dir):
-    with _start_server(model_dir) as server:
+    with start_server(model_dir) as server:
         assert server.url.startswith("http://127.0.0.1:")
         port = int(server.url.rsplit(":", 1)[1])
         addresses = {

@@ -24,6 +24,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _settle_threads() -> None:
+    from vaswani.threads import settle_threads
+
+    line = settle_threads()
+    if line is not None:
+        print(f"vaswani: {line}", file=sys.stderr)
+
+
 def _version() -> str:
     from vaswani import __version__
 
@@ -31,8 +39,12 @@ def _version() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line (`argv`: its arguments; None: the process's own, which also settles torch's threads to the
+    CPUs other work leaves free, vaswani/threads.py: a library call or a test keeps the process's setting)."""
     args = build_parser().parse_args(argv)
     try:
+        if argv is None:
+            _settle_threads()
         args.run(args)
     except (ConfigError, ValueError, OSError, ImportError) as error:  # DataError, CheckpointError are ValueErrors
         message = (

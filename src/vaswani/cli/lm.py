@@ -61,14 +61,21 @@ def _generate(args: argparse.Namespace) -> None:
 def _classify(args: argparse.Namespace) -> None:
     from vaswani.decode.classifier import Classifier
 
-    classifier = Classifier.load(args.model_dir, args.device)
+    classifier = Classifier.load(args.model_dir, args.device, pairs=args.pairs)
     console = stderr_console()
+    pairs = args.pairs or classifier.config.model.pairs  # a classifier fine-tuned on pairs reads pairs
     with Lines(args.input, args.output, console) as lines:
         for first, chunk in lines.chunks(4096):
             for i, line in enumerate(chunk):
+                if pairs and line.count("\t") != 1:
+                    raise ValueError(
+                        f"{args.input or 'standard input'}, line {first + i + 1}: {line.count(chr(9)) + 1} "
+                        "tab-separated fields; --pairs reads two per line (text a<TAB>text b)"
+                    )
                 if not line.strip():
                     console.print(f"vaswani: warning: line {first + i + 1} is empty; classified as empty text")
-            labels = classifier.classify(chunk, args.batch_size)
+            texts = [tuple(line.split("\t")) for line in chunk] if pairs else chunk
+            labels = classifier.classify(texts, args.batch_size)
             lines.write(f"{label}\t{probability:.4f}" for label, probability in labels)
 
 
@@ -93,6 +100,12 @@ def register(commands: argparse._SubParsersAction) -> None:
     classify.add_argument("model_dir")
     classify.add_argument("-i", "--input", help="input file, plain or .gz (default: standard input)")
     classify.add_argument("-o", "--output", help="output file: label<TAB>probability per line (default: stdout)")
+    classify.add_argument(
+        "--pairs",
+        action="store_true",
+        help="each line is a sentence pair, text a<TAB>text b, read as [CLS] a [SEP] b [SEP] (a BERT: paraphrase, "
+        "entailment, question and answer)",
+    )
     classify.add_argument("--batch-size", type=int, default=64)
     classify.add_argument("--device", default="auto", help="cpu, cuda, ... (default: the GPU if any)")
     classify.set_defaults(run=_classify)

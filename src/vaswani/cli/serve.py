@@ -17,7 +17,7 @@ def _serve(args: argparse.Namespace) -> None:
     try:
         import uvicorn
 
-        from vaswani.serve.app import Settings, create_app, resolve_precision
+        from vaswani.serve.app import Settings, create_app
     except ImportError as error:
         raise ImportError(f"vaswani serve needs FastAPI and uvicorn ({error}): pip install 'vaswani[serve]'") from None
     import time
@@ -36,11 +36,7 @@ def _serve(args: argparse.Namespace) -> None:
         translator.config = dataclasses.replace(translator.config, decode=decode)
     load_seconds = time.perf_counter() - started
     console = stderr_console()
-    choice = compute.call(resolve_precision, translator)  # auto: at a micro-batch's rows (serve.app says why)
-    if choice is not None:
-        console.print(f"vaswani: serving: {choice.describe()}")
-    else:
-        compute.call(report_precision, translator, translator.options(), console)
+    compute.call(report_precision, translator, translator.options(), console)
     api_key = args.api_key or os.environ.get("VASWANI_API_KEY") or None
     if api_key is None and args.host not in ("127.0.0.1", "localhost", "::1"):
         console.print(

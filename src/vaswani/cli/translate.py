@@ -25,7 +25,7 @@ def decode_options(args: argparse.Namespace) -> dict[str, Any]:
         length_rule=args.length_rule,
         max_len_a=args.max_len_a,
         max_len_b=args.max_len_b,
-        early_stopping=args.early_stopping or None,
+        early_stopping={"on": True, "off": False}.get(args.early_stopping, args.early_stopping),
         batch_size=args.batch_size,
         sampling=args.sample or None,
         temperature=args.temperature,
@@ -82,6 +82,7 @@ def _translate(args: argparse.Namespace) -> None:
     decode = translator.options(**overrides)  # validated once, before reading any input
     detailed = args.n_best > 1 or args.scores
     console = stderr_console()
+    translator.language_token(args.target_language)  # checked before any input is read
     report_precision(translator, decode, console)
     if args.source_language is not None and not re.fullmatch(r"[a-z]{2,3}", args.source_language):
         raise ValueError(f"--source-language {args.source_language!r}: give an ISO 639 code such as de or en")
@@ -98,7 +99,12 @@ def _translate(args: argparse.Namespace) -> None:
                 console.print(f"vaswani: warning: line {first + index + 1}: {message}")
 
             results = translator.translate_with_details(
-                chunk, n_best=args.n_best, warn=warn, progress=advance, **overrides
+                chunk,
+                n_best=args.n_best,
+                warn=warn,
+                progress=advance,
+                target_language=args.target_language,
+                **overrides,
             )
             lines.write(
                 json.dumps(result.n_best_record(), ensure_ascii=False) if detailed else result.text
@@ -133,6 +139,7 @@ def _translate_document(
                 warn=warn,
                 progress=advance,
                 documents=[document],
+                target_language=args.target_language,
                 **overrides,
             )
         if args.n_best > 1 or args.scores:
@@ -159,8 +166,11 @@ def _evaluate(args: argparse.Namespace) -> None:
         translator = _load_translator(args)
         console = stderr_console()
         report_precision(translator, translator.options(**decode_options(args)), console)
+        translator.language_token(args.target_language)
         with progress_bar(console, "translating", len(sources)) as advance:
-            hypotheses = translator.translate(sources, progress=advance, **decode_options(args))
+            hypotheses = translator.translate(
+                sources, progress=advance, target_language=args.target_language, **decode_options(args)
+            )
         if args.output:
             with open(args.output, "w", encoding="utf-8") as handle:
                 handle.writelines(h + "\n" for h in hypotheses)
@@ -205,9 +215,12 @@ def _add_decode_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--max-len-b", type=int, help="(paper: source length + 50)")
     group.add_argument(
         "--early-stopping",
-        action="store_true",
-        help="end a sentence as soon as beam-size hypotheses have finished (fairseq's rule; faster, "
-        "shorter outputs) instead of when none can improve on the best (the paper's code)",
+        nargs="?",
+        const="on",
+        choices=("on", "off", "heuristic"),
+        help="on: end a sentence as soon as beam-size hypotheses have finished (fairseq's rule; faster, shorter "
+        "outputs); off: when none can improve on the best (the paper's code); heuristic: transformers' "
+        "early_stopping false (an imported model's default)",
     )
     group.add_argument("--batch-size", type=int, help="sentences per batch")
     group.add_argument("--sample", action="store_true", help="sample instead of beam search")
@@ -227,8 +240,14 @@ def _add_decode_options(parser: argparse.ArgumentParser) -> None:
         "--precision",
         choices=PRECISIONS,
         default="auto",
-        help="auto (default): bf16 autocast only where it measures clearly faster than fp32 for "
-        "this model and batch on this device; fp32; bf16",
+        help="auto (default): fp32, so that the same command gives the same output on any machine and under any "
+        "load; fp32; bf16 (autocast: faster on CPUs and GPUs with fast bf16, changes some outputs)",
+    )
+    group.add_argument(
+        "--target-language",
+        metavar="CODE",
+        help="a multilingual model's target language, e.g. fra: its >>fra<< token goes before every sentence "
+        "(line and document mode)",
     )
     group.add_argument("--bf16", action="store_true", help=argparse.SUPPRESS)  # old spelling of --precision bf16
     group.add_argument(

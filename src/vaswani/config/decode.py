@@ -25,8 +25,17 @@ class DecodeConfig:
     max_len_a: float = 1.0  # maximum output length = a * source length + b (§6.1: input + 50)
     max_len_b: int = 50
     # False: a sentence ends when no live hypothesis can beat its best finished one (tensor2tensor,
-    # the paper's code); True: as soon as beam_size hypotheses have finished (fairseq; faster, shorter)
-    early_stopping: bool = False
+    # the paper's code; transformers' "never"); True: as soon as beam_size hypotheses have finished (fairseq;
+    # faster, shorter); "heuristic": when beam_size have finished and the best live one, scored at its current
+    # length, does not beat the worst of them (transformers' early_stopping false, an imported model's default)
+    early_stopping: bool | Literal["heuristic"] = False
+    # An output cut at the length limit ends in an EOS that costs nothing and counts in its length
+    # (transformers' forced_eos_token_id; the imported Marian models' setting)
+    forced_eos: bool = False
+    # PAD and BOS are never generated: banned before the softmax, their probability spread over the other tokens
+    # (CTranslate2's way); true: after it, their probability lost (transformers' generate, fairseq: the imported
+    # Marian models' setting, so that beam search ranks hypotheses as generate does)
+    ban_after_softmax: bool = False
     batch_size: int = 64  # sentences per decoding batch
     sampling: bool = False  # sample instead of searching (beam_size is then ignored)
     temperature: float = 1.0
@@ -43,6 +52,8 @@ class DecodeConfig:
             raise ConfigError("decode.beam_size and decode.batch_size must be positive")
         if self.length_penalty < 0 or self.max_len_a < 0 or self.max_len_b < 0:
             raise ConfigError("decode.length_penalty, decode.max_len_a and decode.max_len_b must be >= 0")
+        if self.early_stopping not in (True, False, "heuristic"):
+            raise ConfigError(f"decode.early_stopping must be true, false or heuristic, got {self.early_stopping!r}")
         if self.length_rule not in ("gnmt", "power"):
             raise ConfigError(f"decode.length_rule must be gnmt or power, got {self.length_rule!r}")
         if self.temperature <= 0 or self.top_k < 0 or not 0 < self.top_p <= 1:

@@ -40,7 +40,9 @@ class ModelConfig:
     # positions have this many rows. Sinusoids are tabulated up to it and computed beyond (generation).
     max_positions: int = 1024
     share_embeddings: bool = True  # §3.4: one matrix for source, target and pre-softmax weights
-    tie_output: bool = True  # with separate vocabularies: target embedding = pre-softmax weights
+    # The pre-softmax weights are the target embedding (§3.4). false: a matrix of its own, whether or not the
+    # input embeddings are shared (Marian's tie_word_embeddings: false, GPT-2's or BERT's untied heads).
+    tie_output: bool = True
     scale_embeddings: bool = True  # §3.4: token embeddings times sqrt(d_model); GPT-2 and BERT do not scale
     # A bias added to the logits (Marian's final_logits_bias); §3.4's pre-softmax projection has none.
     output_bias: bool = False
@@ -50,6 +52,11 @@ class ModelConfig:
     # the pre-softmax projection (decoder_only and encoder_only); the pooler (dense, tanh) between the pooled
     # state and the classifier.
     embedding_norm: bool = False
+    # BERT's token type ("segment") embeddings: this many vectors, one added to each position's embedding (0: none;
+    # BERT has 2). pairs: the classifier reads sentence pairs `[CLS] a [SEP] b [SEP]`, segment B after the first
+    # [SEP] (paraphrase, entailment, question-answer matching); needs segments >= 2.
+    segments: int = 0
+    pairs: bool = False
     output_transform: bool = False
     pooler: bool = False
     pad_id: int = PAD_ID  # vaswani/special.py: the ids every vocabulary trained here gives its special tokens
@@ -80,8 +87,6 @@ class ModelConfig:
     def unused(self) -> frozenset[str]:
         """The fields that do not take effect given the others (read in nn/transformer.py, nn/language_model.py)."""
         names = set()
-        if self.share_embeddings:
-            names.add("tie_output")  # one matrix is already the embeddings and the pre-softmax weights
         if not self.n_classes:
             names.update(("n_classes", "pool", "pooler"))  # no classifier (a fine-tuning config sets model.pool)
         return frozenset(names)
@@ -118,6 +123,13 @@ class ModelConfig:
             raise ConfigError(
                 f"model.output_transform applies to a language model ({' or '.join(fitting('classify'))}); "
                 f"remove it for {self.type}"
+            )
+        if not isinstance(self.segments, int) or isinstance(self.segments, bool) or self.segments < 0:
+            raise ConfigError(f"model.segments must be 0 (none) or more, got {self.segments!r}")
+        if self.pairs and (self.segments < 2 or self.type != "encoder_only"):
+            raise ConfigError(
+                "model.pairs needs an encoder_only model with model.segments >= 2 (segment A and segment B), "
+                f"got type {self.type} with segments {self.segments}"
             )
         if self.pool not in ("auto", "first", "last", "mean"):
             raise ConfigError(f"model.pool must be auto, first, last or mean, got {self.pool!r}")

@@ -12,9 +12,11 @@ Three layouts, one interface (`Tokenizer`, whose `src` and `tgt` answer as Sente
 
 from __future__ import annotations
 
+import functools
 import io
 import itertools
 import json
+import re
 import shutil
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -30,6 +32,7 @@ _SPECIAL = {"pad_id": PAD_ID, "bos_id": BOS_ID, "eos_id": EOS_ID, "unk_id": UNK_
 
 MARIAN_FILES = ("source.spm", "target.spm", "vocab.json")  # + target_vocab.json with separate vocabularies
 MARIAN_TARGET_VOCAB = "target_vocab.json"
+LANGUAGE_TOKEN = re.compile(r">>[^<>\s]+<<")  # a multilingual model's target-language token, e.g. >>fra<<
 
 
 class VocabPieces:
@@ -148,6 +151,16 @@ class Tokenizer:
 
     def decode_tgt(self, ids: Sequence[Sequence[int]]) -> list[str]:
         return self.tgt.decode([list(x) for x in ids])
+
+    @functools.cached_property
+    def language_tokens(self) -> list[str]:
+        """The source vocabulary's `>>lang<<` pieces, sorted: the target languages a multilingual model (OPUS-MT's
+        mul models) is asked for by the token before a sentence; empty for a model of one target language."""
+        if isinstance(self.src, VocabPieces):
+            pieces = self.src.vocab
+        else:
+            pieces = (self.src.id_to_piece(i) for i in range(self.src.get_piece_size()))
+        return sorted(piece for piece in pieces if LANGUAGE_TOKEN.fullmatch(piece))
 
     @property
     def mask_id(self) -> int | None:

@@ -6,13 +6,14 @@ classifier.classify(["a gorgeous , witty , seductive movie ."])   # [('1', 0.97)
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
 from vaswani.config import Config
-from vaswani.data.labelled import classifier_inputs, pad
+from vaswani.data.labelled import Text, classifier_inputs, pad
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.model_dir import CheckpointError, load_model
 from vaswani.runtime import pick_device
@@ -29,13 +30,24 @@ class Classifier:
         self.device = next(model.parameters()).device
 
     @classmethod
-    def load(cls, model_dir: str | Path, device: str = "auto") -> Classifier:
+    def load(cls, model_dir: str | Path, device: str = "auto", pairs: bool = False) -> Classifier:
+        """The classifier in `model_dir`; `pairs`: it reads sentence pairs (a BERT classifier imported from a
+        paraphrase or entailment checkpoint; one fine-tuned on pairs reads them already)."""
         model, config = load_model(model_dir, pick_device(device))
+        if pairs and not config.model.pairs:
+            if config.model.segments < 2:
+                raise ValueError(
+                    f"{model_dir}: this model has no segment B (model.segments {config.model.segments}); sentence "
+                    "pairs need a BERT (token type embeddings)"
+                )
+            m = dataclasses.replace(config.model, pairs=True)
+            model.config, config = m, dataclasses.replace(config, model=m)
         return cls(model, Tokenizer.load(model_dir), config)
 
     @torch.inference_mode()
-    def probabilities(self, texts: Sequence[str], batch_size: int = 64) -> torch.Tensor:
-        """Class probabilities of each text, in input order. Shape: -> (N, n_classes)"""
+    def probabilities(self, texts: Sequence[Text], batch_size: int = 64) -> torch.Tensor:
+        """Class probabilities of each text (or sentence pair, (a, b), where the model reads pairs), in input
+        order. Shape: -> (N, n_classes)"""
         inputs = classifier_inputs(
             self.tokenizer, list(texts), self.config.model, self.config.data.block_size, self.config.data.lowercase
         )
@@ -47,8 +59,8 @@ class Classifier:
             out[chunk] = self.model.classify(ids).float().softmax(-1).cpu()
         return out
 
-    def classify(self, texts: Sequence[str], batch_size: int = 64) -> list[tuple[str, float]]:
-        """(label, its probability) of each text."""
+    def classify(self, texts: Sequence[Text], batch_size: int = 64) -> list[tuple[str, float]]:
+        """(label, its probability) of each text (or sentence pair)."""
         if not texts:
             return []
         probs = self.probabilities(texts, batch_size)

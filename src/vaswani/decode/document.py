@@ -27,12 +27,13 @@ if TYPE_CHECKING:
 
 _LINE = re.compile(r"[^\n\r\u2028\u2029\x85\x0b\x0c]+")  # text between line breaks
 # Languages written without spaces between sentences: their translations are joined without one too.
-UNSPACED = frozenset({"zh", "ja", "th", "lo", "km", "my"})
+# ISO 639-1 and -3 codes (OPUS-MT's >>lang<< tokens are 639-3, some with a script: zho_Hans).
+UNSPACED = frozenset({"zh", "ja", "th", "lo", "km", "my", "zho", "cmn", "yue", "jpn", "tha", "lao", "khm", "mya"})
 
 
 def puts_spaces(language: str | None) -> bool:
     """Whether `language` puts a space between sentences (translations into it are joined with one)."""
-    return language not in UNSPACED
+    return (language or "").split("_")[0] not in UNSPACED
 
 
 @dataclass(frozen=True)
@@ -133,16 +134,23 @@ def translate_documents(
 ) -> list[DocumentTranslation]:
     """Each text split into sentences (`language`: the source's; default: what the model was trained on),
     all sentences of all texts translated in one `translate_with_details` call, as line mode translates lines,
-    and the translations put back in the texts' layout. `warn(index, message)` counts sentences.
+    and the translations put back in the texts' layout. `target_language`: a multilingual model's target, its
+    >>lang<< token before every sentence (Translator.encode_sources). `warn(index, message)` counts sentences.
     `documents`: the texts' `split`, where the caller has made it already (to size a progress bar)."""
     source, target = translator.config.data.languages()
     if documents is None:
         documents = [split(text, language or source) for text in texts]
     sentences = [clean_line(s) for document in documents for s in document.sentences]  # NUL: as in line mode
     results = translator.translate_with_details(
-        sentences, n_best=n_best, attention=attention, warn=warn, progress=progress, **options
+        sentences,
+        n_best=n_best,
+        attention=attention,
+        warn=warn,
+        progress=progress,
+        target_language=target_language,
+        **options,
     )
-    return assemble(texts, documents, results, spaced=puts_spaces(target_language or target))
+    return assemble(texts, documents, results, spaced=puts_spaces((target_language or target or "").strip("<>")))
 
 
 def assemble(

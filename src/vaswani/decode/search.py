@@ -70,6 +70,8 @@ class Steps:
 
     first: Tensor  # (B * beam,)
 
+    ban_after_softmax = False  # start_steps sets it
+
     def __init__(self, model, use_cache: bool, step: DecodeStep | None = None) -> None:
         self.model, self.use_cache = model, use_cache
         self.decode_step = step or model.decode_step  # the model's incremental step, or it compiled (compiled_step)
@@ -81,12 +83,17 @@ class Steps:
         raise NotImplementedError
 
     def step(self, tokens: Tensor, ban_eos: bool = False) -> Tensor:
-        """Shape: tokens (rows,) -> logits (rows, V) in float32, PAD and BOS (and EOS if asked) at -inf"""
-        logits = self._logits(tokens).float()
-        logits[:, self.banned] = float("-inf")
+        """Next-token log-probabilities, PAD and BOS (and EOS if asked) at -inf: banned before the softmax, their
+        probability spread over the other tokens (CTranslate2's way; the default), or with `ban_after_softmax`
+        after it, their probability lost (transformers' generate and fairseq: an imported model's way).
+        Shape: tokens (rows,) -> log-probabilities (rows, V) in float32"""
+        scores = self._logits(tokens).float()
+        if self.ban_after_softmax:
+            scores = F.log_softmax(scores, dim=-1)
+        scores[:, self.banned] = float("-inf")
         if ban_eos:
-            logits[:, self.model.config.eos_id] = float("-inf")
-        return logits
+            scores[:, self.model.config.eos_id] = float("-inf")
+        return scores if self.ban_after_softmax else F.log_softmax(scores, dim=-1)
 
     def reorder(self, index: Tensor, same_sentences: bool) -> None:
         """Keep rows `index`, in that order. `same_sentences`: only rows of the same input were swapped
@@ -190,15 +197,25 @@ class DecoderOnlySteps(Steps):
 
 
 def start_steps(
-    model, src: Tensor, beam: int = 1, cache: bool = True, context: int | None = None, step: DecodeStep | None = None
+    model,
+    src: Tensor,
+    beam: int = 1,
+    cache: bool = True,
+    context: int | None = None,
+    step: DecodeStep | None = None,
+    ban_after_softmax: bool = False,
 ) -> Steps:
     """The steps of `model` over `src` (sources of a Transformer, prompts of a CausalLM, which sees at most
-    `context` tokens), `beam` rows each; `step` runs model.decode_step (compiled_step), by default the method."""
+    `context` tokens), `beam` rows each; `step` runs model.decode_step (compiled_step), by default the method;
+    `ban_after_softmax`: see Steps.step (decode.ban_after_softmax)."""
     kind = family(model.config.type)
     if TRANSLATE in kind.can:
-        return EncoderDecoderSteps(model, src, beam, cache, step)
-    kind.check(GENERATE, "this search's model")
-    return DecoderOnlySteps(model, src, beam, cache, context, step)
+        steps: Steps = EncoderDecoderSteps(model, src, beam, cache, step)
+    else:
+        kind.check(GENERATE, "this search's model")
+        steps = DecoderOnlySteps(model, src, beam, cache, context, step)
+    steps.ban_after_softmax = ban_after_softmax
+    return steps
 
 
 def compiled_step(model, backend: str = "inductor") -> DecodeStep:
@@ -246,12 +263,13 @@ def _one_best(
     on_step: Callable[[Tensor], None] | None = None,
     context: int | None = None,
     step: DecodeStep | None = None,
+    ban_after_softmax: bool = False,
 ) -> list[Hypothesis]:
-    """One token per step picked by `choose(logits) -> (rows,)`, rows dropped as their input ends.
+    """One token per step picked by `choose(log_probs) -> (rows,)`, rows dropped as their input ends.
     `stop_at_eos=False` keeps EOS as a token (a language model's line break) and runs to the limit;
     `on_step(tokens)` sees each step's picks (rows still running, in input order)."""
     c = model.config
-    steps = start_steps(model, src, beam=1, cache=cache, context=context, step=step)
+    steps = start_steps(model, src, 1, cache, context, step, ban_after_softmax)
     B = src.size(0)
     limits = steps.limits(max_len_a, max_len_b)  # (B,)
     out = torch.full((B, int(limits.max())), c.pad_id, dtype=torch.long)
@@ -260,11 +278,11 @@ def _one_best(
     active = torch.arange(B)  # input of each row
     tokens = steps.first
     for t in range(out.size(1)):
-        logits = steps.step(tokens, ban_eos=t < min_len)  # (rows, V)
-        tokens = choose(logits)  # (rows,)
+        next_log_probs = steps.step(tokens, ban_eos=t < min_len)  # (rows, V)
+        tokens = choose(next_log_probs)  # (rows,)
         if on_step is not None:
             on_step(tokens)
-        picked = F.log_softmax(logits, dim=-1).gather(1, tokens[:, None]).squeeze(1).cpu()
+        picked = next_log_probs.gather(1, tokens[:, None]).squeeze(1).cpu()
         log_probs[active] += picked.double()
         cpu_tokens = tokens.cpu()
         ended = cpu_tokens == c.eos_id if stop_at_eos else torch.zeros(len(active), dtype=torch.bool)
@@ -294,9 +312,11 @@ def greedy(
     on_step: Callable[[Tensor], None] | None = None,
     context: int | None = None,
     step: DecodeStep | None = None,
+    ban_after_softmax: bool = False,
 ) -> list[Hypothesis]:
     """The most probable token at each step; EOS is not allowed before `min_len` tokens.
-    `src`: a Transformer's sources, or a CausalLM's prompts (equal lengths). `step`: see start_steps.
+    `src`: a Transformer's sources, or a CausalLM's prompts (equal lengths). `step`, `ban_after_softmax`: see
+    start_steps.
     Shape: src (B, S) -> B hypotheses"""
     return _one_best(
         model,
@@ -310,6 +330,7 @@ def greedy(
         on_step,
         context,
         step,
+        ban_after_softmax,
     )
 
 
@@ -328,6 +349,7 @@ def sample(
     on_step: Callable[[Tensor], None] | None = None,
     context: int | None = None,
     step: DecodeStep | None = None,
+    ban_after_softmax: bool = False,
 ) -> list[Hypothesis]:
     """Ancestral sampling from softmax(logits / temperature), restricted to the `top_k` most probable
     tokens (0: all) and to the smallest set whose probability reaches `top_p` (nucleus sampling,
@@ -346,6 +368,7 @@ def sample(
         on_step=on_step,
         context=context,
         step=step,
+        ban_after_softmax=ban_after_softmax,
     )
 
 
@@ -393,9 +416,11 @@ def beam_search(
     n_best: int = 1,
     cache: bool = True,
     min_len: int = 0,
-    early_stopping: bool = False,
+    early_stopping: bool | str = False,
     length_rule: str = "gnmt",
     step: DecodeStep | None = None,
+    forced_eos: bool = False,
+    ban_after_softmax: bool = False,
 ) -> list[list[Hypothesis]]:
     """Beam search for a whole batch in one tensor of B x beam_size rows (§6.1: beam 4, alpha 0.6).
 
@@ -406,8 +431,12 @@ def beam_search(
     - no live hypothesis can still beat its n_best-th finished one: a live score can only fall, so the
       best it can reach is log_prob / length_penalty(maximum length) (tensor2tensor's rule, the
       paper's code; the default), or, with `early_stopping`, as soon as k hypotheses have finished
-      (fairseq's rule, and Hugging Face's early_stopping=True: faster, favours short outputs);
-    - or it reaches its maximum length (its live hypotheses then finish as they are).
+      (fairseq's rule, and Hugging Face's early_stopping=True: faster, favours short outputs), or, with
+      early_stopping "heuristic" (Hugging Face's early_stopping=False), when k have finished and the best
+      live one, scored at its current length, does not beat the worst of them;
+    - or it reaches its maximum length: the best k continuations of that step finish as they are, or, with
+      `forced_eos` (transformers' forced_eos_token_id), every live one finishes with an EOS that costs nothing
+      and counts in its length.
     With beam_size 1 and `early_stopping` this is exactly greedy search. EOS is not allowed before
     `min_len` tokens. `src`: sources of a Transformer or prompts of a CausalLM. `length_rule`: the length
     penalty's form (`length_penalty`). `step`: see start_steps.
@@ -419,10 +448,10 @@ def beam_search(
     # All k hypotheses of a sentence start identical, so the first step runs one row per sentence (width 1)
     # and its 2k best continuations fill the beam; with fewer than 2k words, k rows of which only one counts.
     width = 1 if c.tgt_vocab_size >= 2 * k else k
-    steps = start_steps(model, src, beam=width, cache=cache, step=step)
+    steps = start_steps(model, src, width, cache, step=step, ban_after_softmax=ban_after_softmax)
     limits = steps.limits(max_len_a, max_len_b)  # (B,)
     # (B,) the penalty of a hypothesis ending at its limit
-    largest_penalty = length_penalty(limits.float(), alpha, length_rule)
+    largest_penalty = length_penalty(limits.float() + forced_eos, alpha, length_rule)
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
     active = torch.arange(B)  # sentence of each group of `width` rows
     history = torch.zeros(B, width, 0, dtype=torch.long)  # tokens so far per live hypothesis, on the CPU
@@ -448,14 +477,23 @@ def beam_search(
             tokens_ = history[i, origin_c[i, j]].tolist()
             _finish(finished[sentence[i]], tokens_, float(top_scores_c[i, j]), True, k, alpha, length_rule)
         live_c = live.cpu()
+        is_eos_c = is_eos.cpu()
         for i in at_limit.nonzero().squeeze(1).tolist():
-            for j in live_c[i].tolist():
+            # the live ones with a forced EOS, or the k best continuations (their EOS ones finished above)
+            ending = live_c[i].tolist() if forced_eos else [j for j in range(k) if not is_eos_c[i, j]]
+            for j in ending:
                 tokens_ = [*history[i, origin_c[i, j]].tolist(), int(word_c[i, j])]
-                _finish(finished[sentence[i]], tokens_, float(top_scores_c[i, j]), False, k, alpha, length_rule)
-        if early_stopping:
+                score = float(top_scores_c[i, j])
+                _finish(finished[sentence[i]], tokens_, score, forced_eos, k, alpha, length_rule)
+        best_live = top_scores_c.gather(1, live_c[:, :1]).squeeze(1)  # (n,)
+        if early_stopping is True:
             done = at_limit | torch.tensor([len(finished[s]) >= k for s in sentence])
+        elif early_stopping == "heuristic":  # the best live score at its current length (transformers')
+            current = (best_live / length_penalty(t + 1, alpha, length_rule)).tolist()
+            done = at_limit | torch.tensor(
+                [_cannot_improve(finished[s], k, r) for s, r in zip(sentence, current, strict=True)]
+            )
         else:  # the best live score, were it to end at the length limit with nothing more lost
-            best_live = top_scores_c.gather(1, live_c[:, :1]).squeeze(1)  # (n,)
             reachable = (best_live / largest_penalty[active]).tolist()
             done = at_limit | torch.tensor(
                 [_cannot_improve(finished[s], n_best, r) for s, r in zip(sentence, reachable, strict=True)]
@@ -524,7 +562,9 @@ def search_ids(
     c, device = model.config, next(model.parameters()).device
     out: list[list[Hypothesis]] = [[] for _ in sources]
     generator = torch.Generator(device).manual_seed(decode.seed) if decode.sampling else None
-    limits = dict(max_len_a=decode.max_len_a, max_len_b=decode.max_len_b, step=step)
+    limits = dict(
+        max_len_a=decode.max_len_a, max_len_b=decode.max_len_b, step=step, ban_after_softmax=decode.ban_after_softmax
+    )
     for chunk in length_batches(sources, decode.batch_size):
         src = collate([(sources[i], []) for i in chunk], c.pad_id, c.bos_id, c.eos_id).src.to(device)
         with decoding(device, precision):
@@ -545,6 +585,7 @@ def search_ids(
                     n_best=n_best,
                     early_stopping=decode.early_stopping,
                     length_rule=decode.length_rule,
+                    forced_eos=decode.forced_eos,
                     **limits,
                 )
         for i, hyps in zip(chunk, results, strict=True):

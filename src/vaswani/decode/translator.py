@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any
 import torch
 
 from vaswani.config import Config, ConfigError, DecodeConfig
-from vaswani.data.tokenizer import Tokenizer
+from vaswani.data.tokenizer import LANGUAGE_TOKEN, Tokenizer
 from vaswani.decode.ct2_engine import CTranslate2Engine
 from vaswani.decode.engine import ENGINES, Engine, TorchEngine
 from vaswani.decode.search import Hypothesis
@@ -29,6 +30,7 @@ from vaswani.precision import Choice, check
 from vaswani.runtime import pick_device
 
 Warn = Callable[[int, str], None]  # (index of the input sentence, message)
+_LEADING_LANGUAGE = re.compile(r"^>>[^<>\s]+<<\s*")
 
 
 @dataclass(frozen=True)
@@ -168,16 +170,46 @@ class Translator:
         text = text.strip()
         return text.lower() if self.config.data.lowercase else text  # trained on lowercased text
 
-    def encode_sources(self, sentences: Sequence[str]) -> list[list[int]]:
-        """Source token ids as the model reads them (stripped, lowercased where it was trained so), before EOS."""
-        return self.tokenizer.encode_src([self._normalise(s) for s in sentences])
+    def language_token(self, language: str | None) -> str | None:
+        """The `>>lang<<` piece asking this (multilingual) model for `language` ("fra" or ">>fra<<"); None for
+        None. A one-line ValueError where the model has no such token, listing the ones it has."""
+        if not language:
+            return None
+        piece = language if LANGUAGE_TOKEN.fullmatch(language) else f">>{language}<<"
+        known = self.tokenizer.language_tokens
+        if piece in known:
+            return piece
+        if not known:
+            raise ValueError(
+                f"target language {language!r}: this model translates into one language (it has no >>lang<< "
+                "tokens); leave the target language out"
+            )
+        names = [k[2:-2] for k in known]
+        shown = ", ".join(names[:40]) + (f" and {len(names) - 40} more" if len(names) > 40 else "")
+        raise ValueError(f"target language {language!r}: this model has no {piece} token; it translates into {shown}")
+
+    def encode_sources(self, sentences: Sequence[str], target_language: str | None = None) -> list[list[int]]:
+        """Source token ids as the model reads them (stripped, lowercased where it was trained so), before EOS.
+        `target_language`: a multilingual model's `>>lang<<` token put before every sentence (in place of one the
+        sentence starts with), as OPUS-MT's models are asked for a language; empty sentences stay empty."""
+        piece = self.language_token(target_language)
+        texts = [self._normalise(s) for s in sentences]
+        if piece is not None:
+            texts = [f"{piece} {_LEADING_LANGUAGE.sub('', s)}" if s else s for s in texts]
+        return self.tokenizer.encode_src(texts)
 
     def translate(
-        self, sentences: Sequence[str], progress: Callable[[int], None] | None = None, **options: Any
+        self,
+        sentences: Sequence[str],
+        progress: Callable[[int], None] | None = None,
+        target_language: str | None = None,
+        **options: Any,
     ) -> list[str]:
         """One translation per sentence, in order; an empty sentence gives an empty translation.
+        `target_language`: a multilingual model's target (see encode_sources).
         `options`: any DecodeConfig field (beam_size, length_penalty, sampling, top_p, ...)."""
-        return [t.text for t in self.translate_with_details(sentences, progress=progress, **options)]
+        results = self.translate_with_details(sentences, progress=progress, target_language=target_language, **options)
+        return [t.text for t in results]
 
     def translate_with_details(
         self,
@@ -187,18 +219,20 @@ class Translator:
         warn: Warn | None = None,
         progress: Callable[[int], None] | None = None,
         encoded: Sequence[list[int]] | None = None,
+        target_language: str | None = None,
         **options: Any,
     ) -> list[Translation]:
         """Like `translate`, with the `n_best` candidates and their scores, and with `attention`
         the attention weights of the best candidate. Over-long sentences are cut to
         `max_source_tokens` and reported through `warn(index, message)`. `encoded`: the sentences'
-        `encode_sources`, where the caller has them already (the server counts tokens with them)."""
+        `encode_sources`, where the caller has them already (the server counts tokens with them).
+        `target_language`: a multilingual model's target language, for every sentence (encode_sources)."""
         decode = self.options(**options)
         if not decode.sampling and n_best > decode.beam_size:
             raise ValueError(f"n_best={n_best} needs beam_size >= {n_best} (it is {decode.beam_size})")
         if encoded is not None and len(encoded) != len(sentences):
             raise ValueError(f"{len(encoded)} encoded sentences for {len(sentences)} sentences")
-        ids = list(encoded) if encoded is not None else self.encode_sources(sentences)
+        ids = list(encoded) if encoded is not None else self.encode_sources(sentences, target_language)
         limit, truncated = self.max_source_tokens, set()
         for i, x in enumerate(ids):
             if len(x) > limit:
@@ -250,14 +284,17 @@ class Translator:
 
     @torch.inference_mode()
     def _log_prob(self, src_ids: list[int], tgt_ids: list[int], eos: bool = True) -> float:
-        """log P(target [+ EOS] | source) as the search scores it: PAD and BOS are never generated, so
-        their probability is spread over the other tokens."""
+        """log P(target [+ EOS] | source) as the search scores it: PAD and BOS are never generated, their
+        probability spread over the other tokens, or lost with decode.ban_after_softmax."""
         c = self.model.config
         src, tgt_in = self._pair(src_ids, tgt_ids)
         tgt_out = torch.tensor([[*tgt_ids, c.eos_id]], device=src.device)
         logits = self.model(src, tgt_in).float()  # (1, T + 1, V)
-        logits[..., [c.pad_id, c.bos_id]] = float("-inf")
-        picked = logits.log_softmax(-1).gather(-1, tgt_out[..., None])  # (1, T + 1, 1)
+        after = self.config.decode.ban_after_softmax  # as the search scores (decode.ban_after_softmax)
+        scores = logits.log_softmax(-1) if after else logits
+        scores[..., [c.pad_id, c.bos_id]] = float("-inf")
+        scores = scores if after else scores.log_softmax(-1)
+        picked = scores.gather(-1, tgt_out[..., None])  # (1, T + 1, 1)
         return float(picked.sum() if eos else picked[:, :-1].sum())
 
     @torch.inference_mode()

@@ -91,7 +91,7 @@ def marian_config(config: Config):
         scale_embedding=c.scale_embeddings,
         max_position_embeddings=c.max_positions,
         share_encoder_decoder_embeddings=c.share_embeddings,
-        tie_word_embeddings=c.share_embeddings or c.tie_output,
+        tie_word_embeddings=c.tie_output,
         pad_token_id=c.pad_id,
         eos_token_id=c.eos_id,
         bos_token_id=c.bos_id,

@@ -92,16 +92,28 @@ class Embeddings(nn.Module):
     """Dropout(token embedding * sqrt(d_model) + position), as the input to each stack (§3.4, §5.4).
 
     `norm` (model.embedding_norm, BERT's): a LayerNorm over the sum, before the dropout; None: none.
+    `segments` (model.segments, BERT's token type embeddings): one vector per segment, added to each position's
+    sum (segment A, 0, where no segment ids are given); None: none.
     """
 
-    def __init__(self, tokens: TokenEmbedding, positions: nn.Module, dropout: float, norm: nn.Module | None = None):
+    def __init__(
+        self,
+        tokens: TokenEmbedding,
+        positions: nn.Module,
+        dropout: float,
+        norm: nn.Module | None = None,
+        segments: int = 0,
+    ):
         super().__init__()
         self.tokens = tokens
         self.positions = positions
+        self.segments = nn.Parameter(torch.empty(segments, tokens.weight.size(1)).normal_()) if segments else None
         self.norm = norm if norm is not None else nn.Identity()
         self.dropout = Dropout(dropout)
 
-    def forward(self, ids: Tensor, start: int = 0) -> Tensor:
-        """Shape: ids (B, L) -> (B, L, D), positions start, ..., start + L - 1"""
+    def forward(self, ids: Tensor, start: int = 0, segments: Tensor | None = None) -> Tensor:
+        """Shape: ids (B, L), segments None or (B, L) -> (B, L, D), positions start, ..., start + L - 1"""
         x = self.tokens(ids)
+        if self.segments is not None:
+            x = x + (self.segments[0] if segments is None else F.embedding(segments, self.segments)).to(x.dtype)
         return self.dropout(self.norm(x + self.positions(start, ids.size(1)).to(x.dtype)))

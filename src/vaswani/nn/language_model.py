@@ -18,7 +18,14 @@ from vaswani.nn.dropout import Dropout
 from vaswani.nn.embedding import TokenEmbedding
 from vaswani.nn.layers import OutputTransform
 from vaswani.nn.masks import padding_mask
-from vaswani.nn.transformer import Decoder, Encoder, check_ids, init_weights
+from vaswani.nn.transformer import Decoder, Encoder, check_ids, init_weights, own_output_weight
+
+
+def pair_segments(ids: Tensor, sep_id: int) -> Tensor:
+    """BERT's token type ids of sentence pairs `[CLS] a [SEP] b [SEP]`: 0 up to the first [SEP], 1 after it
+    (padding too, which no real position attends to). Shape: (B, T) -> (B, T)"""
+    sep = (ids == sep_id).long()
+    return (sep.cumsum(1) - sep).clamp(max=1)
 
 
 class _LanguageModel(nn.Module):
@@ -37,6 +44,7 @@ class _LanguageModel(nn.Module):
         # model.output_bias: a bias on the logits (GPT-2 has none; BERT's MLM head has one)
         self.output_bias = nn.Parameter(torch.zeros(config.tgt_vocab_size)) if config.output_bias else None
         self.classifier_dropout = Dropout(config.dropout)
+        self._parameters["output_weight"] = own_output_weight(config)  # model.tie_output false: its own matrix
         init_weights(self)
 
     @property
@@ -45,8 +53,10 @@ class _LanguageModel(nn.Module):
 
     @property
     def output_weight(self) -> Tensor:
-        """The pre-softmax matrix: the token embedding. Shape: (V, D)"""
-        return self.stack.embed.tokens.weight
+        """The pre-softmax matrix: the token embedding, or a matrix of its own (model.tie_output false).
+        Shape: (V, D)"""
+        own = self._parameters["output_weight"]
+        return self.stack.embed.tokens.weight if own is None else own
 
     def head_states(self, hidden: Tensor) -> Tensor:
         """What the pre-softmax projection reads: the final states, through model.output_transform where the
@@ -149,7 +159,9 @@ class MaskedLM(_LanguageModel):
         return self.encoder
 
     def hidden_states(self, ids: Tensor) -> Tensor:
-        """Shape: ids (B, T) -> (B, T, D); padding is masked out of every attention."""
+        """Shape: ids (B, T) -> (B, T, D); padding is masked out of every attention. With model.pairs, each row is
+        a sentence pair `[CLS] a [SEP] b [SEP]`: the tokens after its first [SEP] are segment B."""
         check_ids(ids, "ids")
-        hidden, _ = self.encoder(ids, padding_mask(ids, self.config.pad_id))
+        segments = pair_segments(ids, self.config.eos_id) if self.config.pairs else None
+        hidden, _ = self.encoder(ids, padding_mask(ids, self.config.pad_id), segments=segments)
         return hidden

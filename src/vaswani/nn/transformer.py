@@ -22,9 +22,9 @@ def _positions(config: ModelConfig) -> nn.Module:
     return SinusoidalPositions(config.d_model, config.max_positions)
 
 
-def _embeddings(config: ModelConfig, tokens: TokenEmbedding) -> Embeddings:
+def _embeddings(config: ModelConfig, tokens: TokenEmbedding, segments: int = 0) -> Embeddings:
     norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.embedding_norm else None
-    return Embeddings(tokens, _positions(config), config.dropout, norm)
+    return Embeddings(tokens, _positions(config), config.dropout, norm, segments)
 
 
 def _final_norm(config: ModelConfig) -> nn.Module:
@@ -49,13 +49,16 @@ class Encoder(nn.Module):
 
     def __init__(self, config: ModelConfig, tokens: TokenEmbedding) -> None:
         super().__init__()
-        self.embed = _embeddings(config, tokens)
+        self.embed = _embeddings(config, tokens, config.segments)
         self.layers = nn.ModuleList(TransformerLayer(config) for _ in range(config.n_layers))
         self.norm = _final_norm(config)
 
-    def forward(self, src: Tensor, mask: Tensor, need_weights: bool = False) -> tuple[Tensor, list[Tensor]]:
-        """Shape: src (B, S), mask (B, 1, 1, S) -> memory (B, S, D), weights n_layers x (B, H, S, S)"""
-        x = self.embed(src)
+    def forward(
+        self, src: Tensor, mask: Tensor, need_weights: bool = False, segments: Tensor | None = None
+    ) -> tuple[Tensor, list[Tensor]]:
+        """Shape: src (B, S), mask (B, 1, 1, S), segments None or (B, S) -> memory (B, S, D), weights n_layers x
+        (B, H, S, S)"""
+        x = self.embed(src, segments=segments)
         weights = []
         for layer in self.layers:
             x, _, (w, _) = layer(x, mask=mask, need_weights=need_weights)
@@ -133,16 +136,13 @@ class Transformer(nn.Module):
         )
         self.encoder = Encoder(config, src_tokens)
         self.decoder = Decoder(config, tgt_tokens)
-        tied = config.share_embeddings or config.tie_output
         # §3.4: the pre-softmax linear shares the embedding matrix (no bias). Untied, it is a matrix of its own,
         # registered under the name every reader uses (the property below), so the state dict calls it that too.
-        own = None if tied else nn.Parameter(torch.empty(config.tgt_vocab_size, config.d_model))
+        own = own_output_weight(config)
         self._parameters["output_weight"] = own
         # model.output_bias: a bias on the logits (Marian's final_logits_bias), zero until trained or imported.
         self.output_bias = nn.Parameter(torch.zeros(config.tgt_vocab_size)) if config.output_bias else None
         init_weights(self)
-        if own is not None:
-            nn.init.normal_(own, mean=0.0, std=self.config.d_model**-0.5)
 
     @property
     def output_weight(self) -> Tensor:
@@ -212,6 +212,14 @@ class Transformer(nn.Module):
     def num_parameters(self) -> int:
         """Distinct trainable parameters (a shared matrix counts once)."""
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+
+def own_output_weight(config: ModelConfig) -> nn.Parameter | None:
+    """The pre-softmax matrix of a model whose output is not tied to its target embedding (model.tie_output
+    false), initialised as the embeddings are; None when tied. Shape: (V_tgt, D)"""
+    if config.tie_output:
+        return None
+    return nn.Parameter(torch.empty(config.tgt_vocab_size, config.d_model).normal_(0.0, config.d_model**-0.5))
 
 
 def init_weights(model: nn.Module) -> None:

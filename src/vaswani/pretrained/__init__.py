@@ -54,15 +54,53 @@ def read_json(path: Path, default: dict | None = None) -> dict:
         raise PretrainedError(f"{path} is not valid JSON ({error})") from None
 
 
-def read_weights(src: Path) -> dict[str, torch.Tensor]:
+class Checkpoint(dict):
+    """A checkpoint's tensors by name, remembering which ones the layout read: `account` then refuses a
+    checkpoint with a tensor that nothing read and no rule explains, so no weight is ever dropped silently."""
+
+    def __init__(self, tensors: dict[str, torch.Tensor]) -> None:
+        super().__init__(tensors)
+        self.read: set[str] = set()
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        self.read.add(name)
+        return super().__getitem__(name)
+
+    def get(self, name: str, default=None):
+        """dict.get, through __getitem__ so that the read is recorded."""
+        return self[name] if name in self else default  # noqa: SIM401
+
+    def account(self, layout: str, unused: dict[str, str], source: Path) -> None:
+        """Every tensor read, or matching a pattern of `unused` (a regular expression over the whole name, and why
+        nothing reads it: position-id buffers, attention masks, a pretraining head vaswani does not run); else a
+        one-line refusal naming the first such tensor."""
+        left = [
+            name for name in sorted(set(self) - self.read) if not any(re.fullmatch(pattern, name) for pattern in unused)
+        ]
+        if left:
+            more = f" (and {len(left) - 1} more)" if len(left) > 1 else ""
+            raise PretrainedError(
+                f"{source}: the checkpoint holds {left[0]}{more}, which vaswani's {layout} import has no place "
+                "for; it would be dropped and the model would compute something else, so nothing was imported"
+            )
+
+
+def same_tensor(weights: Checkpoint, alias: str, read: str, source: Path, why: str) -> None:
+    """`alias`, where the checkpoint stores it, must equal the tensor `read` (the one place transformers keeps for
+    both: `why`); a one-line refusal otherwise."""
+    if alias in weights and not torch.equal(weights[alias].float(), weights[read].float()):
+        raise PretrainedError(f"{source}: {alias} differs from {read}, but {why}; the checkpoint is inconsistent")
+
+
+def read_weights(src: Path) -> Checkpoint:
     """model.safetensors, or pytorch_model.bin (read with weights_only: no code runs), or their shards as
     model.safetensors.index.json / pytorch_model.bin.index.json list them."""
     for name in ("model.safetensors", "pytorch_model.bin"):
         if (src / name).is_file():
-            return _read_weight_file(src / name)
+            return Checkpoint(_read_weight_file(src / name))
     for name in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
         if (src / name).is_file():
-            return _read_shards(src / name)
+            return Checkpoint(_read_shards(src / name))
     raise PretrainedError(f"{src} has no model.safetensors or pytorch_model.bin (nor their sharded index)")
 
 
@@ -98,6 +136,38 @@ def _read_shards(index: Path) -> dict[str, torch.Tensor]:
         more = f" and {len(missing) - 1} more tensors" if len(missing) > 1 else ""
         raise PretrainedError(f"{index} lists {missing[0]}{more}, which no shard holds; download the checkpoint again")
     return weights
+
+
+# transformers' GenerationConfig defaults for what vaswani's search reads, and for what it cannot do (refused when
+# a checkpoint sets it otherwise: its outputs would differ from generate's)
+GENERATION_DEFAULTS = {"num_beams": 1, "max_length": 20, "max_new_tokens": None, "length_penalty": 1.0,
+                       "early_stopping": False, "forced_eos_token_id": None, "bad_words_ids": None}  # fmt: skip
+GENERATION_UNSUPPORTED = {"do_sample": False, "num_beam_groups": 1, "diversity_penalty": 0.0, "min_length": 0,
+                          "min_new_tokens": None, "no_repeat_ngram_size": 0, "encoder_no_repeat_ngram_size": 0,
+                          "repetition_penalty": 1.0, "encoder_repetition_penalty": 1.0, "forced_bos_token_id": None,
+                          "suppress_tokens": None, "begin_suppress_tokens": None, "constraints": None,
+                          "force_words_ids": None, "exponential_decay_length_penalty": None}  # fmt: skip
+
+
+def generation_settings(src: Path, hf: dict) -> dict:
+    """The generation settings transformers' `generate` uses for this checkpoint: generation_config.json, or,
+    where the checkpoint has none (older uploads), config.json's generation fields (GenerationConfig.
+    from_model_config); transformers' defaults for the rest. A setting vaswani's search cannot follow is refused
+    in one line, naming the file."""
+    path = src / "generation_config.json"
+    if not path.is_file():
+        path = src / "config.json"
+    settings = read_json(path) if path.name != "config.json" else hf
+    for name, default in GENERATION_UNSUPPORTED.items():
+        if settings.get(name) not in (None, default, []):
+            raise PretrainedError(
+                f"{path}: {name} {settings[name]!r} is not supported by vaswani's search; set it to {default!r} "
+                "(or remove it) to import"
+            )
+    return {
+        name: settings[name] if settings.get(name) is not None else default
+        for name, default in GENERATION_DEFAULTS.items()
+    }
 
 
 def take(weights: dict[str, torch.Tensor], name: str, shape: tuple[int, ...], source: Path) -> torch.Tensor:

@@ -5,8 +5,9 @@ encoder-only model, with what BERT has beyond the paper's encoder made options.
   (gelu_tanh). Unscaled token embeddings (model.scale_embeddings false), learned positions, LayerNorm
   epsilon 1e-12 (model.layer_norm_eps).
 - A LayerNorm over the summed embeddings (model.embedding_norm).
-- The token type ("segment") embedding: vaswani reads one segment, so token_type_embeddings[0], added at
-  every position, is folded into the learned position table (exact); no module holds it.
+- The token type ("segment") embeddings: model.segments (type_vocab_size of them); one text is segment A, a
+  sentence pair `[CLS] a [SEP] b [SEP]` (model.pairs: `vaswani classify --pairs`, fine-tuning on pairs) has
+  segment B after its first [SEP], as BERT reads paraphrase, entailment and question-answer pairs.
 - The masked-LM head: dense + activation + LayerNorm (model.output_transform) before the tied projection, whose
   bias is model.output_bias.
 - A sequence classifier: the pooler (dense + tanh on [CLS]: model.pooler, model.pool first) and the classifier;
@@ -17,8 +18,7 @@ encoder-only model, with what BERT has beyond the paper's encoder made options.
 
 Refused, in one line: position_embedding_type other than absolute, hidden_act other than gelu, relu and
 gelu_new, is_decoder, add_cross_attention, an untied MLM output matrix, heads other than the above (token
-classification, question answering, ...), regression and multi-label classifiers. Sentence pairs (segment B)
-cannot be read: one text is one segment, A.
+classification, question answering, ...), regression and multi-label classifiers.
 """
 
 from __future__ import annotations
@@ -29,13 +29,22 @@ from pathlib import Path
 import torch
 
 from vaswani.config import Config
-from vaswani.pretrained import PretrainedError, read_json, read_weights, take
+from vaswani.pretrained import Checkpoint, PretrainedError, read_json, read_weights, same_tensor, take
 
 ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}
 ARCHITECTURES = ("BertForMaskedLM", "BertForSequenceClassification", "BertForPreTraining", "BertModel")
 SPECIAL = {"cls_token": "[CLS]", "sep_token": "[SEP]", "pad_token": "[PAD]", "mask_token": "[MASK]"}
 TOKENIZER, TOKENIZER_CONFIG = "tokenizer.json", "tokenizer_config.json"
 QKV = ("query", "key", "value")
+# Tensors of a BERT checkpoint that vaswani's import leaves, and why: buffers that hold no weight, the pretraining
+# heads and the pooler of a model imported as a masked language model (no sentence-level head reads them).
+UNUSED = {
+    r"(bert\.)?embeddings\.position_ids": "the positions buffer of older checkpoints",
+    r"(bert\.)?embeddings\.token_type_ids": "the segment buffer of some checkpoints",
+    r"cls\.seq_relationship\.(weight|bias)": "the next-sentence prediction head of BertForPreTraining",
+    # read where the checkpoint is a classifier (model.pooler); a fine-tuned classifier starts its pooler anew
+    r"(bert\.)?pooler\.dense\.(weight|bias)": "the pooler of a checkpoint imported as a masked language model",
+}
 
 
 def convert(src: Path, hf: dict) -> tuple[Config, dict[str, torch.Tensor], dict[str, Path | bytes]]:
@@ -78,8 +87,6 @@ def _check_architecture(hf: dict, path: Path) -> None:
         raise PretrainedError(
             f"{path}: hidden_act {activation!r} is not supported; vaswani takes {', '.join(ACTIVATIONS)}"
         )
-    if not hf.get("tie_word_embeddings", True):
-        raise PretrainedError(f"{path}: tie_word_embeddings: false is not supported (the MLM head reads the embedding)")
     for architecture in hf.get("architectures") or []:
         if architecture not in ARCHITECTURES:
             raise PretrainedError(
@@ -120,9 +127,11 @@ def model_section(hf: dict, path: Path, ids: dict[str, int], mlm: bool, labels: 
             "positions": "learned",
             "max_positions": hf.get("max_position_embeddings", 512),
             "share_embeddings": True,
+            "tie_output": bool(hf.get("tie_word_embeddings", True)),  # false: the MLM head's own decoder matrix
             "scale_embeddings": False,
             "layer_norm_eps": hf.get("layer_norm_eps", 1e-12),
             "embedding_norm": True,
+            "segments": hf.get("type_vocab_size", 2),
             "output_transform": mlm,
             "output_bias": mlm,
             "pad_id": ids["pad_token"],
@@ -187,8 +196,8 @@ def _special_ids(src: Path, vocab: dict[str, int]) -> dict[str, int]:
     return ids
 
 
-def convert_weights(hf: dict[str, torch.Tensor], config: Config, prefix: str, src: Path) -> dict[str, torch.Tensor]:
-    """BERT's weights under our names; token_type_embeddings[0] folded into the positions."""
+def convert_weights(hf: Checkpoint, config: Config, prefix: str, src: Path) -> dict[str, torch.Tensor]:
+    """BERT's weights under our names."""
     c = config.model
     D, F, V, P = c.d_model, c.d_ff, c.src_vocab_size, c.max_positions
     out: dict[str, torch.Tensor] = {}
@@ -206,10 +215,8 @@ def convert_weights(hf: dict[str, torch.Tensor], config: Config, prefix: str, sr
 
     embeddings = f"{prefix}embeddings"
     out["encoder.embed.tokens.weight"] = get(f"{embeddings}.word_embeddings.weight", (V, D))
-    name = f"{embeddings}.token_type_embeddings.weight"
-    types = get(name, (hf[name].size(0) if name in hf and hf[name].dim() else 1, D))  # (type_vocab_size, D)
-    positions = get(f"{embeddings}.position_embeddings.weight", (P, D))
-    out["encoder.embed.positions.weight"] = positions + types[0]  # (P, D): segment A everywhere
+    out["encoder.embed.segments"] = get(f"{embeddings}.token_type_embeddings.weight", (c.segments, D))
+    out["encoder.embed.positions.weight"] = get(f"{embeddings}.position_embeddings.weight", (P, D))
     norm("encoder.embed.norm", f"{embeddings}.LayerNorm")
     for i in range(c.n_layers):
         ours, theirs = f"encoder.layers.{i}", f"{prefix}encoder.layer.{i}"
@@ -225,12 +232,14 @@ def convert_weights(hf: dict[str, torch.Tensor], config: Config, prefix: str, sr
         linear("output_transform.dense", "cls.predictions.transform.dense", D, D)
         norm("output_transform.norm", "cls.predictions.transform.LayerNorm")
         out["output_bias"] = get("cls.predictions.bias", (V,))
-        decoder = hf.get("cls.predictions.decoder.weight")
-        if decoder is not None and not torch.equal(decoder, hf[f"{embeddings}.word_embeddings.weight"]):
-            raise PretrainedError(
-                f"{src}: cls.predictions.decoder.weight differs from the word embeddings; vaswani ties them"
-            )
+        same_tensor(hf, "cls.predictions.decoder.bias", "cls.predictions.bias", src, "transformers ties them")
+        if c.tie_output:
+            why = "tie_word_embeddings: true ties them (set it to false in config.json to import the decoder)"
+            same_tensor(hf, "cls.predictions.decoder.weight", f"{embeddings}.word_embeddings.weight", src, why)
+        else:
+            out["output_weight"] = get("cls.predictions.decoder.weight", (V, D))
     if c.n_classes:
         linear("pooler", f"{prefix}pooler.dense", D, D)
         linear("classifier", "classifier", c.n_classes, D)
+    hf.account("BERT", UNUSED, src)
     return out

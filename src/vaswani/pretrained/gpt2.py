@@ -27,8 +27,10 @@ import torch
 from vaswani.config import Config, ConfigError
 from vaswani.data.corpus import DataError
 from vaswani.data.hf_tokenizer import BPE_FILES, TOKENIZER_CONFIG, TOKENIZER_JSON, HfPieces
-from vaswani.pretrained import PretrainedError, read_weights, take
+from vaswani.pretrained import Checkpoint, PretrainedError, read_weights, same_tensor, take
 
+# Tensors of a GPT-2 checkpoint that hold no weight: the causal mask buffers older versions saved with each layer.
+UNUSED = {r"(transformer\.)?h\.\d+\.attn\.(masked_)?bias": "attention mask buffers"}
 ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu"}
 # config.json settings whose non-default value changes the computation in a way vaswani does not follow
 REFUSED = {
@@ -36,7 +38,6 @@ REFUSED = {
     "reorder_and_upcast_attn": False,
     "scale_attn_weights": True,
     "add_cross_attention": False,
-    "tie_word_embeddings": True,
 }
 
 
@@ -72,6 +73,7 @@ def model_section(hf: dict, path: Path) -> dict:
             "positions": "learned",
             "max_positions": hf["n_positions"],
             "share_embeddings": True,
+            "tie_output": bool(hf.get("tie_word_embeddings", True)),  # false: lm_head.weight is its own matrix
             "scale_embeddings": False,
             "output_bias": False,
             "layer_norm_eps": hf.get("layer_norm_epsilon", 1e-5),
@@ -110,7 +112,7 @@ def convert(src: Path, hf: dict) -> tuple[Config, dict[str, torch.Tensor], dict[
     return config, weights, files
 
 
-def convert_weights(hf: dict[str, torch.Tensor], config: Config, src: Path) -> dict[str, torch.Tensor]:
+def convert_weights(hf: Checkpoint, config: Config, src: Path) -> dict[str, torch.Tensor]:
     """GPT-2's weights under our names: Conv1D's (in, out) matrices transposed into Linear's (out, in)."""
     c = config.model
     D, F, V, P = c.d_model, c.d_ff, c.tgt_vocab_size, c.max_positions
@@ -140,10 +142,12 @@ def convert_weights(hf: dict[str, torch.Tensor], config: Config, src: Path) -> d
     norm("decoder.norm", "ln_f")
     out["decoder.embed.tokens.weight"] = get("wte.weight", (V, D))
     out["decoder.embed.positions.weight"] = get("wpe.weight", (P, D))
-    if "lm_head.weight" in hf and not torch.equal(hf["lm_head.weight"].float(), out["decoder.embed.tokens.weight"]):
-        raise PretrainedError(
-            f"{src}: lm_head.weight differs from {prefix}wte.weight; vaswani imports GPT-2 with its LM head tied"
-        )
+    if c.tie_output:
+        why = "tie_word_embeddings: true ties them (set it to false in config.json to import lm_head)"
+        same_tensor(hf, "lm_head.weight", prefix + "wte.weight", src, why)
+    else:
+        out["output_weight"] = take(hf, "lm_head.weight", (V, D), src)
+    hf.account("GPT-2", UNUSED, src)
     return out
 
 

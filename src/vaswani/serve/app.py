@@ -32,7 +32,6 @@ from vaswani import __version__
 from vaswani.decode.document import Document, assemble, puts_spaces, split
 from vaswani.decode.engine import TorchEngine
 from vaswani.decode.translator import Translator
-from vaswani.precision import Choice, choose
 from vaswani.runtime import ComputeThread
 from vaswani.serve.batching import BusyError, MicroBatcher
 from vaswani.serve.guards import ApiKey, BodyLimit
@@ -82,28 +81,6 @@ class RequestError(ValueError):
     """A request that passed the schema but not the limits counted after splitting (HTTP 422)."""
 
 
-MICRO_BATCH = 8  # sentences: the batch at whose rows `vaswani serve` measures precision "auto"
-
-
-def resolve_precision(translator: Translator) -> Choice | None:
-    """Precision "auto" of a server, measured at the rows of a micro-batch (MICRO_BATCH sentences x beam), not at
-    the 64-sentence batches of `vaswani translate`: a server's batches are a few requests of a few sentences.
-    The translator then decodes in the chosen precision. Returns the choice (None: nothing to resolve).
-
-    Measured on the quick model (AMD EPYC, 2 cores): bf16 autocast's matrix products are 2x fp32's at 256 rows
-    but 0.8-1.0x at 12-32, and whole batches of 30-50 sentences decoded at 172 sentences/s in bf16 against 181
-    in fp32, the bf16 server's memory growing with each new batch shape (529 -> 693 MiB in 75 batches; flat in
-    fp32): docs/benchmarks.md, "Serving"."""
-    engine = translator.engine
-    if not isinstance(engine, TorchEngine) or engine.precision != "auto":
-        return None
-    device = next(translator.model.parameters()).device
-    beam = translator.config.decode.beam_size
-    choice = choose("auto", translator.model.config, device, MICRO_BATCH * beam, training=False)
-    translator.engine = TorchEngine(translator.model, choice.precision)
-    return choice
-
-
 def create_app(
     translator: Translator,
     model_dir: str | Path,
@@ -133,6 +110,12 @@ def create_app(
             pattern=r"^[a-z]{2,3}$",
             description="ISO 639 code whose sentence rules split the text (default: the model's source language)",
         )
+        target_language: str | None = Field(
+            None,
+            max_length=64,
+            description="a multilingual model's target language, e.g. fra: its >>fra<< token goes before every "
+            "sentence (/v1/model lists the model's target_languages)",
+        )
         beam: int | None = Field(None, ge=1, le=s.max_beam, description="beam size (default: the model's)")
         n_best: int = Field(1, ge=1, description="alternatives per sentence, best first (at most beam)")
         attention: bool = Field(False, description="add the cross-attention of each sentence's best translation")
@@ -150,6 +133,12 @@ def create_app(
                 except UnicodeEncodeError:
                     raise ValueError(f"text[{i}] is not valid Unicode (a lone surrogate)") from None
             return texts
+
+        @field_validator("target_language")
+        @classmethod
+        def _target(cls, language: str | None) -> str | None:
+            translator.language_token(language)  # a one-line ValueError naming the languages the model has
+            return language
 
         @model_validator(mode="after")
         def _n_best(self) -> Self:
@@ -190,9 +179,9 @@ def create_app(
         nonlocal batcher
         started = time.perf_counter()
         thread = compute or ComputeThread()
-        # Measured now, not in the first request; on the thread that decodes (runtime.ComputeThread says why).
-        if await asyncio.wrap_future(thread.submit(resolve_precision, translator)) is None:  # asked for by name
-            await asyncio.wrap_future(thread.submit(translator.choose_precision, translator.options()))
+        # Settled now (an explicit bf16 measured to warn), not in the first request; on the thread that decodes
+        # (runtime.ComputeThread says why).
+        await asyncio.wrap_future(thread.submit(translator.choose_precision, translator.options()))
         if isinstance(translator.engine, TorchEngine):  # decode.compile: compiled now, not in the first requests
             await asyncio.wrap_future(thread.submit(translator.engine.warm_up, translator.options()))
         metrics.load_seconds.set((load_seconds or 0.0) + time.perf_counter() - started)
@@ -259,7 +248,8 @@ def create_app(
             documents, sentences = sentences_of(request)
         except RequestError as error:
             return JSONResponse({"error": str(error)}, 422)
-        ids = translator.encode_sources(sentences)  # the only tokenization: counted here, decoded by the batcher
+        # the only tokenization: counted here, decoded by the batcher (requests for other languages batch together)
+        ids = translator.encode_sources(sentences, request.target_language)
         tokens = sum(map(len, ids))
         if tokens > s.max_batch_tokens:
             return JSONResponse(
@@ -281,7 +271,8 @@ def create_app(
         if documents is None:
             translations = [r.to_dict() for r in results]
         else:
-            joined = assemble(request.text, documents, results, puts_spaces(target_language))
+            language = (request.target_language or target_language or "").strip("<>")
+            joined = assemble(request.text, documents, results, puts_spaces(language or None))
             translations = [d.to_dict() for d in joined]
         return JSONResponse(
             {"translations": translations, "elapsed_ms": round((time.perf_counter() - started) * 1000, 1)}
@@ -359,6 +350,7 @@ def model_info(translator: Translator, model_dir: str | Path, settings: Settings
         "name": model_dir.resolve().name,
         "source_language": source,
         "target_language": target,
+        "target_languages": [piece[2:-2] for piece in translator.tokenizer.language_tokens],  # >>lang<< tokens
         "parameters": translator.model.num_parameters(),
         "layers": c.n_layers,
         "decoder_layers": c.decoder_layers,

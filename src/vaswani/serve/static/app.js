@@ -8,6 +8,7 @@
     [0.75, [33, 113, 181]], [1, [8, 48, 107]]];
   const els = {
     source: $("source"), button: $("translate"), beam: $("beam"), nbest: $("nbest"),
+    targetLanguage: $("target-language"), targetLanguageField: $("target-language-field"),
     translation: $("translation"), alternatives: $("alternatives"), error: $("error"),
     canvas: $("heatmap"), wrap: $("heatmap-wrap"), layer: $("layer"), head: $("head"), sentence: $("sentence"),
     tooltip: $("tooltip"), hint: $("hint"), counter: $("counter"), apikey: $("apikey"), auth: $("auth"),
@@ -134,6 +135,10 @@
     const chars = isNum(limits.max_text_chars) ? limits.max_text_chars : limits.max_chars;
     if (isNum(chars) && chars > 0) els.source.maxLength = maxChars = chars;
     if (isNum(limits.max_attention_texts)) maxAttention = limits.max_attention_texts;
+    // A multilingual model (>>lang<< tokens): the language every sentence is translated into.
+    const languages = Array.isArray(m.target_languages) ? m.target_languages : [];
+    els.targetLanguage.replaceChildren(...languages.map((code) => new Option(code, code)));
+    els.targetLanguageField.hidden = languages.length === 0;
     defaultBeam = clamp(m.decode && isNum(m.decode.beam_size) ? m.decode.beam_size : 4, 1, maxBeam);
     els.beam.max = String(maxBeam);
     els.beam.value = els.nbest.max = String(defaultBeam);
@@ -158,7 +163,10 @@
     els.canvas.dataset.drawn = "false";
     const request = (withAttention) => api("/v1/translate", {
       method: "POST",
-      body: JSON.stringify({ text: [text], beam, n_best: nBest, attention: withAttention }),
+      body: JSON.stringify({
+        text: [text], beam, n_best: nBest, attention: withAttention,
+        ...(els.targetLanguageField.hidden ? {} : { target_language: els.targetLanguage.value }),
+      }),
     });
     try {
       let data, note = "";

@@ -36,6 +36,7 @@ class LabelledData:
     valid: list[np.ndarray]
     valid_labels: np.ndarray
     fingerprint: dict
+    pairs: bool = False  # the lines are sentence pairs (model.pairs)
 
 
 class Classify(Task):
@@ -72,9 +73,21 @@ class Classify(Task):
                 "the tokenizer has no <mask> piece for the masked-token auxiliary loss; set finetune.aux_weight: 0"
             )
         length = d.block_size
+        pairs = isinstance(train[0][2], tuple)
+        if pairs != isinstance(valid[0][2], tuple):
+            raise DataError(
+                f"{d.labelled_train} and {d.labelled_valid} differ: one holds sentence pairs (label, text a, text b), "
+                "the other single texts; give both the same columns"
+            )
+        if pairs and (c.model.segments < 2 or family(c.model.type).task != "mlm"):
+            raise DataError(
+                f"{d.labelled_train} holds sentence pairs, which need a model with segments A and B (a BERT: "
+                f"model.segments >= 2); this one is {c.model.type} with model.segments {c.model.segments}"
+            )
+        reader = dataclasses.replace(c.model, pairs=pairs)
 
         def inputs(rows):
-            return classifier_inputs(tokenizer, [t for _, _, t in rows], c.model, length, d.lowercase)
+            return classifier_inputs(tokenizer, [t for _, _, t in rows], reader, length, d.lowercase)
 
         fingerprint = {
             str(p): hashlib.sha256(Path(p).read_bytes()).hexdigest() for p in (d.labelled_train, d.labelled_valid)
@@ -87,6 +100,7 @@ class Classify(Task):
             inputs(valid),
             np.asarray([index[x] for _, x, _ in valid]),
             fingerprint,
+            pairs,
         )
 
     def fingerprint(self, data: LabelledData) -> dict:
@@ -95,7 +109,7 @@ class Classify(Task):
     def model_config(self, data: LabelledData) -> ModelConfig:
         size = data.tokenizer.src_vocab_size
         return dataclasses.replace(
-            self.config.model, src_vocab_size=size, tgt_vocab_size=size, n_classes=len(data.labels)
+            self.config.model, src_vocab_size=size, tgt_vocab_size=size, n_classes=len(data.labels), pairs=data.pairs
         )
 
     def run_config(self, data: LabelledData) -> Config:
