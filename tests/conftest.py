@@ -5,7 +5,19 @@ import torch
 
 from vaswani import ModelConfig
 
-MULTI30K = Path(__file__).resolve().parents[1] / "../shared/data/multi30k"
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+MULTI30K = SHARED_DATA / "multi30k"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked shared_data (they read Multi30k, Tiny Shakespeare or SST-2) skip, saying why, where the
+    project's shared data is not beside the checkout."""
+    if SHARED_DATA.is_dir():
+        return
+    reason = f"{SHARED_DATA} is absent: this test reads the project's shared data (Multi30k, Tiny Shakespeare, SST-2)"
+    for item in items:
+        if item.get_closest_marker("shared_data"):
+            item.add_marker(pytest.mark.skip(reason=reason))
 
 
 @pytest.fixture(autouse=True)

@@ -11,6 +11,8 @@ from tests.conftest import write_tiny_model_directory
 from vaswani.decode.translator import Translator
 from vaswani.viz import plot_attention, select_panels
 
+pytestmark = pytest.mark.shared_data  # reads ../shared/data (tests/conftest.py skips it where absent)
+
 SOURCE = "Ein Mann fährt Fahrrad."
 
 

@@ -10,7 +10,6 @@ import torch
 from torch._dynamo.utils import counters
 
 from tests.conftest import random_ids, tiny_config
-from tests.decode.test_search import model  # noqa: F401  (the half-trained fixture)
 from vaswani.config import DecodeConfig
 from vaswani.decode import search
 from vaswani.decode.engine import TorchEngine
@@ -57,7 +56,7 @@ class Counted:
         assert self.calls > 0 and self.runs == self.calls, f"{self.calls - self.runs} of {self.calls} steps ran eager"
 
 
-def test_the_compiled_step_compiles_a_few_graphs_that_later_batches_reuse(model):  # noqa: F811
+def test_the_compiled_step_compiles_a_few_graphs_that_later_batches_reuse(model):
     backend = Counted()
     step = backend.step(model)
 
@@ -97,7 +96,7 @@ def test_a_language_models_compiled_step_compiles_a_few_graphs_too():
     backend.check()
 
 
-def test_compiled_decoding_gives_the_searchs_own_outputs(model, monkeypatch):  # noqa: F811
+def test_compiled_decoding_gives_the_searchs_own_outputs(model, monkeypatch):
     """Inductor's code (a C++ compiler on the CPU), through the engine as `vaswani translate --compile` runs it."""
     backend = Counted(inductor=True)
     monkeypatch.setattr(search, "compiled_step", backend.step)
@@ -114,7 +113,7 @@ def test_compiled_decoding_gives_the_searchs_own_outputs(model, monkeypatch):  #
     backend.check()  # every step ran Inductor's code
 
 
-def test_warm_up_compiles_every_graph_before_the_first_request(model, monkeypatch):  # noqa: F811
+def test_warm_up_compiles_every_graph_before_the_first_request(model, monkeypatch):
     """What `vaswani serve --compile` does at startup: afterwards no request waits for the compiler, and every
     request runs compiled code (beam sizes, one sentence or several, any lengths)."""
     backend = Counted()
@@ -133,7 +132,7 @@ def test_warm_up_compiles_every_graph_before_the_first_request(model, monkeypatc
     backend.check()
 
 
-def test_a_failure_to_compile_is_a_one_line_error_naming_the_setting_and_the_fix(model):  # noqa: F811
+def test_a_failure_to_compile_is_a_one_line_error_naming_the_setting_and_the_fix(model):
     torch._dynamo.reset()
 
     def no_compiler(gm, example_inputs):

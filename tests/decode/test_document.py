@@ -12,6 +12,8 @@ from vaswani.decode.document import Document, split, translate_documents
 from vaswani.decode.sentences import rule_spans, sentence_spans
 from vaswani.decode.translator import Translator
 
+pytestmark = pytest.mark.shared_data  # reads ../shared/data (tests/conftest.py skips it where absent)
+
 MULTI30K = Path(__file__).resolve().parents[2] / "../shared/data/multi30k/raw"
 
 

@@ -5,34 +5,10 @@ import torch
 import torch.nn.functional as F
 
 from tests.conftest import random_ids, tiny_config
+from tests.decode.models import random_model
 from vaswani import Transformer
 from vaswani.decode import search
 from vaswani.decode.search import beam_search, greedy, length_penalty, sample
-
-
-def _random_model(vocab: int, seed: int) -> Transformer:
-    torch.manual_seed(seed)
-    return Transformer(tiny_config(src_vocab_size=vocab, tgt_vocab_size=vocab)).eval()
-
-
-@pytest.fixture(scope="module")
-def model() -> Transformer:
-    """A tiny model half-trained to copy (1 s): its outputs end at different, plausible lengths,
-    so EOS handling, finished rows and beams that disagree are all exercised."""
-    model = _random_model(50, seed=3).train()
-    c = model.config
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-    for _ in range(100):
-        lengths = torch.randint(1, 9, (32,)).tolist()
-        src = random_ids(lengths)
-        tgt_in = torch.cat([torch.full((32, 1), c.bos_id), src], 1)
-        tgt_out = torch.cat([src, torch.zeros(32, 1, dtype=torch.long)], 1)
-        tgt_out[torch.arange(32), torch.tensor(lengths)] = c.eos_id
-        loss = F.cross_entropy(model(src, tgt_in).flatten(0, 1), tgt_out.flatten(), ignore_index=c.pad_id)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    return model.eval()
 
 
 @torch.no_grad()
@@ -72,7 +48,7 @@ def test_greedy_equals_a_decoder_without_cache_and_outputs_end_at_different_leng
 
 @pytest.mark.parametrize("trained", [True, False])
 def test_beam_cached_equals_uncached_token_for_token(model, trained):
-    model = model if trained else _random_model(12, seed=4)  # random: beams reorder at almost every step
+    model = model if trained else random_model(12, seed=4)  # random: beams reorder at almost every step
     src = random_ids(LENGTHS, vocab=model.config.src_vocab_size)
     options = dict(beam_size=4, alpha=0.6, max_len_a=1.0, max_len_b=5, n_best=4)
     cached, uncached = beam_search(model, src, **options), beam_search(model, src, **options, cache=False)
@@ -112,7 +88,7 @@ def _all_outputs(words, eos, limit):
 @pytest.mark.parametrize("early_stopping", [False, True])
 @pytest.mark.parametrize("alpha", [0.0, 0.6, 2.0])
 def test_beam_search_finds_the_best_hypothesis_under_its_own_score(alpha, early_stopping):
-    model = _random_model(vocab=6, seed=5)  # tokens: pad, bos, eos, unk, 4, 5
+    model = random_model(vocab=6, seed=5)  # tokens: pad, bos, eos, unk, 4, 5
     c, limit = model.config, 4
     src = random_ids([3], vocab=6)
     best, best_score = None, float("-inf")

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from tests.conftest import tiny_config
-from tests.nn.test_transformer import _LAYER_NAMES, torch_attention_weights
+from tests.nn.torch_reference import LAYER_NAMES, torch_attention_weights
 from vaswani.nn.cache import KVCache
 from vaswani.nn.layers import TransformerLayer
 
@@ -43,7 +43,7 @@ def test_a_layer_with_cross_attention_needs_the_encoder_keys_and_values():
     )
     ours = dict(layer.named_parameters())
     with torch.no_grad():
-        for name, ref_name in _LAYER_NAMES.items():
+        for name, ref_name in LAYER_NAMES.items():
             ref.get_parameter(ref_name).copy_(ours[name])
     causal = torch.nn.Transformer.generate_square_subsequent_mask(3)
     expected = torch_attention_weights(ref, lambda: ref(x, memory, tgt_mask=causal))

@@ -2,27 +2,9 @@ import pytest
 import torch
 
 from tests.conftest import random_ids, tiny_config
+from tests.nn.torch_reference import LAYER_NAMES, torch_attention_weights
 from vaswani import ModelConfig, Transformer
 from vaswani.nn.masks import target_mask
-
-# Our parameter name -> torch.nn.Transformer{Encoder,Decoder}Layer parameter name.
-_LAYER_NAMES = {
-    "self_attn.in_proj.weight": "self_attn.in_proj_weight",
-    "self_attn.in_proj.bias": "self_attn.in_proj_bias",
-    "self_attn.out_proj.weight": "self_attn.out_proj.weight",
-    "self_attn.out_proj.bias": "self_attn.out_proj.bias",
-    "cross_attn.in_proj.weight": "multihead_attn.in_proj_weight",
-    "cross_attn.in_proj.bias": "multihead_attn.in_proj_bias",
-    "cross_attn.out_proj.weight": "multihead_attn.out_proj.weight",
-    "cross_attn.out_proj.bias": "multihead_attn.out_proj.bias",
-    "feed_forward.linear1.weight": "linear1.weight",
-    "feed_forward.linear1.bias": "linear1.bias",
-    "feed_forward.linear2.weight": "linear2.weight",
-    "feed_forward.linear2.bias": "linear2.bias",
-}
-for _i in range(3):
-    _LAYER_NAMES[f"norms.{_i}.weight"] = f"norm{_i + 1}.weight"
-    _LAYER_NAMES[f"norms.{_i}.bias"] = f"norm{_i + 1}.bias"
 
 
 def torch_reference(model: Transformer) -> torch.nn.Transformer:
@@ -49,7 +31,7 @@ def torch_reference(model: Transformer) -> torch.nn.Transformer:
                     param.copy_(ours[f"{stack}.{rest}"])
                 continue
             _, index, layer_name = rest.split(".", 2)
-            ours_name = next(k for k, v in _LAYER_NAMES.items() if v == layer_name)
+            ours_name = next(k for k, v in LAYER_NAMES.items() if v == layer_name)
             param.copy_(ours[f"{stack}.layers.{index}.{ours_name}"])
     if not c.norm_first:  # torch always adds a final LayerNorm; the post-norm paper model has none
         ref.encoder.norm = None
@@ -211,29 +193,6 @@ def test_parameter_counts_match_the_paper(preset, paper_millions):
         model = Transformer(config)
     assert model.num_parameters() == _expected_parameters(config)
     assert abs(model.num_parameters() / 1e6 - paper_millions) / paper_millions < 0.035
-
-
-def torch_attention_weights(ref: torch.nn.Module, run) -> dict[str, torch.Tensor]:
-    """Per-head weights of every torch.nn.MultiheadAttention in `ref` while `run()` runs, by name: each call is
-    repeated with need_weights=True on the inputs torch's own layer gave it (those layers ask for none)."""
-    weights, handles = {}, []
-
-    def keep(name):
-        def hook(module, args, kwargs, output):
-            again = {**kwargs, "need_weights": True, "average_attn_weights": False}
-            weights[name] = module.forward(*args, **again)[1].detach()
-
-        return hook
-
-    for name, module in ref.named_modules():
-        if isinstance(module, torch.nn.MultiheadAttention):
-            handles.append(module.register_forward_hook(keep(name), with_kwargs=True))
-    try:
-        run()
-    finally:
-        for handle in handles:
-            handle.remove()
-    return weights
 
 
 def test_attention_weights_are_torch_transformers_per_layer_and_head():

@@ -12,13 +12,16 @@ import httpx
 import pytest
 
 from tests.conftest import write_tiny_model_directory
-from tests.serve.test_app import _start_server
+from tests.serve.server import start_server
 
 CHROMIUM = next(
     (path for name in ("chromium", "chromium-browser", "google-chrome") if (path := shutil.which(name))), None
 )
 playwright_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright to test the page")
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no Chromium: apt-get install chromium to test the page")
+pytestmark = [
+    pytest.mark.shared_data,
+    pytest.mark.skipif(CHROMIUM is None, reason="no Chromium: apt-get install chromium to test the page"),
+]
 
 SENTENCE = "Ein Mann fährt Fahrrad."
 
@@ -26,7 +29,7 @@ SENTENCE = "Ein Mann fährt Fahrrad."
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     model_dir = write_tiny_model_directory(tmp_path_factory.mktemp("model"), max_len_b=8)
-    with _start_server(model_dir) as server:
+    with start_server(model_dir) as server:
         yield server.url
 
 

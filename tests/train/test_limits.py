@@ -6,7 +6,7 @@ import pytest
 import yaml
 from rich.console import Console
 
-from tests.train.test_trainer import _config, _quiet
+from tests.train.toy import quiet, toy_config
 from vaswani import precision
 from vaswani.config import ConfigError, TrainConfig, parse_duration
 from vaswani.precision import Measurement
@@ -36,7 +36,7 @@ def test_auto_resolves_by_measurement_and_the_model_directory_keeps_the_result(
 ):
     calls = _measuring(monkeypatch, speedup)
     console, log = _log()
-    trainer = Trainer(_config(max_steps=2, valid_every=2, precision="auto"), tmp_path / "run", console)
+    trainer = Trainer(toy_config(max_steps=2, valid_every=2, precision="auto"), tmp_path / "run", console)
     trainer.train()
     assert calls == [120]  # the batch's token budget, measured once
     saved = yaml.safe_load((tmp_path / "run/config.yaml").read_text())
@@ -47,7 +47,7 @@ def test_auto_resolves_by_measurement_and_the_model_directory_keeps_the_result(
 def test_explicit_bf16_measured_slower_warns_once_and_trains_in_bf16(tmp_path, monkeypatch):
     _measuring(monkeypatch, 0.5)
     console, log = _log()
-    trainer = Trainer(_config(max_steps=2, valid_every=2, precision="bf16"), tmp_path / "run", console)
+    trainer = Trainer(toy_config(max_steps=2, valid_every=2, precision="bf16"), tmp_path / "run", console)
     trainer.train()
     assert trainer.config.train.precision == "bf16"
     warnings = [line for line in log.getvalue().splitlines() if line.startswith("warning:")]
@@ -56,10 +56,10 @@ def test_explicit_bf16_measured_slower_warns_once_and_trains_in_bf16(tmp_path, m
 
 def test_a_resumed_run_keeps_its_precision_whatever_the_new_measurement_says(tmp_path, monkeypatch):
     _measuring(monkeypatch, 1.8)
-    Trainer(_config(max_steps=2, valid_every=2, precision="auto"), tmp_path / "run", _quiet()).train()
+    Trainer(toy_config(max_steps=2, valid_every=2, precision="auto"), tmp_path / "run", quiet()).train()
     calls = _measuring(monkeypatch, 0.5)  # the machine now says fp32
     console, log = _log()
-    trainer = Trainer(_config(max_steps=4, valid_every=2, precision="auto"), tmp_path / "run", console)
+    trainer = Trainer(toy_config(max_steps=4, valid_every=2, precision="auto"), tmp_path / "run", console)
     state = trainer.train()
     assert state.step == 4 and trainer.config.train.precision == "bf16" and calls == []
     assert "precision bf16: kept from the run being resumed" in log.getvalue()
@@ -68,7 +68,7 @@ def test_a_resumed_run_keeps_its_precision_whatever_the_new_measurement_says(tmp
 
 def test_progress_lines_appear_in_a_log_before_the_first_validation(tmp_path):
     console, log = _log()
-    Trainer(_config(max_steps=8, valid_every=8), tmp_path / "run", console).train()
+    Trainer(toy_config(max_steps=8, valid_every=8), tmp_path / "run", console).train()
     lines = log.getvalue().splitlines()
     steps = [line for line in lines if line.startswith("step ") and "tok/s" in line]
     assert [line.split()[1] for line in steps] == ["2/8", "4/8", "6/8", "8/8"]  # every valid_every // 4 updates
@@ -81,7 +81,7 @@ def test_progress_lines_appear_in_a_log_before_the_first_validation(tmp_path):
 
 
 def test_max_time_stops_validates_and_saves_and_a_resume_counts_the_time_spent(tmp_path):
-    config = _config(max_steps=100_000, valid_every=100_000, max_time="1s")
+    config = toy_config(max_steps=100_000, valid_every=100_000, max_time="1s")
     console, log = _log()
     state = Trainer(config, tmp_path / "run", console).train()
     assert 0 < state.step < 100_000 and state.elapsed >= 1.0
@@ -89,9 +89,11 @@ def test_max_time_stops_validates_and_saves_and_a_resume_counts_the_time_spent(t
     assert "reached train.max_time (1s" in log.getvalue()
     assert (tmp_path / f"run/checkpoints/step_{state.step:08d}").is_dir()  # validated and saved there
     assert "valid_loss" in state.history[-1]
-    again = Trainer(config, tmp_path / "run", _quiet()).train()
+    again = Trainer(config, tmp_path / "run", quiet()).train()
     assert again.step == state.step  # the budget was already spent
-    longer = Trainer(_config(max_steps=100_000, valid_every=100_000, max_time="2s"), tmp_path / "run", _quiet()).train()
+    longer = Trainer(
+        toy_config(max_steps=100_000, valid_every=100_000, max_time="2s"), tmp_path / "run", quiet()
+    ).train()
     assert longer.step > state.step and 2.0 <= longer.elapsed < 3.5
 
 
@@ -105,7 +107,7 @@ def test_durations(text, seconds):
 @pytest.mark.parametrize("bad", ["10 minutes", "m", "-5s", "0s", "1d"])
 def test_bad_durations_are_config_errors_naming_the_key(bad):
     with pytest.raises(ConfigError, match=r"train\.max_time must be"):
-        _config(max_time=bad)
+        toy_config(max_time=bad)
 
 
 def test_linear_decay_reaches_zero_at_the_end_of_the_budget():

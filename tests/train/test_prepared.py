@@ -23,6 +23,8 @@ from vaswani.data.prepare import open_or_prepare
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.train.loader import EpochBatches, EpochPlan, batch_stream, load_run_data
 
+pytestmark = pytest.mark.shared_data  # reads ../shared/data (tests/conftest.py skips it where absent)
+
 MULTI30K = Path(__file__).resolve().parents[2] / "../shared/data/multi30k/raw"
 WORDS = [
     "a",

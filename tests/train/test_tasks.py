@@ -20,6 +20,8 @@ from vaswani.train import checkpoint as ckpt
 from vaswani.train.finetune import finetune
 from vaswani.train.trainer import Trainer
 
+pytestmark = pytest.mark.shared_data  # reads ../shared/data (tests/conftest.py skips it where absent)
+
 SHAKESPEARE = Path(__file__).resolve().parents[2] / "../shared/data/tinyshakespeare/input.txt"
 SST2 = Path(__file__).resolve().parents[2] / "../shared/data/sst2"
 MODEL = {"d_model": 32, "n_heads": 2, "d_ff": 64, "n_layers": 2, "dropout": 0.1, "norm_first": True}
