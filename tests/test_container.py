@@ -17,7 +17,7 @@ import pytest
 from tests.conftest import write_tiny_model_directory
 from vaswani.serve.launch import free_port, launch
 
-pytestmark = pytest.mark.shared_data  # reads ../shared/data (tests/conftest.py skips it where absent)
+pytestmark = [pytest.mark.shared_data, pytest.mark.slow]  # slow: containers
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCKERFILE = (ROOT / "Dockerfile").read_text(encoding="utf-8")

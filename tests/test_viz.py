@@ -83,6 +83,7 @@ def _png_size(path: Path) -> tuple[int, int]:
     return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
 
 
+@pytest.mark.slow
 def test_plots_have_one_panel_per_head_and_layer(translator, tmp_path):
     translation = translator.attention(SOURCE)
     every = _png_size(plot_attention(translation, tmp_path / "all.png"))
@@ -104,6 +105,7 @@ def _with_encoder_panel(translation, value: float):
     return replace(translation, attention=replace(translation.attention, encoder=encoder))
 
 
+@pytest.mark.slow
 def test_plots_draw_the_chosen_panels_weights(translator, tmp_path):
     translation = translator.attention(SOURCE)
     zeros, ones = _with_encoder_panel(translation, 0.0), _with_encoder_panel(translation, 1.0)
@@ -121,6 +123,7 @@ def test_plots_draw_the_chosen_panels_weights(translator, tmp_path):
         assert torch.equal(before, after) == same
 
 
+@pytest.mark.slow
 def test_a_dollar_in_the_sentence_is_drawn_as_text_not_mathtext(translator, tmp_path, monkeypatch):
     from matplotlib.figure import Figure
     from matplotlib.text import Text
@@ -140,6 +143,7 @@ def _cli(*args):
     return subprocess.run([sys.executable, "-m", "vaswani.cli", *args], capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_attention_cli_writes_a_png_and_refuses_bad_options_in_one_line(model_dir, translator, tmp_path):
     out = tmp_path / "attention.png"
     result = _cli(

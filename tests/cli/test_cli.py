@@ -21,6 +21,7 @@ def test_the_help_imports_no_torch():
     assert "translate" in run.stdout and run.stdout.splitlines()[-1] == "False"
 
 
+@pytest.mark.slow
 def test_python_m_vaswani_cli_is_the_command_with_its_exit_codes(tmp_path):
     version = subprocess.run(
         [sys.executable, "-m", "vaswani.cli", "--version"], capture_output=True, text=True, timeout=60

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 import torch
 from torch._dynamo.utils import counters
 
@@ -14,6 +15,8 @@ from vaswani.config import DecodeConfig
 from vaswani.decode import search
 from vaswani.decode.engine import TorchEngine
 from vaswani.nn import build_model
+
+pytestmark = pytest.mark.slow  # torch.compile
 
 COMPILED_STEP = search.compiled_step  # the real one, where tests put a counting one in its place
 

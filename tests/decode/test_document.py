@@ -148,6 +148,7 @@ def _cli(*args, stdin=None):
     return subprocess.run([sys.executable, "-m", "vaswani.cli", *args], input=stdin, capture_output=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_translate_document_cli_keeps_the_layout_and_equals_line_mode_on_the_sentences(model_dir, tmp_path):
     text = TEXTS[0] + "\n" + TEXTS[1] + "\n"
     source = tmp_path / "doc.de"
@@ -170,6 +171,7 @@ def test_translate_document_cli_keeps_the_layout_and_equals_line_mode_on_the_sen
     assert len(line_mode.stdout.decode().splitlines()) == len(text.splitlines())
 
 
+@pytest.mark.slow
 def test_translate_document_cli_errors(model_dir, tmp_path):
     bad = tmp_path / "bad.de"
     bad.write_bytes(b"Ein Mann.\n\xff\xfe\n")

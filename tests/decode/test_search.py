@@ -38,6 +38,7 @@ def _greedy_reference(model, src, max_len):
 LENGTHS = [5, 2, 7, 4, 1, 6, 8, 3, 5, 7, 2, 6]
 
 
+@pytest.mark.slow
 def test_greedy_equals_a_decoder_without_cache_and_outputs_end_at_different_lengths(model):
     src = random_ids(LENGTHS)
     found = [h.tokens for h in greedy(model, src, max_len_a=0.0, max_len_b=9)]

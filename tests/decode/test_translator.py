@@ -68,6 +68,7 @@ def _cli(*args, stdin=None):
     return subprocess.run([sys.executable, "-m", "vaswani.cli", *args], input=stdin, capture_output=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_translate_cli_writes_one_line_per_input_line_whatever_the_input(model_dir, tmp_path):
     long_line = " ".join(["Hund"] * 60)  # more tokens than the model's 40 positions
     lines = [s.encode() for s in SENTENCES] + [b"Ein Mann\r mit \xff\xfe Hut.", long_line.encode(), b"Ende."]
@@ -86,6 +87,7 @@ def test_translate_cli_writes_one_line_per_input_line_whatever_the_input(model_d
     assert piped.returncode == 0 and piped.stdout.decode().split("\n")[:-1] == expected
 
 
+@pytest.mark.slow
 def test_translate_cli_n_best_is_one_json_list_per_line(model_dir):
     result = _cli("translate", str(model_dir), "--n-best", "2", stdin=b"Ein Mann.\n\nEine Frau.\n")
     assert result.returncode == 0, result.stderr
@@ -98,6 +100,7 @@ def test_translate_cli_n_best_is_one_json_list_per_line(model_dir):
     assert records[0][0] == {"text": best.text, "score": round(best.score, 4), "log_prob": round(best.log_prob, 4)}
 
 
+@pytest.mark.slow
 def test_cli_errors_name_the_problem(model_dir, tmp_path):
     result = _cli("translate", str(tmp_path / "nope"), stdin=b"x\n")
     assert result.returncode == 2 and b"is not a model directory" in result.stderr
@@ -113,6 +116,7 @@ def test_cli_errors_name_the_problem(model_dir, tmp_path):
 
 
 @pytest.mark.parametrize("lowercase", [False, True])
+@pytest.mark.slow
 def test_evaluate_prints_what_sacrebleu_prints(tmp_path, lowercase):
     references = read_lines(MULTI30K / "raw/val.en.gz")[:300]
     hypotheses = [" ".join(r.split()[:-2]) if i % 3 else r.replace("a", "the") for i, r in enumerate(references)]
@@ -134,6 +138,7 @@ def test_evaluate_prints_what_sacrebleu_prints(tmp_path, lowercase):
 
 
 @pytest.mark.parametrize("split,lang", [("test_2016_flickr", "de"), ("test_2017_flickr", "en")])
+@pytest.mark.slow
 def test_tok_lc_reproduces_the_multi30k_tokenized_references(split, lang):
     raw = MULTI30K / f"raw/{split}.{lang}.gz"
     reference = multi30k_tok_reference(raw)
@@ -141,6 +146,7 @@ def test_tok_lc_reproduces_the_multi30k_tokenized_references(split, lang):
     assert tok_lc(read_lines(raw), lang) == read_lines(reference)
 
 
+@pytest.mark.slow
 def test_evaluate_tok_lc_of_the_reference_itself_is_100():
     raw = MULTI30K / "raw/test_2016_flickr.de.gz"
     result = _cli("evaluate", "--hyp", str(raw), "--ref", str(raw), "--tok-lc")
@@ -213,6 +219,7 @@ def test_translate_and_evaluate_show_progress_lines_and_precision_in_a_log(model
     assert captured.out.startswith("BLEU") and "translating: 18/18" in captured.err
 
 
+@pytest.mark.slow
 def test_translate_compile_runs_the_compiled_step_and_writes_the_same_lines(model_dir, tmp_path, monkeypatch):
     """`vaswani translate --compile` (decode.compile): the search runs the step search.compiled_step made, here
     through Dynamo alone (a backend that runs the graphs it is given, to keep this test to seconds)."""
@@ -235,6 +242,7 @@ def test_translate_compile_runs_the_compiled_step_and_writes_the_same_lines(mode
     assert (tmp_path / "compiled").read_text() == (tmp_path / "eager").read_text()
 
 
+@pytest.mark.slow
 def test_the_same_command_gives_the_same_lines_with_a_busy_process_beside_it(model_dir, tmp_path):
     """precision auto is settled without timing anything for decoding, so a CPU-bound process running beside
     `vaswani translate` changes nothing: identical lines, and the lines of --precision fp32."""

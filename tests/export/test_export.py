@@ -22,7 +22,10 @@ from vaswani.export import ExportError, export
 from vaswani.model_dir import WEIGHTS, load_model, save_weights, weights_of, write_model_directory
 from vaswani.nn import Transformer
 
-pytestmark = pytest.mark.shared_data  # reads ../shared/data (tests/conftest.py skips it where absent)
+pytestmark = [
+    pytest.mark.shared_data,
+    pytest.mark.slow,
+]  # slow: a trained model converted for CTranslate2 and Hugging Face
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 MULTI30K = Path(__file__).resolve().parents[2] / "../shared/data/multi30k/raw"

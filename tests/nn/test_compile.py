@@ -16,6 +16,8 @@ from vaswani.config import ModelConfig
 from vaswani.nn import build_model
 from vaswani.nn.dropout import Dropout
 
+pytestmark = pytest.mark.slow  # torch.compile
+
 SHAPES = [(6, 9, 7), (3, 5, 11), (8, 12, 4), (5, 7, 7)]  # (batch, source length, target length): all differ
 
 

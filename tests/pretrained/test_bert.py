@@ -25,7 +25,7 @@ from vaswani.decode.classifier import Classifier
 from vaswani.model_dir import load_model
 from vaswani.pretrained import import_pretrained
 
-pytestmark = pytest.mark.shared_data  # reads ../shared/data (tests/conftest.py skips it where absent)
+pytestmark = [pytest.mark.shared_data, pytest.mark.slow]  # slow: checkpoints trained by transformers
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")

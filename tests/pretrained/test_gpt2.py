@@ -24,7 +24,7 @@ from vaswani.decode.classifier import Classifier
 from vaswani.decode.generate import Generator
 from vaswani.model_dir import load_model
 
-pytestmark = pytest.mark.shared_data  # reads ../shared/data (tests/conftest.py skips it where absent)
+pytestmark = [pytest.mark.shared_data, pytest.mark.slow]  # slow: checkpoints trained by transformers
 
 transformers = pytest.importorskip("transformers")
 

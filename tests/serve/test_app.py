@@ -116,6 +116,7 @@ DOCUMENTS = [
 ]
 
 
+@pytest.mark.slow
 def test_a_document_keeps_its_layout_and_equals_line_mode_on_its_sentences(client, translator):
     response = client.post("/v1/translate", json={"text": DOCUMENTS, "beam": 2, "n_best": 2})
     assert response.status_code == 200, response.text
@@ -199,6 +200,7 @@ def test_metrics_are_guarded_by_the_api_key_or_their_own_token(translator, model
         )
 
 
+@pytest.mark.slow
 def test_a_request_gets_the_same_result_alone_or_batched_with_others(translator):
     async def run(batcher, groups, options):
         return await asyncio.gather(*(batcher.translate(texts, **options) for texts in groups))
@@ -434,6 +436,7 @@ def test_an_api_key_guards_the_api_and_cors_is_off_unless_configured(translator,
         assert response.headers["access-control-allow-origin"] == "https://elsewhere.example"
 
 
+@pytest.mark.slow
 def test_the_server_batches_concurrent_clients_and_finishes_requests_in_flight_when_stopped(model_dir):
     # A long batching wait keeps requests in flight long enough to stop the server under them.
     server = start_server(model_dir, "--max-wait-ms", "3000")
@@ -476,6 +479,7 @@ def test_the_server_batches_concurrent_clients_and_finishes_requests_in_flight_w
         server.stop()
 
 
+@pytest.mark.slow
 def test_serve_binds_to_this_machine_only_by_default(model_dir):
     with start_server(model_dir) as server:
         assert server.url.startswith("http://127.0.0.1:")

@@ -20,6 +20,7 @@ CHROMIUM = next(
 playwright_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright to test the page")
 pytestmark = [
     pytest.mark.shared_data,
+    pytest.mark.slow,  # a browser
     pytest.mark.skipif(CHROMIUM is None, reason="no Chromium: apt-get install chromium to test the page"),
 ]
 

@@ -59,6 +59,7 @@ def _recipe(root, path, max_steps=6, original=True, aux_weight=0.5, **train):
     return path
 
 
+@pytest.mark.slow
 def test_finetune_keeps_the_tokenizer_and_vocabulary_and_records_its_origin(pretrained, tmp_path):
     root, model_dir = pretrained
     assert main(["finetune", str(model_dir), str(_recipe(root, tmp_path / "ft.yaml")), str(tmp_path / "out")]) == 0
@@ -115,6 +116,7 @@ def test_the_original_batches_go_round_all_original_pairs_and_resume_exactly(pre
         assert torch.equal(a.src, b.src) and a.replay == b.replay
 
 
+@pytest.mark.slow
 def test_an_interrupted_fine_tuning_resumes_to_the_same_weights(pretrained, tmp_path):
     root, model_dir = pretrained
     straight = tmp_path / "straight"

@@ -21,6 +21,7 @@ def _scripted_validation(monkeypatch, scores):
     monkeypatch.setattr(Trainer, "validate", lambda self, data: {"loss": 1.0, "bleu": next(scores)})
 
 
+@pytest.mark.slow
 def test_early_stopping_keeps_the_best_and_the_last_checkpoints(tmp_path, monkeypatch):
     _scripted_validation(monkeypatch, [10.0, 12.0, 11.0, 9.0, 50.0])
     config = toy_config(max_steps=10, valid_every=2, patience=2, keep_last=1, keep_best=1)
@@ -33,6 +34,7 @@ def test_early_stopping_keeps_the_best_and_the_last_checkpoints(tmp_path, monkey
     assert all(torch.equal(best[n], model[n]) for n in best)  # the model to translate with is the best one
 
 
+@pytest.mark.slow
 def test_pruning_with_loss_keeps_the_lowest_loss(tmp_path, monkeypatch):
     losses = iter([3.0, 1.0, 2.0, 4.0])
     monkeypatch.setattr(Trainer, "validate", lambda self, data: {"loss": next(losses)})
@@ -56,6 +58,7 @@ KILLED_SAVE = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_a_kill_during_a_save_leaves_the_previous_checkpoint_and_training_resumes(tmp_path):
     run = tmp_path / "run"
     Trainer(toy_config(max_steps=3, valid_every=3), run, quiet()).train()
@@ -72,6 +75,7 @@ def test_a_kill_during_a_save_leaves_the_previous_checkpoint_and_training_resume
     assert all(torch.equal(a[n], b[n]) for n in a)
 
 
+@pytest.mark.slow
 def test_bf16_training_keeps_fp32_weights_and_follows_fp32(tmp_path):
     states = {
         p: Trainer(toy_config(max_steps=6, valid_every=6, precision=p), tmp_path / p, quiet()).train()
@@ -113,6 +117,7 @@ def _one_line_error(result):
     return errors[0]
 
 
+@pytest.mark.slow
 def test_cli_bad_training_input_gives_one_line_errors(tmp_path):
     words = [f"wort{i} satz{i % 7} ende" for i in range(200)]
     recipe = _recipe(tmp_path, words, [w.replace("wort", "word") for w in words], vocab_size=5000)
@@ -137,6 +142,7 @@ def test_cli_bad_training_input_gives_one_line_errors(tmp_path):
     assert "200" in error and "10" in error and "short.en.gz" in error
 
 
+@pytest.mark.slow
 def test_cli_reports_a_corrupt_checkpoint_and_how_to_go_on(tmp_path):
     run = tmp_path / "run"
     Trainer(toy_config(max_steps=3, valid_every=3), run, quiet()).train()

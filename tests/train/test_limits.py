@@ -31,6 +31,7 @@ def _log() -> tuple[Console, io.StringIO]:
 
 
 @pytest.mark.parametrize(("speedup", "expected"), [(1.8, "bf16"), (0.5, "fp32")])
+@pytest.mark.slow
 def test_auto_resolves_by_measurement_and_the_model_directory_keeps_the_result(
     tmp_path, monkeypatch, speedup, expected
 ):
@@ -44,6 +45,7 @@ def test_auto_resolves_by_measurement_and_the_model_directory_keeps_the_result(
     assert f"precision auto -> {expected}" in log.getvalue() and "fp32 10.0 ms" in log.getvalue()
 
 
+@pytest.mark.slow
 def test_explicit_bf16_measured_slower_warns_once_and_trains_in_bf16(tmp_path, monkeypatch):
     _measuring(monkeypatch, 0.5)
     console, log = _log()
@@ -54,6 +56,7 @@ def test_explicit_bf16_measured_slower_warns_once_and_trains_in_bf16(tmp_path, m
     assert len(warnings) == 1 and "0.50x fp32's speed" in warnings[0]
 
 
+@pytest.mark.slow
 def test_a_resumed_run_keeps_its_precision_whatever_the_new_measurement_says(tmp_path, monkeypatch):
     _measuring(monkeypatch, 1.8)
     Trainer(toy_config(max_steps=2, valid_every=2, precision="auto"), tmp_path / "run", quiet()).train()
@@ -66,6 +69,7 @@ def test_a_resumed_run_keeps_its_precision_whatever_the_new_measurement_says(tmp
     assert yaml.safe_load((tmp_path / "run/config.yaml").read_text())["train"]["precision"] == "bf16"
 
 
+@pytest.mark.slow
 def test_progress_lines_appear_in_a_log_before_the_first_validation(tmp_path):
     console, log = _log()
     Trainer(toy_config(max_steps=8, valid_every=8), tmp_path / "run", console).train()
@@ -80,6 +84,7 @@ def test_progress_lines_appear_in_a_log_before_the_first_validation(tmp_path):
     assert lines[-1].startswith("speed: ") and "MFLOP per token" in lines[-1] and "of measured CPU" in lines[-1]
 
 
+@pytest.mark.slow
 def test_max_time_stops_validates_and_saves_and_a_resume_counts_the_time_spent(tmp_path):
     config = toy_config(max_steps=100_000, valid_every=100_000, max_time="1s")
     console, log = _log()
@@ -121,6 +126,7 @@ def test_linear_decay_reaches_zero_at_the_end_of_the_budget():
     assert learning_rate(200, plain, 128, 0.9) == learning_rate(200, plain, 128)  # none: the paper's schedule
 
 
+@pytest.mark.slow
 def test_ddp_ranks_stop_together_at_the_time_budget(tmp_path):
     """Each rank has its own clock; rank 0's decides, or one rank would wait forever for the other."""
     import os

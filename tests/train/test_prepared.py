@@ -91,6 +91,7 @@ def _multi30k(tmp_path: Path, gz: bool = False) -> DataConfig:
     return DataConfig(**files, vocab_size=2000, max_len=40, max_len_ratio=1.6, max_tokens=2000)
 
 
+@pytest.mark.slow
 def test_prepared_batches_equal_the_in_memory_path_on_multi30k(tmp_path, monkeypatch):
     """Bit-identical batches (ids, order, per seed and epoch): the in-memory reference reads whole files,
     encodes in one call and filters in one pass; the prepared path streams small chunks through two
@@ -267,6 +268,7 @@ def test_an_interrupted_preparation_leaves_nothing_behind(tmp_path, monkeypatch)
     assert len(_open(config, tmp_path / "p").prepared.train) == 3000
 
 
+@pytest.mark.slow
 def test_a_killed_preparation_is_remade_by_the_next_run(tmp_path):
     """kill -9 half way: the partial sibling directory is ignored, the target never appears."""
     config = DataConfig(**write_corpus(tmp_path, 20000), vocab_size=120)
@@ -328,6 +330,7 @@ def test_prepare_errors_name_the_file_and_the_fix(tmp_path):
     assert not (tmp_path / "p").exists()
 
 
+@pytest.mark.slow
 def test_cli_prepare_then_train_reuses_it(tmp_path):
     files = write_corpus(tmp_path, 300)
     recipe = tmp_path / "r.yaml"

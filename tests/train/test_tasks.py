@@ -77,6 +77,7 @@ def _same_weights(a: Path, b: Path) -> None:
 
 
 @pytest.mark.parametrize("kind", ["decoder_only", "encoder_only"])
+@pytest.mark.slow
 def test_language_model_resume_is_exact(tmp_path, text, kind):
     Trainer(_lm_config(text, kind), tmp_path / "straight", _quiet()).train()
     Trainer(_lm_config(text, kind, max_steps=3), tmp_path / "resumed", _quiet()).train()
@@ -89,6 +90,7 @@ def test_language_model_resume_is_exact(tmp_path, text, kind):
         assert record["valid_loss_per_char"] == pytest.approx(record["valid_loss"], rel=1e-3)
 
 
+@pytest.mark.slow
 def test_language_model_learns(tmp_path, text):
     state = Trainer(
         _lm_config(text, max_steps=150, valid_every=150, warmup_steps=20, peak_lr=3e-3), tmp_path / "lm", _quiet()
@@ -145,6 +147,7 @@ def pretrained(request, tmp_path_factory, text) -> Path:
     return directory
 
 
+@pytest.mark.slow
 def test_finetune_resume_is_exact_and_classify_writes_a_line_per_line(tmp_path, pretrained, labelled):
     recipe = _finetune_recipe(tmp_path / "ft.yaml", labelled, 0.5)
     finetune(pretrained, recipe, tmp_path / "straight", console=_quiet())
@@ -175,6 +178,7 @@ def test_finetune_resume_is_exact_and_classify_writes_a_line_per_line(tmp_path, 
         torch.testing.assert_close(alone, probs, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_continued_pretraining_of_a_model_trained_here_keeps_its_tokenizer_and_resumes_exactly(
     tmp_path, pretrained, labelled
 ):
@@ -266,6 +270,7 @@ def _cli(*args) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "vaswani.cli", *map(str, args)], capture_output=True, text=True)
 
 
+@pytest.mark.slow
 def test_bad_text_and_labels_are_one_line_errors(tmp_path, text, labelled):
     empty = tmp_path / "empty.txt"
     empty.write_text("\n\n", encoding="utf-8")
@@ -307,6 +312,7 @@ def test_text_kept_as_it_is_and_a_held_out_part_too_small(tmp_path):
         open_or_prepare(PlainRecipe(small, 1), tmp_path / "prepared")
 
 
+@pytest.mark.slow
 def test_a_label_outside_the_training_labels_names_file_and_line(tmp_path, pretrained, labelled):
     dev = tmp_path / "dev.tsv"
     dev.write_text("label\tcontent\n1\tfine\n0\tbad\n7\tstrange\n", encoding="utf-8")
@@ -317,6 +323,7 @@ def test_a_label_outside_the_training_labels_names_file_and_line(tmp_path, pretr
     assert f"{dev}, line 4: label '7' is not one of ['0', '1']" in run.stderr
 
 
+@pytest.mark.slow
 def test_generate_streams_and_repeats_with_a_seed(tmp_path, text):
     Trainer(_lm_config(text, max_steps=3), tmp_path / "lm", _quiet()).train()
     args = ("generate", tmp_path / "lm", "--prompt", "ROMEO:", "--max-new-tokens", 40, "--top-k", 10, "--seed", 3)
@@ -338,6 +345,7 @@ def test_weight_decay_reaches_matrices_only(tmp_path, text):
     assert len(decayed["params"]) + len(plain["params"]) == len(list(trainer.model.parameters()))
 
 
+@pytest.mark.slow
 def test_prepare_text_once_then_train_from_it(tmp_path, text):
     config = tmp_path / "lm.yaml"
     config.write_text(yaml.safe_dump(_lm_config(text, max_steps=2, valid_every=2).to_dict()), encoding="utf-8")

@@ -15,6 +15,7 @@ from vaswani.train import checkpoint as ckpt
 from vaswani.train.trainer import Trainer
 
 
+@pytest.mark.slow
 def test_interrupted_and_resumed_run_equals_uninterrupted(tmp_path):
     Trainer(toy_config(max_steps=6), tmp_path / "straight", quiet()).train()
     Trainer(toy_config(max_steps=3), tmp_path / "resumed", quiet()).train()
@@ -28,6 +29,7 @@ def test_interrupted_and_resumed_run_equals_uninterrupted(tmp_path):
     assert any(not torch.equal(a[n], first[n]) for n in a)  # training moved the weights
 
 
+@pytest.mark.slow
 def test_resumed_run_with_subword_sampling_equals_uninterrupted(tmp_path):
     from tests.train.test_prepared import write_corpus
 
@@ -58,6 +60,7 @@ def test_resumed_run_with_subword_sampling_equals_uninterrupted(tmp_path):
         assert torch.equal(a[name], b[name]), name
 
 
+@pytest.mark.slow
 def test_model_directory_is_self_contained_and_reported(tmp_path):
     trainer = Trainer(toy_config(max_steps=3), tmp_path / "run", quiet())
     state = trainer.train()
@@ -83,6 +86,7 @@ def test_model_directory_is_self_contained_and_reported(tmp_path):
     assert json.loads((run / "data_report.json").read_text())["kept"] == 300
 
 
+@pytest.mark.slow
 def test_cli_errors_are_one_line_without_traceback(tmp_path):
     config = tmp_path / "c.yaml"
     config.write_text(
@@ -100,6 +104,7 @@ def test_cli_errors_are_one_line_without_traceback(tmp_path):
     assert result.returncode == 2 and "is not valid YAML" in result.stderr
 
 
+@pytest.mark.slow
 def test_average_command_writes_the_mean_of_the_last_checkpoints(tmp_path):
     Trainer(toy_config(max_steps=6), tmp_path / "run", quiet()).train()
     result = run_cli("average", str(tmp_path / "run"), "--last", "2")
@@ -120,6 +125,7 @@ def _free_port() -> int:
 
 
 @pytest.mark.parametrize("nodes", [1, 2])
+@pytest.mark.slow
 def test_ddp_processes_equal_one_process_on_the_same_global_batch(tmp_path, nodes):
     """torchrun with 2 gloo processes (1 batch each) vs 1 process accumulating the same 2 batches. nodes=2:
     two torchrun launches on 127.0.0.1 (--nnodes 2), one process each, reading data prepared once ahead
@@ -175,6 +181,7 @@ def test_ddp_processes_equal_one_process_on_the_same_global_batch(tmp_path, node
         torch.testing.assert_close(a[name], b[name], atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_toy_copy_task_converges_in_about_a_minute_of_cpu(tmp_path):
     """Training really learns: >= 95% exact match on 200 held-out strings, in about a minute of CPU time
     (one thread; measured with getrusage, so a busy machine does not make it fail)."""
@@ -242,6 +249,7 @@ def test_a_compiled_training_step_trains_as_the_eager_one(tmp_path):
     assert eager[2] < eager[0] - 0.1  # it learns: a wrong gradient would not stay within 1e-4
 
 
+@pytest.mark.slow
 def test_a_failure_to_compile_the_training_step_is_a_one_line_error(tmp_path, monkeypatch):
     """train.compile where torch.compile cannot compile (here a backend that fails as a missing C++ compiler does):
     `vaswani train` prints one line naming the setting and the fix, not the compiler's traceback."""
