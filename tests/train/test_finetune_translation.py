@@ -18,7 +18,7 @@ from vaswani.train.finetune import finetune
 from vaswani.train.tasks.translation import Translation
 from vaswani.train.trainer import Trainer
 
-pytestmark = pytest.mark.shared_data  # reads ../shared/data (tests/conftest.py skips it where absent)
+pytestmark = [pytest.mark.shared_data, pytest.mark.slow]  # slow: fine-tuning runs
 
 pytest.importorskip("transformers")
 RAW = "../shared/data/multi30k/raw"

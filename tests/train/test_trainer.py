@@ -218,6 +218,7 @@ def test_toy_copy_task_converges_in_about_a_minute_of_cpu(tmp_path):
     assert cpu < 90, f"{cpu:.0f} s of CPU"
 
 
+@pytest.mark.slow
 def test_a_compiled_training_step_trains_as_the_eager_one(tmp_path):
     """train.compile: torch.compile works on the CPU (Inductor, a C++ compiler) and trains as the eager step does:
     the same losses step by step, to float reordering. (Its weights differ by up to ~lr in single elements whose
