@@ -32,8 +32,9 @@ UNSPACED = frozenset({"zh", "ja", "th", "lo", "km", "my", "zho", "cmn", "yue", "
 
 
 def puts_spaces(language: str | None) -> bool:
-    """Whether `language` puts a space between sentences (translations into it are joined with one)."""
-    return (language or "").split("_")[0] not in UNSPACED
+    """Whether `language` ("ja", "zho_Hans", or a model's ">>jpn<<" token) puts a space between sentences
+    (translations into it are joined with one)."""
+    return (language or "").strip("<>").split("_")[0] not in UNSPACED
 
 
 @dataclass(frozen=True)
@@ -150,7 +151,7 @@ def translate_documents(
         target_language=target_language,
         **options,
     )
-    return assemble(texts, documents, results, spaced=puts_spaces((target_language or target or "").strip("<>")))
+    return assemble(texts, documents, results, spaced=puts_spaces(target_language or target))
 
 
 def assemble(

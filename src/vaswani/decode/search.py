@@ -58,6 +58,15 @@ def length_penalty(length: int | Tensor, alpha: float, rule: str = "gnmt") -> fl
     return ((5.0 + length) / 6.0) ** alpha
 
 
+def banned_log_probs(logits: Tensor, banned: Sequence[int], after_softmax: bool = False) -> Tensor:
+    """log-softmax of `logits` with the `banned` tokens at -inf: banned before the softmax (their probability
+    spread over the others), or after it (lost: decode.ban_after_softmax). `logits` is written over.
+    Shape: (..., V) -> (..., V)"""
+    scores = F.log_softmax(logits, dim=-1) if after_softmax else logits
+    scores[..., banned] = float("-inf")
+    return scores if after_softmax else F.log_softmax(scores, dim=-1)
+
+
 class Steps:
     """The step protocol every search drives: `start_steps` builds it for a batch of `beam` consecutive
     rows per input; `step` feeds one token per row and returns next-token logits; `reorder` keeps rows.
@@ -87,13 +96,8 @@ class Steps:
         probability spread over the other tokens (CTranslate2's way; the default), or with `ban_after_softmax`
         after it, their probability lost (transformers' generate and fairseq: an imported model's way).
         Shape: tokens (rows,) -> log-probabilities (rows, V) in float32"""
-        scores = self._logits(tokens).float()
-        if self.ban_after_softmax:
-            scores = F.log_softmax(scores, dim=-1)
-        scores[:, self.banned] = float("-inf")
-        if ban_eos:
-            scores[:, self.model.config.eos_id] = float("-inf")
-        return scores if self.ban_after_softmax else F.log_softmax(scores, dim=-1)
+        banned = [*self.banned, self.model.config.eos_id] if ban_eos else self.banned
+        return banned_log_probs(self._logits(tokens).float(), banned, self.ban_after_softmax)
 
     def reorder(self, index: Tensor, same_sentences: bool) -> None:
         """Keep rows `index`, in that order. `same_sentences`: only rows of the same input were swapped
@@ -460,7 +464,7 @@ def beam_search(
     tokens = steps.first
     for t in range(int(limits.max())):
         n = active.numel()
-        log_probs = F.log_softmax(steps.step(tokens, ban_eos=t < min_len), dim=-1)  # (n*width, V)
+        log_probs = steps.step(tokens, ban_eos=t < min_len)  # (n*width, V), log-probabilities
         V = log_probs.size(-1)
         candidates = (scores.view(n * width, 1) + log_probs).view(n, width * V)
         top_scores, top = candidates.topk(min(2 * k, width * V), dim=1)  # (n, 2k), best first
@@ -473,11 +477,11 @@ def beam_search(
         # Hypotheses that finish now: EOS among the first k, or everything kept at the length limit.
         top_scores_c, origin_c, word_c = top_scores.cpu(), origin.cpu(), word.cpu()
         sentence = active.tolist()
-        for i, j in is_eos[:, :k].cpu().nonzero().tolist():
+        is_eos_c = is_eos[:, :k].cpu()  # (n, k): the first k continuations that end in EOS
+        for i, j in is_eos_c.nonzero().tolist():
             tokens_ = history[i, origin_c[i, j]].tolist()
             _finish(finished[sentence[i]], tokens_, float(top_scores_c[i, j]), True, k, alpha, length_rule)
         live_c = live.cpu()
-        is_eos_c = is_eos.cpu()
         for i in at_limit.nonzero().squeeze(1).tolist():
             # the live ones with a forced EOS, or the k best continuations (their EOS ones finished above)
             ending = live_c[i].tolist() if forced_eos else [j for j in range(k) if not is_eos_c[i, j]]

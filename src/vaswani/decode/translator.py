@@ -21,7 +21,7 @@ from vaswani.config import Config, ConfigError, DecodeConfig
 from vaswani.data.tokenizer import LANGUAGE_TOKEN, Tokenizer
 from vaswani.decode.ct2_engine import CTranslate2Engine
 from vaswani.decode.engine import ENGINES, Engine, TorchEngine
-from vaswani.decode.search import Hypothesis
+from vaswani.decode.search import Hypothesis, banned_log_probs
 from vaswani.families import TRANSLATE, family
 from vaswani.model_dir import load_model
 from vaswani.nn import Transformer
@@ -290,10 +290,7 @@ class Translator:
         src, tgt_in = self._pair(src_ids, tgt_ids)
         tgt_out = torch.tensor([[*tgt_ids, c.eos_id]], device=src.device)
         logits = self.model(src, tgt_in).float()  # (1, T + 1, V)
-        after = self.config.decode.ban_after_softmax  # as the search scores (decode.ban_after_softmax)
-        scores = logits.log_softmax(-1) if after else logits
-        scores[..., [c.pad_id, c.bos_id]] = float("-inf")
-        scores = scores if after else scores.log_softmax(-1)
+        scores = banned_log_probs(logits, [c.pad_id, c.bos_id], self.config.decode.ban_after_softmax)
         picked = scores.gather(-1, tgt_out[..., None])  # (1, T + 1, 1)
         return float(picked.sum() if eos else picked[:, :-1].sum())
 

@@ -271,8 +271,7 @@ def create_app(
         if documents is None:
             translations = [r.to_dict() for r in results]
         else:
-            language = (request.target_language or target_language or "").strip("<>")
-            joined = assemble(request.text, documents, results, puts_spaces(language or None))
+            joined = assemble(request.text, documents, results, puts_spaces(request.target_language or target_language))
             translations = [d.to_dict() for d in joined]
         return JSONResponse(
             {"translations": translations, "elapsed_ms": round((time.perf_counter() - started) * 1000, 1)}
