@@ -6,6 +6,7 @@ on random batches of four shapes that alternate as length buckets do; the compil
 Reports the compile time (the first round of shapes) and the mean step time after it, in both modes, side by side.
 
     python benchmarks/compile.py --precision bf16 --rounds 5
+    python benchmarks/compile.py --device cuda --preset base --scale 13 --precision bf16   # ~25k-token batches
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import time
 
 import torch
 
-from vaswani.config import Config
+from vaswani.config import Config, ModelConfig
+from vaswani.flops import mfu, training_flops
 from vaswani.nn import build_model
 from vaswani.runtime import autocast, cpu_name
 from vaswani.train.loss import label_smoothed_cross_entropy
@@ -25,24 +27,26 @@ from vaswani.train.tasks.base import HiddenStates
 SHAPES = [(120, 14, 16), (100, 18, 17), (80, 22, 24), (150, 11, 12)]  # (sentences, source, target length)
 
 
-def run(compiled: bool, precision: str, rounds: int, vocab: int) -> tuple[float, float]:
-    config = Config.load("configs/multi30k_de_en_quick.yaml").model
-    config = dataclasses.replace(config, src_vocab_size=vocab, tgt_vocab_size=vocab)
+def run(
+    config: ModelConfig, compiled: bool, precision: str, rounds: int, device: torch.device, scale: int
+) -> tuple[float, float]:
     torch.manual_seed(0)
-    model = build_model(config)
+    model = build_model(config).to(device)
     step_module = HiddenStates(model)
     if compiled:
         step_module = torch.compile(step_module, dynamic=True)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, fused=True)
-    device = torch.device("cpu")
+    vocab = config.tgt_vocab_size
 
     def step(B: int, S: int, T: int) -> None:
-        src, tgt_in, tgt_out = (torch.randint(4, vocab, (B, n)) for n in (S, T, T))
+        src, tgt_in, tgt_out = (torch.randint(4, vocab, (B * scale, n), device=device) for n in (S, T, T))
         with autocast(device, precision):
             loss, _ = label_smoothed_cross_entropy(step_module(src, tgt_in), model.output_weight, tgt_out)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
 
     started = time.perf_counter()
     for shape in SHAPES:
@@ -59,13 +63,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="bf16")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--preset", help="a model preset instead of the quick recipe's model (e.g. base)")
+    parser.add_argument("--scale", type=int, default=1, help="sentences per batch times this")
     args = parser.parse_args()
-    print(f"# {cpu_name()}, torch {torch.__version__}, {torch.get_num_threads()} threads, {args.precision}")
-    eager_first, eager = run(False, args.precision, args.rounds, 8000)
-    compiled_first, compiled = run(True, args.precision, args.rounds, 8000)
-    print(f"eager:    first round {eager_first:.1f} s, then {eager * 1e3:.1f} ms a step")
-    print(f"compiled: first round {compiled_first:.1f} s (compiling), then {compiled * 1e3:.1f} ms a step")
-    print(f"compiled / eager step time: {compiled / eager:.2f}")
+    device = torch.device(args.device)
+    config = Config.load("configs/multi30k_de_en_quick.yaml").model
+    config = ModelConfig.preset(args.preset, vocab_size=8000) if args.preset else config
+    config = dataclasses.replace(config, src_vocab_size=8000, tgt_vocab_size=8000)
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
+    layers = f"{config.n_layers}+{config.decoder_layers} layers"
+    print(f"# {where}, torch {torch.__version__}, {torch.get_num_threads()} threads, {args.precision}, "
+          f"d_model {config.d_model}, {layers}, batches x{args.scale}")  # fmt: skip
+    flops = sum(training_flops(config, [S] * B * args.scale, [T] * B * args.scale, B * T * args.scale)
+                for B, S, T in SHAPES) / len(SHAPES)  # fmt: skip
+    tokens = sum(B * T * args.scale for B, _, T in SHAPES) / len(SHAPES)
+    for name, compiled in (("eager", False), ("compiled", True)):
+        first, seconds = run(config, compiled, args.precision, args.rounds, device, args.scale)
+        share = mfu(flops / seconds, device, args.precision)
+        print(f"{name}: first round {first:.1f} s, then {seconds * 1e3:.1f} ms a step, {tokens / seconds:,.0f} "
+              f"target tokens/s" + (f", MFU {share:.1%}" if share is not None else ""), flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

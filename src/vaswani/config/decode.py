@@ -46,6 +46,10 @@ class DecodeConfig:
     # (~2 minutes in all on a CPU), then each step runs as one compiled program; it pays where the step is overhead
     # (one sentence at a time, a GPU), for a server (which compiles at startup) or a big file
     compile: bool = False
+    # The decoder's keys/values in buffers allocated once and written in place (decode/static.py), so a step has
+    # fixed shapes; on a GPU each step is then one CUDA graph replayed. auto: on a GPU, not on a CPU (where the
+    # step's launches cost little: docs/benchmarks.md, "Decoding with CUDA graphs"). Outputs are the same.
+    static_cache: bool | Literal["auto"] = "auto"
 
     def validate(self) -> None:
         if self.beam_size <= 0 or self.batch_size <= 0:
@@ -54,6 +58,10 @@ class DecodeConfig:
             raise ConfigError("decode.length_penalty, decode.max_len_a and decode.max_len_b must be >= 0")
         if self.early_stopping not in (True, False, "heuristic"):
             raise ConfigError(f"decode.early_stopping must be true, false or heuristic, got {self.early_stopping!r}")
+        if self.static_cache not in (True, False, "auto"):
+            raise ConfigError(f"decode.static_cache must be true, false or auto, got {self.static_cache!r}")
+        if self.compile and self.static_cache is True:
+            raise ConfigError("decode.compile and decode.static_cache are two ways to a lean step: choose one")
         if self.length_rule not in ("gnmt", "power"):
             raise ConfigError(f"decode.length_rule must be gnmt or power, got {self.length_rule!r}")
         if self.temperature <= 0 or self.top_k < 0 or not 0 < self.top_p <= 1:

@@ -58,6 +58,7 @@ class TorchEngine:
         self.model, self.precision = model, precision
         self._choices: dict[int, Choice] = {}
         self._compiled = None
+        self._static_step = None  # decode/static.py's StaticDecoding, made at the first search that uses it
 
     def choose_precision(self, decode: DecodeConfig) -> Choice:
         from vaswani.precision import choose
@@ -77,14 +78,28 @@ class TorchEngine:
         return search_ids(self.model, sources, decode, n_best, precision, progress, self._step(decode))
 
     def _step(self, decode: DecodeConfig):
-        """The decoder's step the search runs: with decode.compile, compiled once for this engine's life."""
+        """The decoder's step the search runs: with decode.compile, compiled once for this engine's life; with
+        decode.static_cache (auto: on a GPU), on buffers allocated once and, on a GPU, as CUDA graphs."""
         if not decode.compile:
-            return None
+            return self._static(decode)
         if self._compiled is None:
             from vaswani.decode.search import compiled_step
 
             self._compiled = compiled_step(self.model)
         return self._compiled
+
+    def _static(self, decode: DecodeConfig):
+        from vaswani.families import TRANSLATE, family
+
+        device = next(self.model.parameters()).device
+        wanted = device.type == "cuda" if decode.static_cache == "auto" else decode.static_cache
+        if not wanted or TRANSLATE not in family(self.model.config.type).can:
+            return None
+        if self._static_step is None:
+            from vaswani.decode.static import StaticDecoding
+
+            self._static_step = StaticDecoding(self.model, rows=decode.batch_size * decode.beam_size)
+        return self._static_step
 
     def warm_up(self, decode: DecodeConfig, beam_size: int = 4) -> None:
         """With decode.compile: compile the step now, so that requests do not wait for the compiler. Greedy and

@@ -213,6 +213,8 @@ def start_steps(
     `context` tokens), `beam` rows each; `step` runs model.decode_step (compiled_step), by default the method;
     `ban_after_softmax`: see Steps.step (decode.ban_after_softmax)."""
     kind = family(model.config.type)
+    if cache and TRANSLATE in kind.can and hasattr(step, "start_steps"):  # decode.static_cache (decode/static.py)
+        return step.start_steps(model, src, beam, ban_after_softmax)
     if TRANSLATE in kind.can:
         steps: Steps = EncoderDecoderSteps(model, src, beam, cache, step)
     else:

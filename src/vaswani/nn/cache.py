@@ -71,3 +71,105 @@ def dense(t: Tensor) -> Tensor:
     if t.stride() == tuple(reversed(strides)) and t.storage_offset() == 0:
         return t
     return t.clone(memory_format=torch.contiguous_format)
+
+
+@dataclass(frozen=True)
+class StaticSlot:
+    """One decoder layer's self-attention keys/values in a preallocated buffer: `write` puts the step's keys and
+    values at `position` in place and returns the whole buffer, the positions not yet written hidden by the mask
+    that goes with it (StaticView.visible). Shape: k, v (n, H, L, Dh); position () long"""
+
+    k: Tensor
+    v: Tensor
+    position: Tensor
+
+    def write(self, k: Tensor, v: Tensor) -> KeyValue:
+        """Shape: k, v (n, H, 1, Dh) -> 2 x (n, H, L, Dh)"""
+        self.k.index_copy_(2, self.position.view(1), k)
+        self.v.index_copy_(2, self.position.view(1), v)
+        return self.k, self.v
+
+
+@dataclass(frozen=True)
+class StaticView:
+    """What one decoding step of fixed shapes reads and writes: the first `n` rows of a StaticKVCache, `L`
+    self-attention positions and `S` source positions of it. The same views of the same buffers at every step, so
+    a step can be captured once as a CUDA graph and replayed (decode/static.py)."""
+
+    self_kv: tuple[StaticSlot, ...]
+    cross_kv: tuple[KeyValue, ...]
+    cross_mask: Tensor  # (n, 1, 1, S) additive: 0 on the source's tokens, -inf on padding
+    position: Tensor  # () long: the target position this step feeds
+
+    def visible(self) -> Tensor:
+        """The additive self-attention mask: 0 on the positions written so far and this one, -inf after.
+        Shape: (1, 1, 1, L)"""
+        L = self.self_kv[0].k.size(2)
+        after = torch.arange(L, device=self.position.device) > self.position
+        return torch.zeros(L, dtype=self.cross_mask.dtype, device=after.device).masked_fill(after, float("-inf"))[
+            None, None, None
+        ]
+
+
+class StaticKVCache:
+    """The decoder's keys/values in buffers allocated once, written in place: `rows` hypotheses, `length` target
+    positions and `source_length` source positions at most; views of their leading parts serve each batch
+    (StaticView). Outputs are the dynamic KVCache's (tests/decode/test_static.py); the shapes stay fixed, which is
+    what a CUDA graph needs.
+
+    Shape: self k/v per layer (rows, H, length, Dh), cross k/v (rows, H, source_length, Dh), cross_mask
+    (rows, 1, 1, source_length)
+    """
+
+    def __init__(
+        self, n_layers: int, heads: int, d_head: int, rows: int, length: int, source_length: int, like: Tensor
+    ) -> None:
+        def buffer(n: int) -> Tensor:
+            return torch.zeros(rows, heads, n, d_head, dtype=like.dtype, device=like.device)
+
+        self.self_kv = tuple((buffer(length), buffer(length)) for _ in range(n_layers))
+        self.cross_kv = tuple((buffer(source_length), buffer(source_length)) for _ in range(n_layers))
+        self.cross_mask = torch.zeros(rows, 1, 1, source_length, dtype=like.dtype, device=like.device)
+        self.position = torch.zeros((), dtype=torch.long, device=like.device)
+        self.rows, self.length, self.source_length = rows, length, source_length
+        self.dtype, self.device = like.dtype, like.device
+
+    def fits(self, rows: int, length: int, source_length: int, dtype: torch.dtype) -> bool:
+        big_enough = rows <= self.rows and length <= self.length and source_length <= self.source_length
+        return big_enough and dtype == self.dtype
+
+    def view(self, n: int, length: int, source_length: int) -> StaticView:
+        L, S = length, source_length
+        return StaticView(
+            tuple(StaticSlot(k[:n, :, :L], v[:n, :, :L], self.position) for k, v in self.self_kv),
+            tuple((k[:n, :, :S], v[:n, :, :S]) for k, v in self.cross_kv),
+            self.cross_mask[:n, :, :, :S],
+            self.position,
+        )
+
+    def load(self, cross_kv: tuple[KeyValue, ...], mask: Tensor, source_length: int) -> None:
+        """A new batch: the encoder-decoder keys/values of its rows (B, H, s, Dh) and their additive mask
+        (B, 1, 1, s) at the start of the buffers, the rest up to `source_length` masked."""
+        B, s = mask.size(0), mask.size(-1)
+        for (k, v), (k_new, v_new) in zip(self.cross_kv, cross_kv, strict=True):
+            k[:B, :, :s].copy_(k_new)
+            v[:B, :, :s].copy_(v_new)
+        self.cross_mask[:B, :, :, :s].copy_(mask)
+        self.cross_mask[:B, :, :, s:source_length].fill_(float("-inf"))
+
+    def reorder(
+        self, index: Tensor, written: int, source_length: int, cross: bool = True, source: StaticKVCache | None = None
+    ) -> None:
+        """Rows index[i] (of `source`, by default this cache) become rows i, in place: the `written` self-attention
+        positions, and with `cross` the encoder-decoder keys/values and mask (not needed where only hypotheses of
+        one sentence swap)."""
+        m, S, source = index.numel(), source_length, source or self
+        for (k, v), (k_from, v_from) in zip(self.self_kv, source.self_kv, strict=True):
+            k[:m, :, :written] = k_from[:, :, :written].index_select(0, index)
+            v[:m, :, :written] = v_from[:, :, :written].index_select(0, index)
+        if not cross:
+            return
+        for (k, v), (k_from, v_from) in zip(self.cross_kv, source.cross_kv, strict=True):
+            k[:m, :, :S] = k_from[:, :, :S].index_select(0, index)
+            v[:m, :, :S] = v_from[:, :, :S].index_select(0, index)
+        self.cross_mask[:m, :, :, :S] = source.cross_mask[:, :, :, :S].index_select(0, index)

@@ -63,6 +63,11 @@ class SinusoidalPositions(nn.Module):
             return self.table[start : start + length]
         return sinusoid_table(length, self.d_model, start).to(self.table.device)
 
+    def at(self, position: Tensor) -> Tensor:
+        """The encoding of one position given as a tensor, read on the device (a CUDA graph's step).
+        Shape: position () -> (1, D)"""
+        return self.table.index_select(0, position.view(1))
+
 
 class LearnedPositions(nn.Module):
     """Learned absolute positions (Table 3 row E), bounded by max_positions.
@@ -86,6 +91,10 @@ class LearnedPositions(nn.Module):
                 "learned positional embeddings; shorten the input or use positions: sinusoidal"
             )
         return self.weight[start : start + length]
+
+    def at(self, position: Tensor) -> Tensor:
+        """Shape: position () -> (1, D)"""
+        return self.weight.index_select(0, position.view(1))
 
 
 class Embeddings(nn.Module):
@@ -111,9 +120,11 @@ class Embeddings(nn.Module):
         self.norm = norm if norm is not None else nn.Identity()
         self.dropout = Dropout(dropout)
 
-    def forward(self, ids: Tensor, start: int = 0, segments: Tensor | None = None) -> Tensor:
-        """Shape: ids (B, L), segments None or (B, L) -> (B, L, D), positions start, ..., start + L - 1"""
+    def forward(self, ids: Tensor, start: int | Tensor = 0, segments: Tensor | None = None) -> Tensor:
+        """Shape: ids (B, L), segments None or (B, L) -> (B, L, D), positions start, ..., start + L - 1; a tensor
+        `start` (shape (), one position: L is 1) is read on the device"""
         x = self.tokens(ids)
         if self.segments is not None:
             x = x + (self.segments[0] if segments is None else F.embedding(segments, self.segments)).to(x.dtype)
-        return self.dropout(self.norm(x + self.positions(start, ids.size(1)).to(x.dtype)))
+        positions = self.positions.at(start) if isinstance(start, Tensor) else self.positions(start, ids.size(1))
+        return self.dropout(self.norm(x + positions.to(x.dtype)))

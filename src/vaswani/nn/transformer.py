@@ -10,7 +10,7 @@ from torch import Tensor, nn
 
 from vaswani.config import ModelConfig
 from vaswani.nn.attention import MultiHeadAttention
-from vaswani.nn.cache import KVCache
+from vaswani.nn.cache import KVCache, StaticView
 from vaswani.nn.embedding import Embeddings, LearnedPositions, SinusoidalPositions, TokenEmbedding
 from vaswani.nn.layers import TransformerLayer
 from vaswani.nn.masks import padding_mask
@@ -86,6 +86,18 @@ class Decoder(nn.Module):
         """A decoder-only cache holding no positions yet."""
         like = torch.empty(batch_size, self.n_heads, 0, self.d_head, device=device)
         return KVCache(KVCache.empty_self_kv(like, len(self.layers)))
+
+    def static_step(self, tokens: Tensor, cache: StaticView) -> Tensor:
+        """One step on a static cache: each row's token at position `cache.position`, its keys/values written
+        there in place. Fixed shapes and no host synchronisation (a CUDA graph captures it).
+
+        Shape: tokens (n, 1) -> hidden (n, 1, D)
+        """
+        x = self.embed(tokens, start=cache.position)
+        visible = cache.visible()
+        for layer, slot, cross_kv in zip(self.layers, cache.self_kv, cache.cross_kv, strict=True):
+            x, _, _ = layer(x, mask=visible, past=slot, memory_kv=cross_kv, memory_mask=cache.cross_mask)
+        return self.norm(x)
 
     def forward(
         self,
@@ -198,6 +210,11 @@ class Transformer(nn.Module):
         hidden, cache, _ = self.decoder(tokens, memory_mask, cache)
         logits = self.logits(hidden[:, -1] if one else hidden)
         return logits, cache
+
+    def static_step(self, tokens: Tensor, cache: StaticView) -> Tensor:
+        """`decode_step` on a static cache (nn/cache.py StaticKVCache): the same logits, fixed shapes, the cache
+        written in place. Shape: tokens (n,) -> logits (n, V)"""
+        return self.logits(self.decoder.static_step(tokens[:, None], cache)[:, -1])
 
     def attention_weights(self, src: Tensor, tgt_in: Tensor) -> AttentionWeights:
         """Per-layer, per-head attention weights of a teacher-forced pass (the normal path keeps none)."""

@@ -1,0 +1,97 @@
+"""decode.static_cache (decode/static.py): the same outputs as the dynamic KV cache, on buffers allocated once."""
+
+import pytest
+import torch
+
+from tests.conftest import random_ids, tiny_config
+from vaswani import Transformer
+from vaswani.config import ConfigError, DecodeConfig
+from vaswani.decode import search
+from vaswani.decode.static import StaticDecoding, bucket
+
+BATCHES = [[3, 7, 1, 5], [12], [2, 9, 4, 4, 8, 6, 1, 3, 11], [40, 2]]  # source lengths, one batch each
+
+
+def tokens(results):
+    return [[h.tokens for h in r] if isinstance(r, list) else r.tokens for r in results]
+
+
+def scores(results):
+    return [h.log_prob for r in results for h in (r if isinstance(r, list) else [r])]
+
+
+def searches(model, src, step, sampling=True):
+    limits = dict(max_len_a=1.5, max_len_b=5, step=step)
+    out = {
+        "greedy": search.greedy(model, src, **limits),
+        "beam 4, n-best 2": search.beam_search(model, src, 4, n_best=2, **limits),
+        "beam 3, early stopping": search.beam_search(model, src, 3, early_stopping=True, **limits),
+        "beam 2, forced EOS": search.beam_search(model, src, 2, forced_eos=True, ban_after_softmax=True, **limits),
+    }
+    if sampling:
+        generator = torch.Generator(src.device).manual_seed(4)
+        out["sampling"] = search.sample(model, src, top_k=5, generator=generator, **limits)
+    return out
+
+
+@pytest.mark.parametrize("positions", ["sinusoidal", "learned"])
+def test_the_static_cache_gives_the_dynamic_caches_outputs(model, positions):
+    """One StaticDecoding serves batches of other sizes and lengths (its buffers grow, rows leave the batch, beam
+    search widens it): every output is the dynamic cache's, token for token, its score within rounding."""
+    if positions == "learned":
+        torch.manual_seed(1)
+        model = Transformer(tiny_config(positions="learned", max_positions=96)).eval()
+    static = StaticDecoding(model, rows=2)
+    torch.manual_seed(0)
+    with torch.inference_mode():
+        for lengths in BATCHES:
+            src = random_ids(lengths)
+            dynamic, fixed = searches(model, src, None), searches(model, src, static)
+            for name in dynamic:
+                assert tokens(fixed[name]) == tokens(dynamic[name]), (name, lengths)
+                assert scores(fixed[name]) == pytest.approx(scores(dynamic[name]), abs=1e-4), (name, lengths)
+    assert static.cache.rows >= 9 * 4 and static.cache.source_length >= 41
+
+
+def test_a_step_runs_at_a_bucket_of_rows_wasting_at_most_a_third():
+    for n in range(1, 600):
+        size = bucket(n, 10_000)
+        assert n <= size <= max(2, -(-3 * n // 2)), n
+    assert bucket(300, 256) == 256
+    assert len({bucket(n, 256) for n in range(1, 257)}) == 16  # 1, 2, 3, 4, 6, ..., 128, 192, 256
+
+
+def test_the_translator_decodes_alike_with_and_without_the_static_cache(model):
+    from vaswani.decode.engine import TorchEngine
+
+    engine = TorchEngine(model, "fp32")
+    sources = [[5, 6, 7], [], [9] * 12, [4, 4]]
+    plain = engine(sources, DecodeConfig(batch_size=3, static_cache=False), n_best=2)
+    static = engine(sources, DecodeConfig(batch_size=3, static_cache=True), n_best=2)
+    assert tokens(static) == tokens(plain)
+    assert engine._static_step is not None  # the static step was the one used
+    assert engine._step(DecodeConfig()) is None  # auto: not on a CPU
+
+
+def test_static_cache_settings_are_checked():
+    with pytest.raises(ConfigError, match="static_cache must be"):
+        DecodeConfig(static_cache="yes").validate()
+    with pytest.raises(ConfigError, match="choose one"):
+        DecodeConfig(static_cache=True, compile=True).validate()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA GPU")
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_cuda_graphs_give_the_dynamic_caches_outputs(model, precision):
+    on_gpu = Transformer(model.config)
+    on_gpu.load_state_dict(model.state_dict())
+    on_gpu = on_gpu.cuda().eval()
+    static = StaticDecoding(on_gpu, rows=8)
+    torch.manual_seed(0)
+    with search.decoding(torch.device("cuda"), precision):
+        for lengths in BATCHES:
+            src = random_ids(lengths).cuda()
+            dynamic, fixed = searches(on_gpu, src, None), searches(on_gpu, src, static)
+            for name in dynamic:
+                assert tokens(fixed[name]) == tokens(dynamic[name]), (name, lengths)
+    assert static._captured  # replayed as graphs
