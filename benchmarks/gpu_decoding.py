@@ -75,8 +75,8 @@ def main() -> None:
         memory: dict[tuple[str, int, int], float] = {}
         outputs: dict[tuple[str, int, int], list] = {}
 
-        def ours(precision: str, static: bool):
-            step = StaticDecoding(model, rows=64 * 4) if static else None
+        def ours(precision: str, static: bool, pad_vocab: int = 64):
+            step = StaticDecoding(model, rows=64 * 4, pad_vocab=pad_vocab) if static else None
 
             def run(batch: list[list[int]], beam: int):
                 src = collate([(s, []) for s in batch], c.pad_id, c.bos_id, c.eos_id).src.to(device)
@@ -108,6 +108,7 @@ def main() -> None:
             "vaswani fp32, CUDA graphs": ours("fp32", True),
             "vaswani bf16": ours("bf16", False),
             "vaswani bf16, CUDA graphs": ours("bf16", True),
+            "vaswani bf16, CUDA graphs, unpadded output": ours("bf16", True, pad_vocab=1),
         }
         try:
             decoders["CTranslate2 float16"] = ctranslate2_engine("float16")

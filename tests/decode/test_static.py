@@ -53,6 +53,25 @@ def test_the_static_cache_gives_the_dynamic_caches_outputs(model, positions):
     assert static.cache.rows >= 9 * 4 and static.cache.source_length >= 41
 
 
+def test_the_padded_output_projection_gives_the_same_outputs(model):
+    """On a GPU the output projection is padded to a multiple of 64 rows (alignment); forced here on the CPU."""
+    static = StaticDecoding(model)
+    static.pad_output = True
+    src = random_ids([3, 7, 1, 5])
+    with torch.inference_mode():
+        dynamic, fixed = searches(model, src, None), searches(model, src, static)
+    assert static._output[0].shape == (64, model.config.d_model)  # 50 words padded to 64
+    for name in dynamic:
+        assert tokens(fixed[name]) == tokens(dynamic[name]), name
+    with torch.no_grad():
+        model.output_weight.mul_(1.5)  # the model changes (training goes on): the next batch sees it
+        try:
+            searches(model, src, static)
+            assert torch.equal(static._output[0][:50], model.output_weight)
+        finally:
+            model.output_weight.div_(1.5)
+
+
 def test_a_step_runs_at_a_bucket_of_rows_wasting_at_most_a_third():
     for n in range(1, 600):
         size = bucket(n, 10_000)

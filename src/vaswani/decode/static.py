@@ -14,6 +14,7 @@ On a CPU the same step runs eagerly (what tests compare with the dynamic cache: 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from vaswani.decode.search import EncoderDecoderSteps, Steps
@@ -41,16 +42,19 @@ class StaticDecoding:
     the buffers are allocated once. Not for concurrent searches: one search at a time uses it (a server's engine
     runs its batches one after another)."""
 
-    def __init__(self, model, rows: int = 1, graphs: bool = True) -> None:
+    def __init__(self, model, rows: int = 1, graphs: bool = True, pad_vocab: int = 64) -> None:
         self.model = model
+        self.pad_vocab = pad_vocab  # on a GPU the output projection's rows are padded to a multiple of this
         self.device = next(model.parameters()).device
         self.graphs = graphs and self.device.type == "cuda"
+        self.pad_output = self.device.type == "cuda"  # refresh
         self.rows = rows
         self.cache: StaticKVCache | None = None
         self._captured: dict[tuple[int, int, int], tuple[torch.cuda.CUDAGraph, Tensor]] = {}
         self._tokens: Tensor | None = None  # a graph's input ids, (cache rows,)
         self._pool = None
         self._logits: Tensor | None = None  # what every graph writes its logits to, (cache rows, V)
+        self._output: tuple[Tensor, Tensor] | None = None  # the padded output projection (refresh)
 
     def start_steps(self, model, src: Tensor, beam: int, ban_after_softmax: bool) -> Steps:
         if model is not self.model:
@@ -65,24 +69,49 @@ class StaticDecoding:
         c = self.model.config
         L, S = rounded(length, c.max_positions), rounded(source_length, 1 << 30)
         if self.cache is None or not self.cache.fits(rows, L, S, like.dtype):
-            old = self.cache
-            same = old is not None and old.dtype == like.dtype
-            most = (old.rows, old.length, old.source_length) if same else (0, 0, 0)
-            self.cache = StaticKVCache(
-                c.decoder_layers, c.n_heads, c.d_head, max(rows, self.rows, most[0]), max(L, most[1]), max(S, most[2]),
-                like,
-            )  # fmt: skip
-            self._tokens = torch.zeros(self.cache.rows, dtype=torch.long, device=like.device)
-            self._captured.clear()
-            self._logits = None
+            with torch.inference_mode(False):  # normal tensors: written in place in and outside inference mode
+                self._allocate(rows, L, S, like)
         return L, S
+
+    def _allocate(self, rows: int, L: int, S: int, like: Tensor) -> None:
+        """New buffers at least as large as the old ones of the same dtype; the graphs captured on those dropped."""
+        c, old = self.model.config, self.cache
+        most = (old.rows, old.length, old.source_length) if old is not None and old.dtype == like.dtype else (0, 0, 0)
+        rows, L, S = max(rows, self.rows, most[0]), max(L, most[1]), max(S, most[2])
+        self.cache = StaticKVCache(c.decoder_layers, c.n_heads, c.d_head, rows, L, S, like)
+        self._tokens = torch.zeros(rows, dtype=torch.long, device=like.device)
+        self._captured.clear()
+        self._logits = None
+
+    def refresh(self) -> None:
+        """On a GPU, where the vocabulary is not a multiple of `pad_vocab` (OPUS-MT's 58,101 words): the output
+        projection's weight and bias copied into rows padded to one, in place (the graphs read them), at the start of
+        each batch so that they are the model's current ones. A product whose output rows are not aligned to 16
+        bytes runs on a slow kernel (cuBLAS: docs/benchmarks.md, "Decoding with CUDA graphs")."""
+        weight, bias = self.model.output_weight, self.model.output_bias
+        V, D = weight.shape
+        if not self.pad_output or V % self.pad_vocab == 0:
+            return
+        if self._output is None:
+            padded = -(-V // self.pad_vocab) * self.pad_vocab
+            with torch.inference_mode(False):
+                self._output = (weight.new_zeros(padded, D), weight.new_zeros(padded))
+        self._output[0][:V].copy_(weight)
+        self._output[1][:V].copy_(bias if bias is not None else 0.0)
+
+    def _step(self, tokens: Tensor, view) -> Tensor:
+        """The model's static step, with the padded output projection where there is one. Shape: (n,) -> (n, V)"""
+        if self._output is None:
+            return self.model.static_step(tokens, view)
+        hidden = self.model.decoder.static_step(tokens[:, None], view)[:, -1]
+        return F.linear(hidden, *self._output)[:, : self.model.output_weight.size(0)]
 
     def run(self, tokens: Tensor, position: int, length: int, source_length: int) -> Tensor:
         """Logits of one step: `tokens` (n,) at target position `position`. Shape: -> (n, V)"""
         n, cache = tokens.size(0), self.cache
         cache.position.fill_(position)
         if not self.graphs:
-            return self.model.static_step(tokens, cache.view(n, length, source_length))
+            return self._step(tokens, cache.view(n, length, source_length))
         b = bucket(n, cache.rows)
         self._tokens[:n].copy_(tokens)
         key = (b, length, source_length)
@@ -106,13 +135,14 @@ class StaticDecoding:
         side = torch.cuda.Stream(self.device)
         side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side), cast:
-            logits = self.model.static_step(tokens, view)
+            logits = self._step(tokens, view)
         torch.cuda.current_stream(self.device).wait_stream(side)
         if self._logits is None or self._logits.dtype != logits.dtype:  # one output for every graph
-            self._logits = torch.empty(self.cache.rows, logits.size(-1), dtype=logits.dtype, device=self.device)
+            with torch.inference_mode(False):
+                self._logits = torch.empty(self.cache.rows, logits.size(-1), dtype=logits.dtype, device=self.device)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self._pool), cast:
-            self._logits[:b].copy_(self.model.static_step(tokens, view))
+            self._logits[:b].copy_(self._step(tokens, view))
         return graph, self._logits[:b]
 
 
@@ -124,6 +154,7 @@ class StaticSteps(EncoderDecoderSteps):
         Steps.__init__(self, static.model, True)
         model = static.model
         self.static = static
+        static.refresh()
         memory, mask = model.encode(src)  # (B, S, D), (B, 1, 1, S)
         cross_kv = model.decoder.start_cache(memory).cross_kv
         keys = cross_kv[0][0]
