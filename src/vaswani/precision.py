@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from vaswani.config import PRECISIONS, ModelConfig
+from vaswani.config import DECODING_PRECISIONS, PRECISIONS, ModelConfig
 from vaswani.runtime import loss_chunk_rows
 
 # bf16 is chosen only where its matrix products are at least this much faster than float32: the rest
@@ -78,7 +78,8 @@ class Choice:
         figures = f" ({self.measurement.figures()})" if self.measurement else ""
         if self.requested == "auto":
             return f"precision auto -> {self.precision}: {self.reason}{figures}"
-        return f"precision {self.precision}{figures}"
+        reason = f": {self.reason}" if self.reason else ""
+        return f"precision {self.precision}{reason}{figures}"
 
     def warning(self) -> str | None:
         """One warning line where an explicit bf16 measured slower than fp32; None otherwise."""
@@ -91,9 +92,12 @@ class Choice:
         )
 
 
-def check(precision: str, name: str = "precision") -> None:
-    if precision not in PRECISIONS:
-        raise ValueError(f"{name} must be auto, fp32 or bf16, got {precision!r}")
+def check(precision: str, name: str = "precision", decoding: bool = False) -> None:
+    """A one-line ValueError unless `precision` is one training (or with `decoding`, decoding) runs in."""
+    allowed = DECODING_PRECISIONS if decoding else PRECISIONS
+    if precision not in allowed:
+        int8 = "; int8 is for decoding (translate, evaluate, serve, generate, classify)" if precision == "int8" else ""
+        raise ValueError(f"{name} must be {', '.join(allowed[:-1])} or {allowed[-1]}, got {precision!r}{int8}")
 
 
 def choose(
@@ -111,9 +115,13 @@ def choose(
     (an explicit bf16 to warn when it is slower); a GPU without bf16 runs fp32 under "auto". For decoding, "auto"
     is fp32, never measured (DECODING_AUTO): the same command gives the same output on any machine, under any load.
     """
-    check(requested)
+    check(requested, decoding=not training)
     if requested == "fp32":
         return Choice("fp32", requested)
+    if requested == "int8":
+        from vaswani.nn.int8 import KERNEL
+
+        return Choice("int8", requested, reason=f"int8 linear layers, {KERNEL}")
     if requested == "auto" and not training:
         return Choice("fp32", requested, reason=DECODING_AUTO)
     if device.type == "cuda" and not torch.cuda.is_bf16_supported():

@@ -219,6 +219,23 @@ def test_translate_and_evaluate_show_progress_lines_and_precision_in_a_log(model
     assert captured.out.startswith("BLEU") and "translating: 18/18" in captured.err
 
 
+def test_translate_and_evaluate_in_int8_write_every_line_and_say_so(model_dir, tmp_path, capsys):
+    from vaswani import cli
+
+    source = tmp_path / "in.de"
+    source.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
+    out = tmp_path / "out"
+    assert cli.main(["translate", str(model_dir), "-i", str(source), "-o", str(out), "--precision", "int8"]) == 0
+    assert "precision int8: int8 linear layers" in capsys.readouterr().err
+    lines = out.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == len(SENTENCES) and lines[1] == "" and lines[3] == ""
+    evaluate = ["evaluate", str(model_dir), "--src", str(source), "--ref", str(source), "--precision", "int8"]
+    assert cli.main(evaluate) == 0
+    assert capsys.readouterr().out.startswith("BLEU")
+    assert cli.main(["translate", str(model_dir), "--precision", "int8", "--engine", "ctranslate2"]) == 2
+    assert "use --compute-type" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_translate_compile_runs_the_compiled_step_and_writes_the_same_lines(model_dir, tmp_path, monkeypatch):
     """`vaswani translate --compile` (decode.compile): the search runs the step search.compiled_step made, here

@@ -181,6 +181,8 @@ def test_classifier_probabilities_are_transformers_within_1e_4(bert, texts):
     ours = Classifier.load(bert.classifier, "cpu").probabilities(texts)  # our tokenizer, framing and padding
     assert (ours - theirs).abs().max() < 1e-4
     assert theirs[:, 1].std() > 0.1  # probabilities that differ from text to text
+    int8 = Classifier.load(bert.classifier, "cpu", precision="int8").probabilities(texts)
+    assert 0 < (int8 - theirs).abs().max() < 0.05  # int8 linear layers (nn/int8.py): close, not equal
 
 
 def test_sentence_pairs_are_bert_for_sequence_classification_s(bert, texts, tmp_path, capsys):

@@ -196,6 +196,8 @@ def test_greedy_is_transformers_generate_and_stops_at_endoftext(gpt2):
         assert text == tokenizer.decode(theirs, skip_special_tokens=True)
         stopped, limited = stopped + ended, limited + (not ended)
     assert stopped and limited  # some documents end, some continuations run to the limit
+    int8 = Generator.load(model_dir, "cpu", precision="int8")  # int8 linear layers (nn/int8.py)
+    assert int8.generate_ids(generator.encode(PROMPTS[0]), MAX_NEW, greedy_search=True)[0]  # it runs, it writes
 
 
 def test_vaswani_generate_writes_the_prompt_and_its_continuation(gpt2, capsys):

@@ -61,7 +61,7 @@ def _generate(args: argparse.Namespace) -> None:
 def _classify(args: argparse.Namespace) -> None:
     from vaswani.decode.classifier import Classifier
 
-    classifier = Classifier.load(args.model_dir, args.device, pairs=args.pairs)
+    classifier = Classifier.load(args.model_dir, args.device, pairs=args.pairs, precision=args.precision)
     console = stderr_console()
     pairs = args.pairs or classifier.config.model.pairs  # a classifier fine-tuned on pairs reads pairs
     with Lines(args.input, args.output, console) as lines:
@@ -93,7 +93,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     generate.add_argument("-n", type=int, default=1, help="how many continuations (seeds SEED, SEED+1, ...)")
     generate.add_argument("--no-cache", action="store_true", help="re-run the whole text every step (slow; a check)")
     generate.add_argument("--device", default="auto", help="cpu, cuda, ... (default: the GPU if any)")
-    generate.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    generate.add_argument(
+        "--precision", choices=["fp32", "bf16", "int8"], default="fp32", help="int8: a CPU's (as for vaswani translate)"
+    )
     generate.set_defaults(run=_generate)
 
     classify = commands.add_parser("classify", help="label lines of text with a fine-tuned model")
@@ -108,4 +110,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     classify.add_argument("--batch-size", type=int, default=64)
     classify.add_argument("--device", default="auto", help="cpu, cuda, ... (default: the GPU if any)")
+    classify.add_argument(
+        "--precision", choices=["fp32", "bf16", "int8"], default="fp32", help="int8: a CPU's (as for vaswani translate)"
+    )
     classify.set_defaults(run=_classify)

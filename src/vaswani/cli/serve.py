@@ -7,7 +7,7 @@ import sys
 
 from vaswani.cli.lines import stderr_console
 from vaswani.cli.translate import report_precision
-from vaswani.config import PRECISIONS
+from vaswani.config import DECODING_PRECISIONS
 from vaswani.decode.engine import CT2_TYPES
 
 
@@ -125,7 +125,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     serve.add_argument("--max-batch-tokens", type=int, default=4096, help="source tokens per batch (default 4096)")
     serve.add_argument("--no-batching", action="store_true", help="translate one request at a time")
     serve.add_argument("--device", default="auto", help="cpu, cuda, ... (default: the GPU if any)")
-    serve.add_argument("--precision", choices=PRECISIONS, default="auto", help="as for vaswani translate")
+    serve.add_argument("--precision", choices=DECODING_PRECISIONS, default="auto", help="as for vaswani translate")
     serve.add_argument(
         "--compile",
         action=argparse.BooleanOptionalAction,

@@ -7,7 +7,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from vaswani.cli.lines import Lines, stderr_console
-from vaswani.config import PRECISIONS
+from vaswani.config import DECODING_PRECISIONS
 from vaswani.decode.engine import CT2_TYPES
 
 if TYPE_CHECKING:
@@ -41,7 +41,9 @@ def _precision(args: argparse.Namespace) -> str:
 
 
 def _load_translator(args: argparse.Namespace) -> Translator:
-    from vaswani.decode.translator import Translator
+    from vaswani.decode.translator import Translator, check_engine
+
+    check_engine(args.engine, _precision(args))  # before converting anything
 
     if args.compute_type and args.engine != "ctranslate2":
         raise ValueError("--compute-type applies to --engine ctranslate2; for --engine torch use --precision")
@@ -238,10 +240,11 @@ def _add_decode_options(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--precision",
-        choices=PRECISIONS,
+        choices=DECODING_PRECISIONS,
         default="auto",
         help="auto (default): fp32, so that the same command gives the same output on any machine and under any "
-        "load; fp32; bf16 (autocast: faster on CPUs and GPUs with fast bf16, changes some outputs)",
+        "load; fp32; bf16 (autocast: faster on CPUs and GPUs with fast bf16, changes some outputs); int8 (a CPU's: "
+        "int8 linear layers, faster, changes some outputs)",
     )
     group.add_argument(
         "--target-language",

@@ -16,9 +16,10 @@ from vaswani.config.fields import ConfigError, parse_duration
 from vaswani.config.finetune import FinetuneConfig
 from vaswani.config.model import PRESETS, ModelConfig
 from vaswani.config.recipe import Config, apply_overrides
-from vaswani.config.train import PRECISIONS, TrainConfig
+from vaswani.config.train import DECODING_PRECISIONS, PRECISIONS, TrainConfig
 
 __all__ = [
+    "DECODING_PRECISIONS",
     "PRECISIONS",
     "PRESETS",
     "Config",

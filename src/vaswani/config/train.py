@@ -10,6 +10,7 @@ from vaswani.config.fields import ConfigError, parse_duration
 from vaswani.families import TASKS
 
 PRECISIONS = ("auto", "fp32", "bf16")  # auto: measured per model and device (vaswani/precision.py)
+DECODING_PRECISIONS = (*PRECISIONS, "int8")  # int8: decoding on a CPU only (nn/int8.py)
 
 
 @dataclass(frozen=True)

@@ -16,23 +16,34 @@ from vaswani.config import Config
 from vaswani.data.labelled import Text, classifier_inputs, pad
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.model_dir import CheckpointError, load_model
-from vaswani.runtime import pick_device
+from vaswani.precision import check
+from vaswani.runtime import autocast, pick_device
 
 
 class Classifier:
     """A fine-tuned decoder-only or encoder-only model with its classifier, tokenizer and label names."""
 
-    def __init__(self, model, tokenizer: Tokenizer, config: Config) -> None:
+    def __init__(self, model, tokenizer: Tokenizer, config: Config, precision: str = "fp32") -> None:
+        """`precision`: "fp32" ("auto" is fp32), "bf16" (autocast) or "int8" (a CPU's: nn/int8.py, made here)."""
         if not config.model.n_classes or not config.finetune.labels:
             raise CheckpointError("this model has no classifier; fine-tune it first (vaswani finetune)")
+        check(precision, decoding=True)
+        if precision == "int8":
+            from vaswani.nn.int8 import quantize_int8
+
+            quantize_int8(model)
+        self.precision = "fp32" if precision == "auto" else precision
         self.model, self.tokenizer, self.config = model.eval(), tokenizer, config
         self.labels = [str(x) for x in config.finetune.labels]
         self.device = next(model.parameters()).device
 
     @classmethod
-    def load(cls, model_dir: str | Path, device: str = "auto", pairs: bool = False) -> Classifier:
+    def load(
+        cls, model_dir: str | Path, device: str = "auto", pairs: bool = False, precision: str = "fp32"
+    ) -> Classifier:
         """The classifier in `model_dir`; `pairs`: it reads sentence pairs (a BERT classifier imported from a
-        paraphrase or entailment checkpoint; one fine-tuned on pairs reads them already)."""
+        paraphrase or entailment checkpoint; one fine-tuned on pairs reads them already); `precision`: as in
+        __init__."""
         model, config = load_model(model_dir, pick_device(device))
         if pairs and not config.model.pairs:
             if config.model.segments < 2:
@@ -42,7 +53,7 @@ class Classifier:
                 )
             m = dataclasses.replace(config.model, pairs=True)
             model.config, config = m, dataclasses.replace(config, model=m)
-        return cls(model, Tokenizer.load(model_dir), config)
+        return cls(model, Tokenizer.load(model_dir), config, precision)
 
     @torch.inference_mode()
     def probabilities(self, texts: Sequence[Text], batch_size: int = 64) -> torch.Tensor:
@@ -56,7 +67,8 @@ class Classifier:
         for start in range(0, len(order), batch_size):
             chunk = order[start : start + batch_size]
             ids = pad([inputs[i] for i in chunk], self.config.model.pad_id).to(self.device)
-            out[chunk] = self.model.classify(ids).float().softmax(-1).cpu()
+            with autocast(self.device, self.precision):
+                out[chunk] = self.model.classify(ids).float().softmax(-1).cpu()
         return out
 
     def classify(self, texts: Sequence[Text], batch_size: int = 64) -> list[tuple[str, float]]:

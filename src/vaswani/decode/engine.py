@@ -47,14 +47,18 @@ class Engine(Protocol):
 class TorchEngine:
     """Our own search (greedy, beam, sampling on the KV cache) on a model in memory.
 
-    `precision`: "auto" (bf16 autocast only where it measures clearly faster for this model, device and
-    batch shape: vaswani/precision.py, measured once per shape), "fp32" or "bf16". With decode.compile the
+    `precision`: "auto" (fp32: vaswani/precision.py), "fp32", "bf16" (autocast) or "int8" (on a CPU: the model's
+    linear layers made int8 in place, nn/int8.py). With decode.compile the
     decoder's step runs through torch.compile (search.compiled_step), compiled once for the engine's life."""
 
     def __init__(self, model: torch.nn.Module, precision: str = "auto") -> None:
         from vaswani.precision import check
 
-        check(precision)
+        check(precision, decoding=True)
+        if precision == "int8":  # the linear layers made int8 once, here (nn/int8.py)
+            from vaswani.nn.int8 import quantize_int8
+
+            quantize_int8(model)
         self.model, self.precision = model, precision
         self._choices: dict[int, Choice] = {}
         self._compiled = None

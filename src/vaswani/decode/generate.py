@@ -31,7 +31,11 @@ class Generator:
     """A decoder-only model and its text tokenizer."""
 
     def __init__(self, model, tokenizer: Tokenizer, config: Config, precision: str = "fp32") -> None:
-        check(precision)
+        check(precision, decoding=True)
+        if precision == "int8":  # nn/int8.py: the linear layers made int8, in place
+            from vaswani.nn.int8 import quantize_int8
+
+            quantize_int8(model)
         family(config.model.type).check(GENERATE, "this model directory")
         self.model, self.tokenizer, self.config = model.eval(), tokenizer, config
         self.precision = "fp32" if precision == "auto" else precision

@@ -126,17 +126,10 @@ class Translator:
     ) -> Translator:
         """The model in `model_dir` (written by `vaswani train`, or averaged by `vaswani average`).
 
-        `precision` (engine torch): "auto" (bf16 autocast only where it measures clearly faster), "fp32" or
-        "bf16". `engine="ctranslate2"` decodes with CTranslate2 in `compute_type` (float32 gives our outputs;
+        `precision` (engine torch): "auto" (fp32), "fp32", "bf16" or "int8" (a CPU's: nn/int8.py).
+        `engine="ctranslate2"` decodes with CTranslate2 in `compute_type` (float32 gives our outputs;
         int8 is faster) the model converted into `model_dir`/ctranslate2 (vaswani.export.ctranslate2.converted)."""
-        check(precision)
-        if engine not in ENGINES:
-            raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
-        if engine != "torch" and precision != "auto":
-            raise ValueError(
-                f"--precision {precision} applies to --engine torch; for CTranslate2 use --compute-type "
-                "(float32, int8, bfloat16, ...)"
-            )
+        check_engine(engine, precision)
         device = pick_device(device)
         # With CTranslate2 the torch model only answers attention requests: it stays on the CPU.
         model, config = load_model(model_dir, device if engine == "torch" else "cpu")
@@ -315,3 +308,15 @@ def _round(value: float, decimals: int) -> float | None:
 def _one_line(text: str) -> str:
     """Translations are written one per line: no line breaks inside one."""
     return " ".join(text.splitlines()) if text else text
+
+
+def check_engine(engine: str, precision: str) -> None:
+    """A one-line ValueError unless `precision` is one `engine` runs in (CTranslate2 takes a compute type)."""
+    check(precision, decoding=True)
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if engine != "torch" and precision != "auto":
+        raise ValueError(
+            f"--precision {precision} applies to --engine torch; for CTranslate2 use --compute-type "
+            "(float32, int8, bfloat16, ...)"
+        )

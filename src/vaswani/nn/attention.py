@@ -144,8 +144,7 @@ class MultiHeadAttention(nn.Module):
     def project_query(self, x: Tensor) -> Tensor:
         """Shape: x (B, T, D) -> q (B, H, T, Dh)"""
         self._check(x, "x")
-        D = self.d_model
-        return self._split(F.linear(x, self.in_proj.weight[:D], self.in_proj.bias[:D]), 1)[0]
+        return self._split(self._rows(x, 0, self.d_model), 1)[0]
 
     def project_key_value(self, memory: Tensor) -> tuple[Tensor, Tensor]:
         """Keys and values of the encoder output, computed once per source sentence.
@@ -153,8 +152,14 @@ class MultiHeadAttention(nn.Module):
         Shape: memory (B, S, D) -> k, v (B, H, S, Dh)
         """
         self._check(memory, "memory")
-        D = self.d_model
-        return self._split(F.linear(memory, self.in_proj.weight[D:], self.in_proj.bias[D:]), 2)
+        return self._split(self._rows(memory, self.d_model, 3 * self.d_model), 2)
+
+    def _rows(self, x: Tensor, start: int, stop: int) -> Tensor:
+        """x through rows start..stop-1 of `in_proj` (W^Q, or W^K and W^V); an int8 in_proj (nn/int8.py) has them
+        packed apart. Shape: (B, T, D) -> (B, T, stop - start)"""
+        if isinstance(self.in_proj, nn.Linear):
+            return F.linear(x, self.in_proj.weight[start:stop], self.in_proj.bias[start:stop])
+        return self.in_proj.part(start, stop)(x)
 
     def attend(
         self,

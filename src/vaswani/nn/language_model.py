@@ -45,6 +45,7 @@ class _LanguageModel(nn.Module):
         self.output_bias = nn.Parameter(torch.zeros(config.tgt_vocab_size)) if config.output_bias else None
         self.classifier_dropout = Dropout(config.dropout)
         self._parameters["output_weight"] = own_output_weight(config)  # model.tie_output false: its own matrix
+        self.output_projection: nn.Module | None = None  # what `logits` runs instead, where set (int8 decoding)
         init_weights(self)
 
     @property
@@ -65,6 +66,8 @@ class _LanguageModel(nn.Module):
 
     def logits(self, hidden: Tensor) -> Tensor:
         """Shape: hidden (..., D) -> logits (..., V)"""
+        if self.output_projection is not None:  # int8 decoding (nn/int8.py)
+            return self.output_projection(self.head_states(hidden))
         return F.linear(self.head_states(hidden), self.output_weight, self.output_bias)
 
     def forward(self, ids: Tensor) -> Tensor:

@@ -154,6 +154,7 @@ class Transformer(nn.Module):
         self._parameters["output_weight"] = own
         # model.output_bias: a bias on the logits (Marian's final_logits_bias), zero until trained or imported.
         self.output_bias = nn.Parameter(torch.zeros(config.tgt_vocab_size)) if config.output_bias else None
+        self.output_projection: nn.Module | None = None  # what `logits` runs instead, where set (int8 decoding)
         init_weights(self)
 
     @property
@@ -190,6 +191,8 @@ class Transformer(nn.Module):
 
     def logits(self, hidden: Tensor) -> Tensor:
         """Shape: hidden (..., D) -> logits (..., V)"""
+        if self.output_projection is not None:  # int8 decoding (nn/int8.py)
+            return self.output_projection(hidden)
         return F.linear(hidden, self.output_weight, self.output_bias)
 
     def decode_step(

@@ -1,0 +1,58 @@
+"""int8 linear layers (nn/int8.py): close to float32, the same model interface, refused where they cannot run."""
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from tests.conftest import random_ids, tiny_config
+from vaswani import Transformer
+from vaswani.decode import search
+from vaswani.nn.int8 import Int8Linear, int8_available, quantize_int8
+
+pytestmark = pytest.mark.skipif(int8_available() is not None, reason=str(int8_available()))
+
+
+def relative_error(ours: torch.Tensor, reference: torch.Tensor) -> float:
+    return float((ours - reference).norm() / reference.norm())
+
+
+def test_an_int8_linear_is_the_float_product_within_quantization_error():
+    torch.manual_seed(0)
+    linear = nn.Linear(256, 96)
+    x = torch.randn(5, 7, 256)
+    q = Int8Linear.of(linear, parts=((0, 32), (32, 96)))
+    with torch.no_grad():
+        assert relative_error(q(x), linear(x)) < 0.02
+        assert q(x).shape == (5, 7, 96)
+        # a part is the same rows' product
+        assert relative_error(q.part(32, 96)(x), linear(x)[..., 32:]) < 0.02
+        # and not the float product exactly: the weights are int8
+        assert not torch.allclose(q(x), linear(x), atol=1e-6)
+
+
+def test_an_int8_model_keeps_its_interface_and_its_translations_close():
+    torch.manual_seed(3)
+    model = Transformer(tiny_config(src_vocab_size=200, tgt_vocab_size=200, d_model=64, d_ff=128)).eval()
+    q = quantize_int8(copy.deepcopy(model))
+    linears = [m for m in q.modules() if isinstance(m, nn.Linear)]
+    assert not linears and q.output_projection is not None  # every product int8, the output projection too
+    src = random_ids([9, 4, 12, 7], vocab=200)
+    with torch.inference_mode():
+        assert relative_error(q(src, src), model(src, src)) < 0.05
+        ours = search.beam_search(q, src, 4, max_len_a=0, max_len_b=8, min_len=8)
+        reference = search.beam_search(model, src, 4, max_len_a=0, max_len_b=8, min_len=8)
+    same = sum(a[0].tokens == b[0].tokens for a, b in zip(ours, reference, strict=True))
+    assert same >= 2, same
+    assert model.state_dict().keys() == Transformer(model.config).state_dict().keys()  # the original is untouched
+
+
+def test_int8_is_refused_where_it_cannot_run(monkeypatch):
+    from vaswani.precision import check
+
+    with pytest.raises(ValueError, match="int8 is for decoding"):
+        check("int8")
+    monkeypatch.setattr("vaswani.nn.int8._engines", lambda: ["qnnpack", "none"])
+    with pytest.raises(ValueError, match=r"cannot run here: .*quantized engines: qnnpack"):
+        quantize_int8(Transformer(tiny_config()))
