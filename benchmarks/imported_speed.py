@@ -6,9 +6,10 @@ shape's), saved in OPUS-MT's layout and brought in by `vaswani import`. A random
 itself, so every engine decodes exactly --steps tokens per sentence (EOS forbidden before, the end there):
 equal work, about a Multi30k sentence's length. The same test_2016_flickr sources, the same batches.
 
-    python benchmarks/imported_speed.py              # ~5 minutes on 2 cores
+    python benchmarks/imported_speed.py              # ~6 minutes on 2 cores
 
-Prints a Markdown table for docs/benchmarks.md (sentences/s; CPU named).
+Each engine runs alone in a fresh process (its peak resident memory is its own). Prints a Markdown table for
+docs/benchmarks.md (sentences/s, peak memory; CPU named), the ratios, and how many outputs int8 changes.
 """
 
 from __future__ import annotations
@@ -70,12 +71,74 @@ def opus_shaped(out: Path) -> Path:
     return out
 
 
-def timed(run, batches) -> float:
+ENGINES = (
+    "vaswani (fp32)",
+    "vaswani (int8)",
+    "transformers generate (fp32)",
+    "CTranslate2 float32",
+    "CTranslate2 int8",
+)
+THREADS = torch.get_num_threads()
+
+
+def _engine_worker(name: str, hf_dir: str, model_dir: str, batches, beam: int, steps: int):
+    """(seconds for `batches` after one warm-up batch, peak resident memory in MiB, outputs): one engine alone in
+    a fresh process, so that its memory is its own and two OpenMP runtimes (torch's, CTranslate2's) do not meet."""
+    import resource
+
+    from vaswani.data.batching import collate
+    from vaswani.decode.search import beam_search, decoding, greedy
+
+    torch.set_num_threads(THREADS)
+    tokenizer = Tokenizer.load(model_dir)
+    if name.startswith("vaswani"):
+        precision = "int8" if "int8" in name else "fp32"
+        model = Translator.load(model_dir, "cpu", precision).model
+        c = model.config
+
+        def run(batch):
+            src = collate([(x, []) for x in tokenizer.encode_src(batch)], c.pad_id, c.bos_id, c.eos_id).src
+            limits = dict(max_len_a=0, max_len_b=steps, min_len=steps)
+            with decoding(torch.device("cpu"), precision):
+                if beam == 1:
+                    return [h.tokens for h in greedy(model, src, **limits)]
+                return [h[0].tokens for h in beam_search(model, src, beam, **limits)]
+
+    elif name.startswith("transformers"):
+        import transformers
+
+        hf = transformers.MarianMTModel.from_pretrained(hf_dir).eval()
+
+        def run(batch):
+            ids = [[*x, 0] for x in tokenizer.encode_src(batch)]
+            width = max(map(len, ids))
+            input_ids = torch.tensor([x + [VOCAB - 1] * (width - len(x)) for x in ids])
+            with torch.inference_mode():
+                out = hf.generate(
+                    input_ids=input_ids, attention_mask=input_ids != VOCAB - 1, num_beams=beam,
+                    max_new_tokens=steps, min_new_tokens=steps,
+                )  # fmt: skip
+            return [row[1:].tolist() for row in out]
+
+    else:
+        import ctranslate2
+
+        translator = ctranslate2.Translator(
+            str(Path(model_dir) / "ctranslate2"), "cpu", compute_type=name.split()[-1], intra_threads=THREADS
+        )
+
+        def run(batch):
+            pieces = [[tokenizer.src.id_to_piece(i) for i in x] for x in tokenizer.encode_src(batch)]
+            out = translator.translate_batch(
+                pieces, beam_size=beam, max_decoding_length=steps, min_decoding_length=steps
+            )  # fmt: skip
+            return [[tokenizer.tgt.piece_to_id(p) for p in r.hypotheses[0]] for r in out]
+
     run(batches[0])  # warm-up: first-call allocations, kernel choices
     start = time.perf_counter()
-    for batch in batches:
-        run(batch)
-    return time.perf_counter() - start
+    outputs = [x for batch in batches for x in run(batch)]
+    seconds = time.perf_counter() - start
+    return seconds, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, outputs
 
 
 def main() -> None:
@@ -84,63 +147,48 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--steps", type=int, default=24)
     args = parser.parse_args()
+    import concurrent.futures
+    import multiprocessing
+
     import ctranslate2
     import transformers
 
     with gzip.open(RAW / "test_2016_flickr.de.gz", "rt", encoding="utf-8") as f:
         sources = [line.strip() for _, line in zip(range(args.sentences), f, strict=False)]
-    batches = [sources[i : i + args.batch] for i in range(0, len(sources), args.batch)]
     with tempfile.TemporaryDirectory() as tmp:
         hf_dir = opus_shaped(Path(tmp) / "hf")
         model_dir = import_pretrained(hf_dir, Path(tmp) / "model")
         converted(model_dir)
-        hf = transformers.MarianMTModel.from_pretrained(str(hf_dir)).eval()
-        tokenizer = Tokenizer.load(model_dir)
-        ours = Translator.load(model_dir, "cpu", "fp32")
-        results = {}
-
-        def vaswani(batch, beam):
-            return ours.translate(batch, beam_size=beam, max_len_a=0, max_len_b=args.steps, batch_size=args.batch)
-
-        def hugging_face(batch, beam):
-            ids = [[*x, 0] for x in tokenizer.encode_src(batch)]
-            width = max(map(len, ids))
-            input_ids = torch.tensor([x + [VOCAB - 1] * (width - len(x)) for x in ids])
-            with torch.inference_mode():
-                return hf.generate(
-                    input_ids=input_ids, attention_mask=input_ids != VOCAB - 1, num_beams=beam,
-                    max_new_tokens=args.steps, min_new_tokens=args.steps,
-                )  # fmt: skip
-
-        def ctranslate2_engine(kind):
-            translator = ctranslate2.Translator(str(model_dir / "ctranslate2"), "cpu", compute_type=kind)
-
-            def run(batch, beam):
-                pieces = [[tokenizer.src.id_to_piece(i) for i in x] for x in tokenizer.encode_src(batch)]
-                return translator.translate_batch(
-                    pieces, beam_size=beam, max_decoding_length=args.steps, min_decoding_length=args.steps
-                )
-
-            return run
-
-        runs = {
-            "vaswani (fp32)": vaswani,
-            "transformers generate (fp32)": hugging_face,
-            "CTranslate2 float32": ctranslate2_engine("float32"),
-            "CTranslate2 int8": ctranslate2_engine("int8"),
-        }
+        lengths = [len(x) for x in Tokenizer.load(model_dir).encode_src(sources)]
+        order = sorted(range(len(sources)), key=lambda i: -lengths[i])  # sorted by length, as every engine does
+        batches = [[sources[i] for i in order[j : j + args.batch]] for j in range(0, len(order), args.batch)]
+        results, memory, outputs = {}, {}, {}
+        spawn = multiprocessing.get_context("spawn")
         for beam in (1, 4):
-            for name, run in runs.items():
-                seconds = timed(lambda batch, run=run, beam=beam: run(batch, beam), batches)
-                results[(name, beam)] = len(sources) / seconds
-                print(f"{name}, beam {beam}: {results[(name, beam)]:.1f} sentences/s", flush=True)
-    print(f"\nCPU: {cpu_name()}, {torch.get_num_threads()} threads; torch {torch.__version__}, transformers "
+            for name in ENGINES:
+                with concurrent.futures.ProcessPoolExecutor(1, mp_context=spawn) as pool:
+                    job = pool.submit(_engine_worker, name, str(hf_dir), str(model_dir), batches, beam, args.steps)
+                    seconds, rss, out = job.result()
+                key = (name, beam)
+                results[key], memory[key], outputs[key] = len(sources) / seconds, rss, out
+                print(f"{name}, beam {beam}: {results[key]:.1f} sentences/s, peak {rss:,.0f} MiB", flush=True)
+    print(f"\nCPU: {cpu_name()}, {THREADS} threads; torch {torch.__version__}, transformers "
           f"{transformers.__version__}, ctranslate2 {ctranslate2.__version__}; {len(sources)} sentences in "
-          f"batches of {args.batch}, {args.steps} tokens each\n")  # fmt: skip
-    print("| engine | greedy (sentences/s) | beam 4 (sentences/s) |")
-    print("|---|---|---|")
-    for name in runs:
-        print(f"| {name} | {results[(name, 1)]:.1f} | {results[(name, 4)]:.1f} |")
+          f"batches of {args.batch} sorted by length, {args.steps} tokens each; each engine alone in a fresh "
+          "process\n")  # fmt: skip
+    print("| engine | greedy (sentences/s) | beam 4 (sentences/s) | peak memory, beam 4 (MiB) |")
+    print("|---|---|---|---|")
+    for name in ENGINES:
+        print(f"| {name} | {results[(name, 1)]:.1f} | {results[(name, 4)]:.1f} | {memory[(name, 4)]:,.0f} |")
+    print()
+    for ours, theirs in (("vaswani (int8)", "CTranslate2 int8"), ("vaswani (fp32)", "CTranslate2 float32")):
+        ratios = [results[(ours, b)] / results[(theirs, b)] for b in (1, 4)]
+        print(f"{ours} vs {theirs}: greedy {ratios[0]:.2f}x, beam 4 {ratios[1]:.2f}x, memory "
+              f"{memory[(ours, 4)] / memory[(theirs, 4)]:.2f}x")  # fmt: skip
+    for a, b in (("vaswani (fp32)", "vaswani (int8)"), ("CTranslate2 float32", "CTranslate2 int8")):
+        for beam in (1, 4):
+            same = sum(x == y for x, y in zip(outputs[(a, beam)], outputs[(b, beam)], strict=True))
+            print(f"{b} output = {a} output: {same}/{len(sources)} sentences, beam {beam}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,95 @@
+"""The int8 kernels torch has on a CPU, side by side with float32, at a decoding step's sizes: what `--precision int8`
+(nn/int8.py) was chosen from.
+
+Products of an OPUS-MT-sized model (d_model 512, d_ff 2048, 58,101 words) at 32 rows (greedy, batch 32) and 128
+(beam 4): milliseconds per product, each candidate with its own activation quantization included, and its error
+against the float32 product (relative, Frobenius norm).
+
+    python benchmarks/int8_kernels.py
+    ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 python benchmarks/int8_kernels.py   # an AVX2-only CPU's kernels
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+
+import torch
+import torch.nn.functional as F
+
+from vaswani.runtime import cpu_name
+
+SHAPES = [(512, 2048), (2048, 512), (512, 1536), (512, 58101)]  # (in, out): d_ff, back, W^Q W^K W^V, the output
+
+
+def timed(run, n: int = 20) -> float:
+    for _ in range(3):
+        run()
+    start = time.perf_counter()
+    for _ in range(n):
+        run()
+    return (time.perf_counter() - start) / n * 1e3
+
+
+def candidates(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> dict:
+    scale = w.abs().amax(1) / 127
+    wq = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8)
+    runs = {"float32": lambda: F.linear(x, w, b)}
+
+    def int_mm():  # per-row activation scales, int8 x int8 -> int32 (torch._int_mm)
+        s = x.abs().amax(1, keepdim=True).clamp(min=1e-8) / 127
+        return torch._int_mm(torch.round(x / s).to(torch.int8), wq.t()) * s * scale + b
+
+    runs["torch._int_mm"] = int_mm
+    runs["aten._weight_int8pack_mm"] = lambda: torch.ops.aten._weight_int8pack_mm(x, wq, scale) + b
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        zero = torch.zeros(w.size(0), dtype=torch.long)
+        qw = torch.quantize_per_channel(w, scale.double(), zero, 0, torch.qint8)
+    packed = torch.ops.quantized.linear_prepack(qw, b)
+    runs["fbgemm linear_dynamic (chosen)"] = lambda: torch.ops.quantized.linear_dynamic(x, packed, True)
+    onednn = torch.ops.onednn.qlinear_prepack(wq, list(x.shape))
+
+    def onednn_qlinear():  # per-tensor asymmetric uint8 activations
+        lo, hi = x.aminmax()
+        s = float((hi - lo).clamp(min=1e-8) / 255)
+        zp = round(-float(lo) / s)
+        xq = torch.clamp(torch.round(x / s) + zp, 0, 255).to(torch.uint8)
+        return torch.ops.onednn.qlinear_pointwise(
+            xq, s, zp, onednn, scale, zero, b, 1.0, 0, torch.float32, "none", [], ""
+        )  # fmt: skip
+
+    runs["onednn qlinear_pointwise"] = onednn_qlinear
+    reference = F.linear(x, w, b)
+    out = {}
+    for name, run in runs.items():
+        try:
+            error = float((run() - reference).norm() / reference.norm())
+            out[name] = (timed(run), error)
+        except (RuntimeError, NotImplementedError) as failure:
+            out[name] = (None, str(failure).splitlines()[0][:60])
+    return out
+
+
+def main() -> None:
+    torch.manual_seed(0)
+    capability = torch.backends.cpu.get_cpu_capability()
+    print(f"# {cpu_name()} ({capability}), torch {torch.__version__}, {torch.get_num_threads()} threads\n")
+    rows = {}
+    for m in (32, 128):
+        for k, n in SHAPES:
+            x, w, b = torch.randn(m, k), torch.randn(n, k) * k**-0.5, torch.randn(n) * 0.1
+            rows[(m, k, n)] = candidates(x, w, b)
+    names = list(next(iter(rows.values())))
+    print("| rows x in -> out | " + " | ".join(names) + " |")
+    print("|---|" + "---|" * len(names))
+    for (m, k, n), result in rows.items():
+        cells = []
+        for name in names:
+            ms, error = result[name]
+            cells.append(f"{ms:.2f} ms ({error:.1%})" if ms is not None else f"fails: {error}")
+        print(f"| {m} x {k} -> {n} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()
