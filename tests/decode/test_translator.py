@@ -1,4 +1,5 @@
 import gzip
+import itertools
 import json
 import subprocess
 import sys
@@ -217,6 +218,23 @@ def test_translate_and_evaluate_show_progress_lines_and_precision_in_a_log(model
     assert cli.main(["evaluate", str(model_dir), "--src", str(source), "--ref", str(reference)]) == 0
     captured = capsys.readouterr()
     assert captured.out.startswith("BLEU") and "translating: 18/18" in captured.err
+
+
+def test_no_repeat_ngram_reaches_the_search_from_the_command_line_and_the_api(model_dir, tmp_path):
+    from vaswani import cli
+
+    translator = Translator.load(model_dir, "cpu")
+    looping = [c.tokens for t in translator.translate_with_details(SENTENCES) for c in t.candidates]
+    assert any(len(set(itertools.pairwise(x))) < len(x) - 1 for x in looping if x)  # the tiny model loops
+    details = translator.translate_with_details(SENTENCES, n_best=2, no_repeat_ngram=2, repetition_penalty=1.2)
+    for x in (c.tokens for t in details for c in t.candidates):
+        assert len(set(itertools.pairwise(x))) == max(len(x) - 1, 0), x
+    source, out = tmp_path / "in.de", tmp_path / "out"
+    source.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
+    assert cli.main(["translate", str(model_dir), "-i", str(source), "-o", str(out), "--no-repeat-ngram", "2"]) == 0
+    assert out.read_text(encoding="utf-8").splitlines() == [t.text for t in translator.translate_with_details(
+        SENTENCES, no_repeat_ngram=2)]  # fmt: skip
+    assert cli.main(["translate", str(model_dir), "-i", str(source), "--repetition-penalty", "0"]) == 2
 
 
 def test_translate_and_evaluate_in_int8_write_every_line_and_say_so(model_dir, tmp_path, capsys):

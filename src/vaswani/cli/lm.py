@@ -53,6 +53,8 @@ def _generate(args: argparse.Namespace) -> None:
             args.greedy,
             not args.no_cache,
             on_token=lambda _, t, k=k: on_token(k, t),
+            no_repeat_ngram=args.no_repeat_ngram,
+            repetition_penalty=args.repetition_penalty,
         )
         on_token(k, -1, last=True)
     sys.stdout.write("\n")
@@ -89,6 +91,16 @@ def register(commands: argparse._SubParsersAction) -> None:
     generate.add_argument("--top-k", type=int, default=0, help="sample among the k most probable tokens (0: all)")
     generate.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling: the smallest set with this mass")
     generate.add_argument("--greedy", action="store_true", help="the most probable token every time")
+    generate.add_argument(
+        "--no-repeat-ngram", type=int, default=0, metavar="N", help="no n-gram of N tokens twice (0: off)"
+    )
+    generate.add_argument(
+        "--repetition-penalty",
+        type=float,
+        default=1.0,
+        metavar="P",
+        help="divide the logits of tokens already in the text by P (> 1 discourages repeating; 1: off)",
+    )
     generate.add_argument("--seed", type=int, default=1, help="the same seed gives the same text (default 1)")
     generate.add_argument("-n", type=int, default=1, help="how many continuations (seeds SEED, SEED+1, ...)")
     generate.add_argument("--no-cache", action="store_true", help="re-run the whole text every step (slow; a check)")

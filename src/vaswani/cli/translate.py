@@ -33,6 +33,8 @@ def decode_options(args: argparse.Namespace) -> dict[str, Any]:
         top_p=args.top_p,
         seed=args.seed,
         compile=args.compile,
+        no_repeat_ngram=args.no_repeat_ngram,
+        repetition_penalty=args.repetition_penalty,
     )
 
 
@@ -207,6 +209,19 @@ def _add_decode_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("search (default: the model's config.yaml decode section)")
     group.add_argument("--beam", type=int, help="beam size; 1 is greedy search (paper: 4)")
     group.add_argument("--length-penalty", type=float, help="length penalty alpha (paper: 0.6)")
+    group.add_argument(
+        "--no-repeat-ngram",
+        type=int,
+        metavar="N",
+        help="no n-gram of N tokens twice in an output (a cure for repetition loops; 0: off, the default)",
+    )
+    group.add_argument(
+        "--repetition-penalty",
+        type=float,
+        metavar="P",
+        help="divide the logits of tokens already output by P (> 1 discourages repeating; transformers' "
+        "definition; 1: off, the default)",
+    )
     group.add_argument(
         "--length-rule",
         choices=("gnmt", "power"),

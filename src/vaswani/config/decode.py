@@ -36,6 +36,10 @@ class DecodeConfig:
     # (CTranslate2's way); true: after it, their probability lost (transformers' generate, fairseq: the imported
     # Marian models' setting, so that beam search ranks hypotheses as generate does)
     ban_after_softmax: bool = False
+    # No repetition loops (decode/repetition.py): no n-gram of this length twice in an output (0: off; fairseq's
+    # --no-repeat-ngram-size), and transformers' repetition penalty on tokens already output (1: off)
+    no_repeat_ngram: int = 0
+    repetition_penalty: float = 1.0
     batch_size: int = 64  # sentences per decoding batch
     sampling: bool = False  # sample instead of searching (beam_size is then ignored)
     temperature: float = 1.0
@@ -58,6 +62,10 @@ class DecodeConfig:
             raise ConfigError("decode.length_penalty, decode.max_len_a and decode.max_len_b must be >= 0")
         if self.early_stopping not in (True, False, "heuristic"):
             raise ConfigError(f"decode.early_stopping must be true, false or heuristic, got {self.early_stopping!r}")
+        if self.no_repeat_ngram < 0:
+            raise ConfigError(f"decode.no_repeat_ngram must be >= 0 (0 is off), got {self.no_repeat_ngram}")
+        if self.repetition_penalty <= 0:
+            raise ConfigError(f"decode.repetition_penalty must be > 0 (1 is off), got {self.repetition_penalty}")
         if self.static_cache not in (True, False, "auto"):
             raise ConfigError(f"decode.static_cache must be true, false or auto, got {self.static_cache!r}")
         if self.compile and self.static_cache is True:

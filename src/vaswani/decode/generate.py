@@ -19,6 +19,7 @@ import torch
 
 from vaswani.config import Config
 from vaswani.data.tokenizer import Tokenizer
+from vaswani.decode.repetition import Repetition
 from vaswani.decode.search import decoding, greedy, sample
 from vaswani.families import GENERATE, family
 from vaswani.model_dir import load_model
@@ -85,14 +86,19 @@ class Generator:
         greedy_search: bool = False,
         cache: bool = True,
         on_token: Callable[[int, int], None] | None = None,
+        no_repeat_ngram: int = 0,
+        repetition_penalty: float = 1.0,
     ) -> list[list[int]]:
         """`n` continuations of `prompt` (ids), each `max_new_tokens` long, drawn one after the other from one
         generator seeded with `seed` (the same seed, the same samples). `on_token(sample, id)` sees each
-        token as it is chosen. Where newlines are text, a continuation ends at EOS (not included)."""
+        token as it is chosen. Where newlines are text, a continuation ends at EOS (not included).
+        `no_repeat_ngram`, `repetition_penalty`: decode/repetition.py (the prompt counts as output there)."""
         src = torch.tensor([prompt], dtype=torch.long, device=self.device)
         # the model sees at most the context it was trained on (search.DecoderOnlySteps moves the window on)
         limits = dict(max_len_a=0.0, max_len_b=max_new_tokens, cache=cache, context=self.config.data.block_size)
         limits["stop_at_eos"] = self.tokenizer.text_newlines  # EOS ends a document; else it is a line break
+        repetition = Repetition(no_repeat_ngram, repetition_penalty)
+        limits["repetition"] = repetition if repetition.active else None
         generator = torch.Generator(self.device)
         if seed is not None:
             generator.manual_seed(seed)

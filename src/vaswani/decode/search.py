@@ -19,6 +19,7 @@ from torch import Tensor
 
 from vaswani.config import DecodeConfig, ModelConfig
 from vaswani.data.batching import collate
+from vaswani.decode.repetition import Repetition
 from vaswani.families import GENERATE, TRANSLATE, family
 from vaswani.nn import KVCache, Transformer
 from vaswani.nn.cache import dense
@@ -78,6 +79,7 @@ class Steps:
     """
 
     first: Tensor  # (B * beam,)
+    prompts: list[list[int]] | None = None  # per input, the tokens before the generated ones (a prompt), if any
 
     ban_after_softmax = False  # start_steps sets it
 
@@ -92,16 +94,29 @@ class Steps:
     def _logits(self, tokens: Tensor) -> Tensor:
         raise NotImplementedError
 
-    def step(self, tokens: Tensor, ban_eos: bool = False) -> Tensor:
+    def step(
+        self,
+        tokens: Tensor,
+        ban_eos: bool = False,
+        repetition: Repetition | None = None,
+        histories: Sequence[Sequence[int]] = (),
+    ) -> Tensor:
         """Next-token log-probabilities, PAD and BOS (and EOS if asked) at -inf: banned before the softmax, their
         probability spread over the other tokens (CTranslate2's way; the default), or with `ban_after_softmax`
         after it, their probability lost (transformers' generate and fairseq: an imported model's way).
+        `repetition` (decode/repetition.py): its penalty on the logits of each row's `histories` (the tokens so far,
+        a prompt's included), and its n-grams that would repeat banned after the softmax.
         Shape: tokens (rows,) -> log-probabilities (rows, V) in float32"""
         logits = self._logits(tokens).float()
+        if repetition is not None:
+            repetition.penalize(logits, histories)
         if ban_eos not in self._banned:  # on the logits' device once, not copied there at every step
             ids = [*self.banned, self.model.config.eos_id] if ban_eos else self.banned
             self._banned[ban_eos] = torch.tensor(ids, dtype=torch.long, device=logits.device)
-        return banned_log_probs(logits, self._banned[ban_eos], self.ban_after_softmax)
+        log_probs = banned_log_probs(logits, self._banned[ban_eos], self.ban_after_softmax)
+        if repetition is not None:
+            repetition.ban(log_probs, histories)
+        return log_probs
 
     def reorder(self, index: Tensor, same_sentences: bool) -> None:
         """Keep rows `index`, in that order. `same_sentences`: only rows of the same input were swapped
@@ -172,6 +187,7 @@ class DecoderOnlySteps(Steps):
         bounds = [x for x in (context, c.max_positions if c.positions == "learned" else None) if x]
         self.context = min(bounds) if bounds else None
         self.inputs = prompts.size(0)
+        self.prompts = prompts.tolist()
         prompts = prompts.repeat_interleave(beam, dim=0)
         self.prompt_length = prompts.size(1)
         self.first = prompts[:, -1]
@@ -274,6 +290,7 @@ def _one_best(
     context: int | None = None,
     step: DecodeStep | None = None,
     ban_after_softmax: bool = False,
+    repetition: Repetition | None = None,
 ) -> list[Hypothesis]:
     """One token per step picked by `choose(log_probs) -> (rows,)`, rows dropped as their input ends.
     `stop_at_eos=False` keeps EOS as a token (a language model's line break) and runs to the limit;
@@ -288,7 +305,8 @@ def _one_best(
     active = torch.arange(B)  # input of each row
     tokens = steps.first
     for t in range(out.size(1)):
-        next_log_probs = steps.step(tokens, ban_eos=t < min_len)  # (rows, V)
+        histories = _histories(steps, active, out[active, :t]) if repetition is not None else ()
+        next_log_probs = steps.step(tokens, t < min_len, repetition, histories)  # (rows, V)
         tokens = choose(next_log_probs)  # (rows,)
         if on_step is not None:
             on_step(tokens)
@@ -325,10 +343,11 @@ def greedy(
     context: int | None = None,
     step: DecodeStep | None = None,
     ban_after_softmax: bool = False,
+    repetition: Repetition | None = None,
 ) -> list[Hypothesis]:
     """The most probable token at each step; EOS is not allowed before `min_len` tokens.
     `src`: a Transformer's sources, or a CausalLM's prompts (equal lengths). `step`, `ban_after_softmax`: see
-    start_steps.
+    start_steps; `repetition`: decode/repetition.py.
     Shape: src (B, S) -> B hypotheses"""
     return _one_best(
         model,
@@ -343,6 +362,7 @@ def greedy(
         context,
         step,
         ban_after_softmax,
+        repetition,
     )
 
 
@@ -362,6 +382,7 @@ def sample(
     context: int | None = None,
     step: DecodeStep | None = None,
     ban_after_softmax: bool = False,
+    repetition: Repetition | None = None,
 ) -> list[Hypothesis]:
     """Ancestral sampling from softmax(logits / temperature), restricted to the `top_k` most probable
     tokens (0: all) and to the smallest set whose probability reaches `top_p` (nucleus sampling,
@@ -381,6 +402,7 @@ def sample(
         context=context,
         step=step,
         ban_after_softmax=ban_after_softmax,
+        repetition=repetition,
     )
 
 
@@ -433,6 +455,7 @@ def beam_search(
     step: DecodeStep | None = None,
     forced_eos: bool = False,
     ban_after_softmax: bool = False,
+    repetition: Repetition | None = None,
 ) -> list[list[Hypothesis]]:
     """Beam search for a whole batch in one tensor of B x beam_size rows (§6.1: beam 4, alpha 0.6).
 
@@ -451,7 +474,7 @@ def beam_search(
       and counts in its length.
     With beam_size 1 and `early_stopping` this is exactly greedy search. EOS is not allowed before
     `min_len` tokens. `src`: sources of a Transformer or prompts of a CausalLM. `length_rule`: the length
-    penalty's form (`length_penalty`). `step`: see start_steps.
+    penalty's form (`length_penalty`). `step`: see start_steps; `repetition`: decode/repetition.py.
     Shape: src (B, S) -> B lists of n_best hypotheses, best first
     """
     if beam_size < 1 or not 1 <= n_best <= beam_size:
@@ -472,7 +495,10 @@ def beam_search(
     tokens = steps.first
     for t in range(int(limits.max())):
         n = active.numel()
-        log_probs = steps.step(tokens, ban_eos=t < min_len)  # (n*width, V), log-probabilities
+        histories = ()
+        if repetition is not None:  # each row's tokens so far; rows of one input are consecutive
+            histories = _histories(steps, active.repeat_interleave(width), history.reshape(n * width, -1, 1)[..., 0])
+        log_probs = steps.step(tokens, t < min_len, repetition, histories)  # (n*width, V), log-probabilities
         top_scores_c, origin_c, word_c = _best_continuations(scores, log_probs, n, width, 2 * k)  # on the CPU
         is_eos = word_c == c.eos_id
         # The first k non-EOS continuations stay live (stable order: best first).
@@ -516,6 +542,15 @@ def beam_search(
         steps.reorder(rows, same_sentences=keep.numel() == n and width == k)
         active, width = active[keep], k
     return [sorted(hyps, key=lambda h: -h.score)[:n_best] for hyps in finished]
+
+
+def _histories(steps: Steps, inputs: Tensor, generated: Tensor) -> list[list[int]]:
+    """Each row's tokens so far: its input's prompt (a language model's) and what it generated. Shape: inputs (rows,),
+    generated (rows, t) on the CPU"""
+    rows = generated.tolist()
+    if steps.prompts is None:
+        return rows
+    return [steps.prompts[i] + row for i, row in zip(inputs.tolist(), rows, strict=True)]
 
 
 def _best_continuations(scores: Tensor, log_probs: Tensor, n: int, width: int, m: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -584,8 +619,13 @@ def search_ids(
     c, device = model.config, next(model.parameters()).device
     out: list[list[Hypothesis]] = [[] for _ in sources]
     generator = torch.Generator(device).manual_seed(decode.seed) if decode.sampling else None
+    repetition = Repetition(decode.no_repeat_ngram, decode.repetition_penalty)
     limits = dict(
-        max_len_a=decode.max_len_a, max_len_b=decode.max_len_b, step=step, ban_after_softmax=decode.ban_after_softmax
+        max_len_a=decode.max_len_a,
+        max_len_b=decode.max_len_b,
+        step=step,
+        ban_after_softmax=decode.ban_after_softmax,
+        repetition=repetition if repetition.active else None,
     )
     for chunk in length_batches(sources, decode.batch_size):
         src = collate([(sources[i], []) for i in chunk], c.pad_id, c.bos_id, c.eos_id).src.to(device)

@@ -118,6 +118,12 @@ def create_app(
         )
         beam: int | None = Field(None, ge=1, le=s.max_beam, description="beam size (default: the model's)")
         n_best: int = Field(1, ge=1, description="alternatives per sentence, best first (at most beam)")
+        no_repeat_ngram: int | None = Field(
+            None, ge=0, le=32, description="no n-gram of this many tokens twice in a translation (0: off)"
+        )
+        repetition_penalty: float | None = Field(
+            None, gt=0, le=10, description="transformers' repetition penalty on tokens already output (1: off)"
+        )
         attention: bool = Field(False, description="add the cross-attention of each sentence's best translation")
 
         @field_validator("text")
@@ -259,7 +265,12 @@ def create_app(
                 },
                 422,
             )
-        options = {"beam_size": request.beam} if request.beam is not None else {}
+        given = dict(
+            beam_size=request.beam,
+            no_repeat_ngram=request.no_repeat_ngram,
+            repetition_penalty=request.repetition_penalty,
+        )
+        options = {k: v for k, v in given.items() if v is not None}
         try:
             results = (
                 await batcher.translate(sentences, ids, n_best=request.n_best, attention=request.attention, **options)
