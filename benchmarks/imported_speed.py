@@ -83,9 +83,8 @@ THREADS = torch.get_num_threads()
 
 def _engine_worker(name: str, hf_dir: str, model_dir: str, batches, beam: int, steps: int):
     """(seconds for `batches` after one warm-up batch, peak resident memory in MiB, outputs): one engine alone in
-    a fresh process, so that its memory is its own and two OpenMP runtimes (torch's, CTranslate2's) do not meet."""
-    import resource
-
+    a fresh process, so that its memory is its own and two OpenMP runtimes (torch's, CTranslate2's) do not meet.
+    The peak includes loading (vaswani int8 holds the float32 weights until they are made int8)."""
     from vaswani.data.batching import collate
     from vaswani.decode.search import beam_search, decoding, greedy
 
@@ -138,7 +137,14 @@ def _engine_worker(name: str, hf_dir: str, model_dir: str, batches, beam: int, s
     start = time.perf_counter()
     outputs = [x for batch in batches for x in run(batch)]
     seconds = time.perf_counter() - start
-    return seconds, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, outputs
+    return seconds, _peak_resident_mib(), outputs
+
+
+def _peak_resident_mib() -> float:
+    """This process's peak resident memory (VmHWM): its own, where ru_maxrss would also count the parent's
+    memory before the exec that started it."""
+    with open("/proc/self/status", encoding="ascii") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
 
 
 def main() -> None:
@@ -146,6 +152,7 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=192)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--steps", type=int, default=24)
+    parser.add_argument("--profile", action="store_true", help="instead: where vaswani's beam 4 step spends its time")
     args = parser.parse_args()
     import concurrent.futures
     import multiprocessing
@@ -162,6 +169,10 @@ def main() -> None:
         lengths = [len(x) for x in Tokenizer.load(model_dir).encode_src(sources)]
         order = sorted(range(len(sources)), key=lambda i: -lengths[i])  # sorted by length, as every engine does
         batches = [[sources[i] for i in order[j : j + args.batch]] for j in range(0, len(order), args.batch)]
+        if args.profile:
+            for precision in ("fp32", "int8"):
+                profile(model_dir, batches[:2], precision, args.steps)
+            return
         results, memory, outputs = {}, {}, {}
         spawn = multiprocessing.get_context("spawn")
         for beam in (1, 4):
@@ -189,6 +200,31 @@ def main() -> None:
         for beam in (1, 4):
             same = sum(x == y for x, y in zip(outputs[(a, beam)], outputs[(b, beam)], strict=True))
             print(f"{b} output = {a} output: {same}/{len(sources)} sentences, beam {beam}")
+
+
+def profile(model_dir: Path, batches, precision: str, steps: int) -> None:
+    """torch.profiler over beam 4 on `batches` (after one warm-up batch): the operations by share of the time."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as profiler
+
+    from vaswani.data.batching import collate
+    from vaswani.decode.search import beam_search, decoding
+
+    tokenizer = Tokenizer.load(model_dir)
+    model = Translator.load(model_dir, "cpu", precision).model
+    c = model.config
+
+    def run(batch):
+        src = collate([(x, []) for x in tokenizer.encode_src(batch)], c.pad_id, c.bos_id, c.eos_id).src
+        with decoding(torch.device("cpu"), precision):
+            beam_search(model, src, 4, max_len_a=0, max_len_b=steps, min_len=steps)
+
+    run(batches[0])
+    with profiler(activities=[ProfilerActivity.CPU]) as prof:
+        for batch in batches:
+            run(batch)
+    print(f"\n# vaswani {precision}, beam 4, {len(batches)} batches of {len(batches[0])}")
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=14, max_name_column_width=40))
 
 
 if __name__ == "__main__":
