@@ -48,10 +48,12 @@ class TorchEngine:
     """Our own search (greedy, beam, sampling on the KV cache) on a model in memory.
 
     `precision`: "auto" (fp32: vaswani/precision.py), "fp32", "bf16" (autocast) or "int8" (on a CPU: the model's
-    linear layers made int8 in place, nn/int8.py). With decode.compile the
+    linear layers made int8 in place, nn/int8.py). `owned`: the model is the engine's alone (Translator.load's), so
+    in fp32 on a CPU its linear layers are packed for oneDNN in place (nn/packed.py); a model passed in by its
+    owner is left as it is. With decode.compile the
     decoder's step runs through torch.compile (search.compiled_step), compiled once for the engine's life."""
 
-    def __init__(self, model: torch.nn.Module, precision: str = "auto") -> None:
+    def __init__(self, model: torch.nn.Module, precision: str = "auto", owned: bool = False) -> None:
         from vaswani.precision import check
 
         check(precision, decoding=True)
@@ -59,6 +61,10 @@ class TorchEngine:
             from vaswani.nn.int8 import quantize_int8
 
             quantize_int8(model)
+        elif owned and precision in ("auto", "fp32"):  # a model only this engine runs: its float32 layers packed
+            from vaswani.nn.packed import pack_fp32
+
+            pack_fp32(model)
         self.model, self.precision = model, precision
         self._choices: dict[int, Choice] = {}
         self._compiled = None

@@ -136,7 +136,7 @@ class Translator:
         family(config.model.type).check(TRANSLATE, str(model_dir))
         tokenizer = Tokenizer.load(model_dir)
         if engine == "torch":
-            return cls(model, tokenizer, config, TorchEngine(model, precision))
+            return cls(model, tokenizer, config, TorchEngine(model, precision, owned=True))
         ct2 = CTranslate2Engine(model_dir, config.model, tokenizer, device, compute_type)
         return cls(model, tokenizer, config, ct2)
 

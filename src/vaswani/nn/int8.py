@@ -16,6 +16,8 @@ import warnings
 import torch
 from torch import Tensor, nn
 
+from vaswani.nn.packed import Parts, replace_linears
+
 KERNEL = "fbgemm's dynamic int8 linear (per-channel weights)"
 
 
@@ -38,14 +40,14 @@ class Int8Linear(nn.Module):
     Shape: (..., in_features) -> (..., out_features)
     """
 
-    def __init__(self, weight: Tensor, bias: Tensor | None, parts: tuple[tuple[int, int], ...] = ()) -> None:
+    def __init__(self, weight: Tensor, bias: Tensor | None, parts: Parts = ()) -> None:
         super().__init__()
         self.out_features, self.in_features = weight.shape
         self._packed = _pack(weight, bias)
         self._parts = {(a, b): Int8Linear(weight[a:b], None if bias is None else bias[a:b]) for a, b in parts}
 
     @classmethod
-    def of(cls, linear: nn.Linear, parts: tuple[tuple[int, int], ...] = ()) -> Int8Linear:
+    def of(cls, linear: nn.Linear, parts: Parts = ()) -> Int8Linear:
         return cls(linear.weight, linear.bias, parts)
 
     def part(self, start: int, stop: int) -> Int8Linear:
@@ -80,16 +82,4 @@ def quantize_int8(model: nn.Module) -> nn.Module:
     why = int8_available()
     if why is not None:
         raise ValueError(f"--precision int8 cannot run here: {why}; use --precision fp32")
-    from vaswani.nn.attention import MultiHeadAttention
-
-    with torch.no_grad():
-        for module in list(model.modules()):
-            for name, child in list(module.named_children()):
-                if not isinstance(child, nn.Linear):
-                    continue
-                d = child.in_features
-                parts = ((0, d), (d, 3 * d)) if isinstance(module, MultiHeadAttention) and name == "in_proj" else ()
-                setattr(module, name, Int8Linear.of(child, parts))
-        if hasattr(model, "output_weight"):
-            model.output_projection = Int8Linear(model.output_weight, model.output_bias)
-    return model
+    return replace_linears(model, Int8Linear)

@@ -1,0 +1,73 @@
+"""float32 linear layers for decoding on a CPU, through oneDNN with each weight reordered once into its blocked
+layout (the layout torch.compile's CPU code uses): the products of a decoding step at 1.5-2.5x torch's `addmm`
+on an AVX2 CPU (docs/benchmarks.md, "int8 on the CPU"). The same float32 arithmetic as `F.linear`, summed in
+another order. `replace_linears` is the one place a model's nn.Linear layers are swapped for such a layer
+(nn/int8.py does it too).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor, nn
+
+Parts = tuple[tuple[int, int], ...]
+
+
+def packed_available() -> bool:
+    """Whether this torch has oneDNN's prepacked linear on the CPU."""
+    ops = torch.ops.mkldnn
+    return (
+        torch.backends.mkldnn.is_available()
+        and hasattr(ops, "_linear_pointwise")
+        and hasattr(ops, "_reorder_linear_weight")
+    )
+
+
+class PackedLinear(nn.Module):
+    """y = x W^T + b with W reordered for oneDNN; `parts` as in Int8Linear. Decoding only: no gradients, and the
+    weights are the ones at packing. Shape: (..., in_features) -> (..., out_features)"""
+
+    def __init__(self, weight: Tensor, bias: Tensor | None, parts: Parts = (), rows: int = 64) -> None:
+        super().__init__()
+        self.out_features, self.in_features = weight.shape
+        weight = weight.detach().float().contiguous()
+        self._weight = torch.ops.mkldnn._reorder_linear_weight(weight, rows)
+        self._bias = None if bias is None else bias.detach().float().contiguous()
+        self._parts = {(a, b): PackedLinear(weight[a:b], None if bias is None else bias[a:b]) for a, b in parts}
+
+    def part(self, start: int, stop: int) -> PackedLinear:
+        return self._parts[(start, stop)]
+
+    def forward(self, x: Tensor) -> Tensor:
+        flat = x.reshape(-1, self.in_features)
+        y = torch.ops.mkldnn._linear_pointwise(flat, self._weight, self._bias, "none", [], "")
+        return y.view(*x.shape[:-1], self.out_features)
+
+
+def replace_linears(model: nn.Module, make: Callable[[Tensor, Tensor | None, Parts], nn.Module]) -> nn.Module:
+    """Every nn.Linear of `model` replaced, in place, by `make(weight, bias, parts)`, and its output projection
+    (`logits`) by `make(output_weight, output_bias, ())`; `parts` are attention's W^Q and W^K W^V rows, which
+    cross-attention uses apart. Returns `model`."""
+    from vaswani.nn.attention import MultiHeadAttention
+
+    with torch.no_grad():
+        for module in list(model.modules()):
+            for name, child in list(module.named_children()):
+                if not isinstance(child, nn.Linear):
+                    continue
+                d = child.in_features
+                parts = ((0, d), (d, 3 * d)) if isinstance(module, MultiHeadAttention) and name == "in_proj" else ()
+                setattr(module, name, make(child.weight, child.bias, parts))
+        if hasattr(model, "output_weight"):
+            model.output_projection = make(model.output_weight, model.output_bias, ())
+    return model
+
+
+def pack_fp32(model: nn.Module) -> nn.Module:
+    """`model`'s linear layers as PackedLinear, in place, where it is on a CPU and this torch has them; else
+    `model` as it is."""
+    if next(model.parameters()).device.type != "cpu" or not packed_available():
+        return model
+    return replace_linears(model, PackedLinear)
