@@ -1,0 +1,48 @@
+"""float32 linear layers packed for oneDNN (nn/packed.py): the float product, the same translations."""
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from tests.conftest import random_ids, tiny_config
+from vaswani import Transformer
+from vaswani.decode import search
+from vaswani.nn.packed import PackedLinear, pack_fp32, packed_available
+
+pytestmark = pytest.mark.skipif(not packed_available(), reason="this torch has no oneDNN prepacked linear")
+
+
+def test_a_packed_linear_is_the_float_product():
+    torch.manual_seed(0)
+    linear = nn.Linear(96, 48)
+    x = torch.randn(3, 5, 96)
+    packed = PackedLinear(linear.weight, linear.bias, parts=((0, 16), (16, 48)))
+    with torch.no_grad():
+        torch.testing.assert_close(packed(x), linear(x), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(packed.part(16, 48)(x), linear(x)[..., 16:], rtol=1e-5, atol=1e-5)
+
+
+def test_a_packed_model_translates_as_the_model_does():
+    torch.manual_seed(3)
+    model = Transformer(tiny_config(src_vocab_size=120, tgt_vocab_size=120)).eval()
+    packed = pack_fp32(copy.deepcopy(model))
+    assert not [m for m in packed.modules() if isinstance(m, nn.Linear)] and packed.output_projection is not None
+    src = random_ids([9, 4, 12, 7, 1], vocab=120)
+    with torch.inference_mode():
+        torch.testing.assert_close(packed(src, src), model(src, src), rtol=1e-4, atol=1e-4)
+        for beam in (1, 4):
+            ours = search.beam_search(packed, src, beam, early_stopping=beam == 1, max_len_b=12)
+            reference = search.beam_search(model, src, beam, early_stopping=beam == 1, max_len_b=12)
+            assert [h[0].tokens for h in ours] == [h[0].tokens for h in reference]
+
+
+def test_only_a_model_the_engine_owns_is_packed():
+    from vaswani.decode.engine import TorchEngine
+
+    model = Transformer(tiny_config()).eval()
+    TorchEngine(model, "fp32")
+    assert any(isinstance(m, nn.Linear) for m in model.modules())  # a user's model is left as it is
+    TorchEngine(model, "fp32", owned=True)
+    assert not any(isinstance(m, nn.Linear) for m in model.modules())
