@@ -98,7 +98,13 @@ def test_translate_cli_n_best_is_one_json_list_per_line(model_dir):
     details = Translator.load(model_dir).translate_with_details(["Ein Mann.", "", "Eine Frau."], n_best=2)
     assert records == [t.n_best_record() for t in details]  # the library's record, one JSON list per line
     best = details[0].candidates[0]
-    assert records[0][0] == {"text": best.text, "score": round(best.score, 4), "log_prob": round(best.log_prob, 4)}
+    assert records[0][0] == {
+        "text": best.text,
+        "score": round(best.score, 4),
+        "log_prob": round(best.log_prob, 4),
+        "confidence": round(best.confidence, 4),
+    }
+    assert 0 < best.confidence <= 1
 
 
 @pytest.mark.slow

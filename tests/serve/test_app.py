@@ -87,7 +87,10 @@ def test_translations_in_order_equal_the_library(client, translator):
     got = response.json()["translations"]
     expected = translator.translate_with_details(SENTENCES, n_best=2, beam_size=3)
     assert [t["text"] for t in got] == [t.text for t in expected]
-    assert got[1] == {"text": "", "score": 0.0, "log_prob": 0.0, "truncated": False, "n_best": [], "sentences": []}
+    assert got[1] == {
+        "text": "", "score": 0.0, "log_prob": 0.0, "confidence": None, "truncated": False, "n_best": [], "sentences": []
+    }  # fmt: skip
+    assert 0 < got[0]["confidence"] <= 1 and got[0]["confidence"] == got[0]["sentences"][0]["confidence"]
     for t, e in zip(got, expected, strict=True):  # one sentence a text: its n-best is the text's
         assert [c["text"] for c in t["n_best"]] == [c.text for c in e.candidates]
         assert [c["score"] for c in t["n_best"]] == pytest.approx([c.score for c in e.candidates], abs=1e-3)

@@ -95,7 +95,8 @@ class DocumentTranslation:
 
     def to_dict(self, decimals: int = 4) -> dict[str, Any]:
         """For JSON: the text; `score` and `log_prob` summed over the sentences (the log-probability of the
-        whole translation, sentences being translated independently); `n_best`: the k-th entry joins every
+        whole translation, sentences being translated independently); `confidence`: its least sure sentence's
+        (None where unknown: no sentence, or CTranslate2); `n_best`: the k-th entry joins every
         sentence's k-th candidate (its best where it has fewer); `sentences`: each sentence's own record
         (source, text, scores, n-best and, when computed, attention), as line mode gives it."""
         records = [{"source": s.source, **s.to_dict(decimals=decimals)} for s in self.sentences]
@@ -111,10 +112,12 @@ class DocumentTranslation:
                     "log_prob": _sum([c.log_prob for c in picked if c], decimals),
                 }
             )
+        known = [c.confidence for c in best if c.confidence is not None]
         return {
             "text": self.text,
             "score": _sum([c.score for c in best], decimals),
             "log_prob": _sum([c.log_prob for c in best], decimals),
+            "confidence": round(min(known), decimals) if known else None,  # its least sure sentence's
             "truncated": self.truncated,
             "n_best": n_best,
             "sentences": records,

@@ -10,6 +10,7 @@ instead: the reference the cached search is tested and benchmarked against.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -32,11 +33,22 @@ STEP_VARIANTS = 64  # compiled variants of the decoder's step kept (compiled_ste
 @dataclass(frozen=True)
 class Hypothesis:
     """One output: token ids without BOS/EOS, their total log-probability, and the search's score
-    (the log-probability divided by the length penalty for beam search, the same value otherwise)."""
+    (the log-probability divided by the length penalty for beam search, the same value otherwise);
+    `token_log_probs`: the log-probability of each token chosen, EOS's included where the model chose it
+    (empty where the engine does not say: CTranslate2)."""
 
     tokens: list[int]
     log_prob: float
     score: float
+    token_log_probs: tuple[float, ...] = ()
+
+    @property
+    def confidence(self) -> float | None:
+        """The mean probability of the tokens chosen (EOS's included where chosen): near 1 where the model was
+        sure at every step; low values flag doubtful outputs. None where the token probabilities are unknown."""
+        if not self.token_log_probs:
+            return None
+        return sum(math.exp(x) for x in self.token_log_probs) / len(self.token_log_probs)
 
 
 def max_lengths(src: Tensor, config: ModelConfig, a: float, b: int) -> Tensor:
@@ -302,6 +314,8 @@ def _one_best(
     out = torch.full((B, int(limits.max())), c.pad_id, dtype=torch.long)
     lengths = torch.zeros(B, dtype=torch.long)
     log_probs = torch.zeros(B, dtype=torch.float64)
+    token_log_probs = torch.zeros(B, out.size(1), dtype=torch.float64)  # of each token chosen, EOS's too
+    chose_eos = torch.zeros(B, dtype=torch.bool)
     active = torch.arange(B)  # input of each row
     tokens = steps.first
     for t in range(out.size(1)):
@@ -314,8 +328,10 @@ def _one_best(
         # one copy to the host per step (each is a synchronisation on a GPU); ids < 2^24 are exact in float32
         picked, cpu_tokens = torch.stack([picked, tokens.to(picked.dtype)]).cpu()
         log_probs[active] += picked.double()
+        token_log_probs[active, t] = picked.double()
         cpu_tokens = cpu_tokens.long()
         ended = cpu_tokens == c.eos_id if stop_at_eos else torch.zeros(len(active), dtype=torch.bool)
+        chose_eos[active[ended]] = True
         out[active[~ended], t] = cpu_tokens[~ended]
         lengths[active[~ended]] = t + 1
         ended |= limits[active] <= t + 1
@@ -327,7 +343,15 @@ def _one_best(
             keep = keep.to(src.device)
             tokens = tokens.index_select(0, keep)
             steps.reorder(keep, same_sentences=False)
-    return [Hypothesis(out[i, : lengths[i]].tolist(), float(log_probs[i]), float(log_probs[i])) for i in range(B)]
+    return [
+        Hypothesis(
+            out[i, : lengths[i]].tolist(),
+            float(log_probs[i]),
+            float(log_probs[i]),
+            tuple(token_log_probs[i, : lengths[i] + chose_eos[i]].tolist()),
+        )
+        for i in range(B)
+    ]
 
 
 @torch.no_grad()
@@ -490,8 +514,10 @@ def beam_search(
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
     active = torch.arange(B)  # sentence of each group of `width` rows
     history = torch.zeros(B, width, 0, dtype=torch.long)  # tokens so far per live hypothesis, on the CPU
-    scores = torch.full((B, width), float("-inf"), device=src.device)  # summed log-probabilities
-    scores[:, 0] = 0.0  # only one of identical rows may expand
+    history_log_probs = torch.zeros(B, width, 0)  # and the log-probability of each
+    scores_c = torch.full((B, width), float("-inf"))  # summed log-probabilities, on the CPU
+    scores_c[:, 0] = 0.0  # only one of identical rows may expand
+    scores = scores_c.to(src.device)
     tokens = steps.first
     for t in range(int(limits.max())):
         n = active.numel()
@@ -500,6 +526,7 @@ def beam_search(
             histories = _histories(steps, active.repeat_interleave(width), history.reshape(n * width, -1, 1)[..., 0])
         log_probs = steps.step(tokens, t < min_len, repetition, histories)  # (n*width, V), log-probabilities
         top_scores_c, origin_c, word_c = _best_continuations(scores, log_probs, n, width, 2 * k)  # on the CPU
+        word_log_probs = top_scores_c - scores_c.gather(1, origin_c)  # (n, 2k): each continuation's last token
         is_eos = word_c == c.eos_id
         # The first k non-EOS continuations stay live (stable order: best first).
         rank = torch.arange(word_c.size(1)) + is_eos * word_c.size(1)
@@ -510,14 +537,17 @@ def beam_search(
         is_eos_c = is_eos[:, :k]  # (n, k): the first k continuations that end in EOS
         for i, j in is_eos_c.nonzero().tolist():
             tokens_ = history[i, origin_c[i, j]].tolist()
-            _finish(finished[sentence[i]], tokens_, float(top_scores_c[i, j]), True, k, alpha, length_rule)
+            lps = [*history_log_probs[i, origin_c[i, j]].tolist(), float(word_log_probs[i, j])]
+            _finish(finished[sentence[i]], tokens_, float(top_scores_c[i, j]), True, k, alpha, length_rule, lps)
         for i in at_limit.nonzero().squeeze(1).tolist():
             # the live ones with a forced EOS, or the k best continuations (their EOS ones finished above)
             ending = live_c[i].tolist() if forced_eos else [j for j in range(k) if not is_eos_c[i, j]]
             for j in ending:
                 tokens_ = [*history[i, origin_c[i, j]].tolist(), int(word_c[i, j])]
+                # a forced EOS is no choice of the model's: not among the token log-probabilities
+                lps = [*history_log_probs[i, origin_c[i, j]].tolist(), float(word_log_probs[i, j])]
                 score = float(top_scores_c[i, j])
-                _finish(finished[sentence[i]], tokens_, score, forced_eos, k, alpha, length_rule)
+                _finish(finished[sentence[i]], tokens_, score, forced_eos, k, alpha, length_rule, lps)
         best_live = top_scores_c.gather(1, live_c[:, :1]).squeeze(1)  # (n,)
         if early_stopping is True:
             done = at_limit | torch.tensor([len(finished[s]) >= k for s in sentence])
@@ -536,7 +566,11 @@ def beam_search(
         keep = (~done).nonzero().squeeze(1)  # (n',)
         new_origin = origin_c.gather(1, live_c)[keep]  # (n', k)
         history = torch.cat([history[keep[:, None], new_origin], word_c.gather(1, live_c)[keep, :, None]], dim=2)
-        scores = top_scores_c.gather(1, live_c)[keep].to(src.device)  # (n', k)
+        history_log_probs = torch.cat(
+            [history_log_probs[keep[:, None], new_origin], word_log_probs.gather(1, live_c)[keep, :, None]], dim=2
+        )
+        scores_c = top_scores_c.gather(1, live_c)[keep]  # (n', k)
+        scores = scores_c.to(src.device)
         tokens = word_c.gather(1, live_c)[keep].view(-1).to(src.device)
         rows = (keep[:, None] * width + new_origin).view(-1).to(src.device)  # (n'*k,)
         steps.reorder(rows, same_sentences=keep.numel() == n and width == k)
@@ -570,12 +604,20 @@ def _best_continuations(scores: Tensor, log_probs: Tensor, n: int, width: int, m
 
 
 def _finish(
-    hyps: list[Hypothesis], tokens: list[int], log_prob: float, eos: bool, k: int, alpha: float, rule: str
+    hyps: list[Hypothesis],
+    tokens: list[int],
+    log_prob: float,
+    eos: bool,
+    k: int,
+    alpha: float,
+    rule: str,
+    token_log_probs: Sequence[float] = (),
 ) -> None:
     """Add a finished hypothesis to a sentence's k best, replacing the worst one when they are full."""
     if log_prob == float("-inf"):
         return
-    hyp = Hypothesis(tokens, log_prob, log_prob / length_penalty(len(tokens) + eos, alpha, rule))
+    score = log_prob / length_penalty(len(tokens) + eos, alpha, rule)
+    hyp = Hypothesis(tokens, log_prob, score, tuple(token_log_probs))
     if len(hyps) < k:
         hyps.append(hyp)
         return

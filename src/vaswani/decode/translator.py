@@ -41,6 +41,7 @@ class Candidate:
     tokens: list[int]
     log_prob: float
     score: float
+    confidence: float | None = None  # the mean probability of its tokens (Hypothesis.confidence)
 
 
 @dataclass(frozen=True)
@@ -61,10 +62,16 @@ class Translation:
         return self.candidates[0].text if self.candidates else ""
 
     def n_best_record(self, decimals: int = 4) -> list[dict[str, Any]]:
-        """The candidates, best first, as plain dicts for JSON: text, score and log_prob (rounded; None
-        where not finite). `vaswani translate --n-best/--scores` writes one such list per input line."""
+        """The candidates, best first, as plain dicts for JSON: text, score, log_prob and confidence (rounded;
+        None where not finite or not known). `vaswani translate --n-best/--scores` writes one such list per input
+        line."""
         return [
-            {"text": c.text, "score": _round(c.score, decimals), "log_prob": _round(c.log_prob, decimals)}
+            {
+                "text": c.text,
+                "score": _round(c.score, decimals),
+                "log_prob": _round(c.log_prob, decimals),
+                "confidence": None if c.confidence is None else _round(c.confidence, decimals),
+            }
             for c in self.candidates
         ]
 
@@ -76,6 +83,7 @@ class Translation:
             "text": self.text,
             "score": _round(best.score if best else 0.0, decimals),
             "log_prob": _round(best.log_prob if best else 0.0, decimals),
+            "confidence": None if best is None or best.confidence is None else _round(best.confidence, decimals),
             "truncated": self.truncated,
             "n_best": self.n_best_record(decimals),
         }
@@ -244,7 +252,8 @@ class Translator:
         translations, position = [], 0
         for i, (sentence, hyps) in enumerate(zip(sentences, results, strict=True)):
             candidates = [
-                Candidate(_one_line(texts[position + j]), h.tokens, h.log_prob, h.score) for j, h in enumerate(hyps)
+                Candidate(_one_line(texts[position + j]), h.tokens, h.log_prob, h.score, h.confidence)
+                for j, h in enumerate(hyps)
             ]
             position += len(hyps)
             translation = Translation(sentence, candidates, truncated=i in truncated)
