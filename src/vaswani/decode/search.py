@@ -289,7 +289,7 @@ def _dense(value):
     return dense(value) if isinstance(value, Tensor) else value
 
 
-def _one_best(
+def _token_by_token(
     model,
     src: Tensor,
     choose: Callable[[Tensor], Tensor],
@@ -373,7 +373,7 @@ def greedy(
     `src`: a Transformer's sources, or a CausalLM's prompts (equal lengths). `step`, `ban_after_softmax`: see
     start_steps; `repetition`: decode/repetition.py.
     Shape: src (B, S) -> B hypotheses"""
-    return _one_best(
+    return _token_by_token(
         model,
         src,
         lambda logits: logits.argmax(-1),
@@ -414,7 +414,7 @@ def sample(
     Transformer or prompts of a CausalLM. Shape: src (B, S) -> B hypotheses
     """
     choose = sampler(temperature, top_k, top_p, generator)
-    return _one_best(
+    return _token_by_token(
         model,
         src,
         choose,
