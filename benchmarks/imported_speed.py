@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from vaswani.allocator import keep_freed_memory
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.decode.translator import Translator
 from vaswani.export.ctranslate2 import converted
@@ -89,6 +90,7 @@ def _engine_worker(name: str, hf_dir: str, model_dir: str, batches, beam: int, s
     from vaswani.decode.search import beam_search, decoding, greedy
 
     torch.set_num_threads(THREADS)
+    keep_freed_memory()  # as the command line does, for every engine alike
     tokenizer = Tokenizer.load(model_dir)
     if name.startswith("vaswani"):
         precision = "int8" if "int8" in name else "fp32"

@@ -35,6 +35,7 @@ from torch import nn
 from train_step import TorchBaseline, alternate, logits_loss, make_batches
 
 from vaswani import ModelConfig, Transformer
+from vaswani.allocator import keep_freed_memory
 from vaswani.config import Config
 from vaswani.data.batching import collate
 from vaswani.data.corpus import read_lines
@@ -44,7 +45,7 @@ from vaswani.export.ctranslate2 import converted
 from vaswani.flops import lengths, mfu, training_flops
 from vaswani.model_dir import WEIGHTS, load_model, save_weights, weights_of, write_model_directory
 from vaswani.precision import bf16_emulated
-from vaswani.runtime import cpu_name, keep_freed_memory
+from vaswani.runtime import cpu_name
 from vaswani.train.loss import label_smoothed_cross_entropy
 from vaswani.train.tasks.base import HiddenStates
 

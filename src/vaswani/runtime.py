@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import queue
-import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -27,35 +24,6 @@ def loss_chunk_rows(device_type: str, vocab_size: int) -> int:
     if device_type == "cpu":
         return CPU_LOSS_CHUNK
     return max(CPU_LOSS_CHUNK, GPU_LOSS_LOGITS // max(1, vocab_size))
-
-
-_M_TRIM_THRESHOLD = -1
-_M_MMAP_THRESHOLD = -3
-
-
-def keep_freed_memory() -> bool:
-    """Ask glibc to serve large blocks from the heap and keep freed memory for reuse.
-
-    By default glibc maps every block over 32 MiB afresh and unmaps it when freed, so each training
-    step page-faults its largest tensors (logits, their gradients) into existence again: on a 2-core
-    CPU that was a third of the step's time. Returns False where the C library is not glibc.
-    """
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
-        return False
-    return bool(mallopt(_M_MMAP_THRESHOLD, 1 << 30)) and bool(mallopt(_M_TRIM_THRESHOLD, (1 << 31) - 1))
-
-
-def release_freed_memory() -> None:
-    """Give the heap's free pages back to the system (glibc's malloc_trim): after a large one-off
-    allocation, such as building an epoch's batches, which keep_freed_memory would otherwise hold."""
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
 
 
 def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from vaswani.allocator import keep_freed_memory
 from vaswani.cli import lm, pretrained, serve, train, translate
 from vaswani.config import ConfigError
 
@@ -45,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if argv is None:
             _settle_threads()
+            keep_freed_memory()  # a step's large tensors reused, not page-faulted in again (vaswani/allocator.py)
         args.run(args)
     except (ConfigError, ValueError, OSError, ImportError) as error:  # DataError, CheckpointError are ValueErrors
         message = (

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from vaswani.allocator import release_freed_memory
 from vaswani.config import ModelConfig
 from vaswani.data import store
 from vaswani.data.batching import collate, epoch_order, padding_fraction, token_batches, with_replay
@@ -21,7 +22,6 @@ from vaswani.data.tokenizer import Tokenizer
 from vaswani.decode.search import search_ids
 from vaswani.evaluate import bleu
 from vaswani.flops import lengths, training_flops
-from vaswani.runtime import release_freed_memory
 from vaswani.train.loader import EpochPlan, RunData, batch_stream, load_run_data
 from vaswani.train.loss import label_smoothed_cross_entropy
 from vaswani.train.tasks.base import Task
