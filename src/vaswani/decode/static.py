@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from vaswani.decode.search import EncoderDecoderSteps, Steps
+from vaswani.decode.search import EncoderDecoderSteps, Steps, additive_mask
 from vaswani.nn.cache import StaticKVCache
 
 ROUND_POSITIONS = 32  # self-attention and source lengths are rounded up to a multiple of this
@@ -157,8 +157,7 @@ class StaticSteps(EncoderDecoderSteps):
         static.refresh()
         memory, mask = model.encode(src)  # (B, S, D), (B, 1, 1, S)
         cross_kv = model.decoder.start_cache(memory).cross_kv
-        keys = cross_kv[0][0]
-        additive = torch.zeros(mask.shape, dtype=keys.dtype, device=keys.device).masked_fill_(~mask, float("-inf"))
+        additive = additive_mask(mask, cross_kv[0][0])
         self._cross = (
             tuple((k.repeat_interleave(beam, dim=0), v.repeat_interleave(beam, dim=0)) for k, v in cross_kv),
             additive.repeat_interleave(beam, dim=0),
