@@ -19,8 +19,9 @@ import torch
 
 from vaswani.config import Config, ModelConfig
 from vaswani.flops import mfu, training_flops
+from vaswani.machine import cpu_name
 from vaswani.nn import build_model
-from vaswani.runtime import autocast, cpu_name
+from vaswani.runtime import autocast
 from vaswani.train.loss import label_smoothed_cross_entropy
 from vaswani.train.tasks.base import HiddenStates
 

@@ -16,8 +16,9 @@ import torch
 
 from vaswani.config import Config
 from vaswani.decode import search
+from vaswani.decode.request import DecodeRequest
+from vaswani.machine import cpu_name
 from vaswani.nn import build_model
-from vaswani.runtime import cpu_name
 
 
 def main() -> None:
@@ -35,14 +36,16 @@ def main() -> None:
     steps = {"eager": None, "compiled": search.compiled_step(model)}
     sources = [torch.randint(4, 8000, (args.batch, n), device=device) for n in (9, 14, 21)]
 
+    request = DecodeRequest.of(beam_size=args.beam, max_len_a=0, max_len_b=20, min_len=20)
+
     def run(step) -> float:
         began = time.perf_counter()
         with torch.inference_mode():
             for src in sources:
                 if args.beam == 1:
-                    search.greedy(model, src, max_len_a=0, max_len_b=20, min_len=20, step=step)
+                    search.greedy(model, src, request, step=step)
                 else:
-                    search.beam_search(model, src, args.beam, max_len_a=0, max_len_b=20, min_len=20, step=step)
+                    search.beam_search(model, src, request, step=step)
         if device.type == "cuda":
             torch.cuda.synchronize()
         return time.perf_counter() - began

@@ -21,6 +21,7 @@ import torch
 from vaswani.allocator import keep_freed_memory
 from vaswani.data.batching import collate
 from vaswani.data.corpus import read_lines
+from vaswani.decode.request import DecodeRequest
 from vaswani.decode.search import beam_search, greedy, length_batches
 from vaswani.decode.translator import Translator
 from vaswani.evaluate import language_of
@@ -32,6 +33,7 @@ def search_speed(translator: Translator, sources: list[list[int]], beam: int, ba
     model, c = translator.model, translator.model.config
     seconds = {True: 0.0, False: 0.0}
     tokens = 0
+    request = DecodeRequest.of(beam_size=beam)  # the paper's search otherwise: α 0.6, input length + 50
     for indices in length_batches(sources, batch_size):
         chunk = [sources[i] for i in indices]
         src = collate([(s, []) for s in chunk], c.pad_id, c.bos_id, c.eos_id).src
@@ -40,9 +42,9 @@ def search_speed(translator: Translator, sources: list[list[int]], beam: int, ba
             began = time.perf_counter()
             with torch.inference_mode():
                 if beam == 1:
-                    outputs[cache] = [h.tokens for h in greedy(model, src, cache=cache)]
+                    outputs[cache] = [h.tokens for h in greedy(model, src, request, cache=cache)]
                 else:
-                    outputs[cache] = [hyps[0].tokens for hyps in beam_search(model, src, beam, cache=cache)]
+                    outputs[cache] = [hyps[0].tokens for hyps in beam_search(model, src, request, cache=cache)]
             seconds[cache] += time.perf_counter() - began
         assert outputs[True] == outputs[False], "cached and uncached search disagree"
         tokens += sum(len(t) + 1 for t in outputs[True])  # + EOS

@@ -25,7 +25,7 @@ import yaml
 
 from vaswani.decode.translator import Translator
 from vaswani.evaluate import bleu
-from vaswani.runtime import cpu_name
+from vaswani.machine import cpu_name
 
 ROOT = Path(__file__).resolve().parents[1]
 RAW = ROOT / "../shared/data/multi30k/raw"

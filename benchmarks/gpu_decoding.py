@@ -28,6 +28,7 @@ import imported_speed
 
 from vaswani.data.batching import collate
 from vaswani.data.tokenizer import Tokenizer
+from vaswani.decode.request import DecodeRequest
 from vaswani.decode.search import beam_search, decoding, greedy, length_batches
 from vaswani.decode.static import StaticDecoding
 from vaswani.decode.translator import Translator
@@ -80,11 +81,11 @@ def main() -> None:
 
             def run(batch: list[list[int]], beam: int):
                 src = collate([(s, []) for s in batch], c.pad_id, c.bos_id, c.eos_id).src.to(device)
-                limits = dict(max_len_a=0, max_len_b=args.steps, min_len=args.steps, step=step)
+                request = DecodeRequest.of(beam_size=beam, max_len_a=0, max_len_b=args.steps, min_len=args.steps)
                 with decoding(device, precision):
                     if beam == 1:
-                        return [h.tokens for h in greedy(model, src, **limits)]
-                    return [h[0].tokens for h in beam_search(model, src, beam, **limits)]
+                        return [h.tokens for h in greedy(model, src, request, step=step)]
+                    return [h[0].tokens for h in beam_search(model, src, request, step=step)]
 
             return run
 

@@ -27,8 +27,8 @@ from vaswani.allocator import keep_freed_memory
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.decode.translator import Translator
 from vaswani.export.ctranslate2 import converted
+from vaswani.machine import cpu_name
 from vaswani.pretrained import import_pretrained
-from vaswani.runtime import cpu_name
 
 ROOT = Path(__file__).resolve().parents[1]
 RAW = ROOT / "../shared/data/multi30k/raw"
@@ -87,6 +87,7 @@ def _engine_worker(name: str, hf_dir: str, model_dir: str, batches, beam: int, s
     a fresh process, so that its memory is its own and two OpenMP runtimes (torch's, CTranslate2's) do not meet.
     The peak includes loading (vaswani int8 holds the float32 weights until they are made int8)."""
     from vaswani.data.batching import collate
+    from vaswani.decode.request import DecodeRequest
     from vaswani.decode.search import beam_search, decoding, greedy
 
     torch.set_num_threads(THREADS)
@@ -99,11 +100,11 @@ def _engine_worker(name: str, hf_dir: str, model_dir: str, batches, beam: int, s
 
         def run(batch):
             src = collate([(x, []) for x in tokenizer.encode_src(batch)], c.pad_id, c.bos_id, c.eos_id).src
-            limits = dict(max_len_a=0, max_len_b=steps, min_len=steps)
+            request = DecodeRequest.of(beam_size=beam, max_len_a=0, max_len_b=steps, min_len=steps)
             with decoding(torch.device("cpu"), precision):
                 if beam == 1:
-                    return [h.tokens for h in greedy(model, src, **limits)]
-                return [h[0].tokens for h in beam_search(model, src, beam, **limits)]
+                    return [h.tokens for h in greedy(model, src, request)]
+                return [h[0].tokens for h in beam_search(model, src, request)]
 
     elif name.startswith("transformers"):
         import transformers
@@ -210,6 +211,7 @@ def profile(model_dir: Path, batches, precision: str, steps: int) -> None:
     from torch.profiler import profile as profiler
 
     from vaswani.data.batching import collate
+    from vaswani.decode.request import DecodeRequest
     from vaswani.decode.search import beam_search, decoding
 
     tokenizer = Tokenizer.load(model_dir)
@@ -219,7 +221,7 @@ def profile(model_dir: Path, batches, precision: str, steps: int) -> None:
     def run(batch):
         src = collate([(x, []) for x in tokenizer.encode_src(batch)], c.pad_id, c.bos_id, c.eos_id).src
         with decoding(torch.device("cpu"), precision):
-            beam_search(model, src, 4, max_len_a=0, max_len_b=steps, min_len=steps)
+            beam_search(model, src, DecodeRequest.of(beam_size=4, max_len_a=0, max_len_b=steps, min_len=steps))
 
     run(batches[0])
     with profiler(activities=[ProfilerActivity.CPU]) as prof:

@@ -17,7 +17,7 @@ import warnings
 import torch
 import torch.nn.functional as F
 
-from vaswani.runtime import cpu_name
+from vaswani.machine import cpu_name
 
 SHAPES = [(512, 2048), (2048, 512), (512, 1536), (512, 58101)]  # (in, out): d_ff, back, W^Q W^K W^V, the output
 

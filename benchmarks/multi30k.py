@@ -27,7 +27,7 @@ from vaswani.config import Config
 from vaswani.data.corpus import read_lines
 from vaswani.decode.translator import Translator
 from vaswani.evaluate import language_of, multi30k_tok_reference, report, tok_lc_bleu
-from vaswani.runtime import cpu_name
+from vaswani.machine import cpu_name
 from vaswani.train import checkpoint as ckpt
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -40,12 +40,13 @@ from vaswani.config import Config
 from vaswani.data.batching import collate
 from vaswani.data.corpus import read_lines
 from vaswani.data.tokenizer import Tokenizer
+from vaswani.decode.request import DecodeRequest
 from vaswani.decode.search import beam_search, compiled_step, greedy, length_batches
 from vaswani.export.ctranslate2 import converted
 from vaswani.flops import lengths, mfu, training_flops
+from vaswani.machine import cpu_name
 from vaswani.model_dir import WEIGHTS, load_model, save_weights, weights_of, write_model_directory
 from vaswani.precision import bf16_emulated
-from vaswani.runtime import cpu_name
 from vaswani.train.loss import label_smoothed_cross_entropy
 from vaswani.train.tasks.base import HiddenStates
 
@@ -212,14 +213,15 @@ def _decode_worker(
             assert generated.size(1) == steps + 1  # decoder start token + steps
     else:
         step = compiled_step(model) if decoder == "vaswani compiled" else None
+        request = DecodeRequest.of(beam_size=beam, max_len_a=0, max_len_b=steps, min_len=steps)
 
         def run(sources):
             src = collate([(s, []) for s in sources], c.pad_id, c.bos_id, c.eos_id).src.to(device)
             if beam == 1:
-                out = greedy(model, src, max_len_a=0, max_len_b=steps, min_len=steps, step=step)
+                out = greedy(model, src, request, step=step)
                 assert all(len(h.tokens) == steps for h in out)
             else:
-                out = beam_search(model, src, beam, max_len_a=0, max_len_b=steps, min_len=steps, step=step)
+                out = beam_search(model, src, request, step=step)
                 assert all(len(h[0].tokens) == steps for h in out)
 
     with torch.inference_mode(), context:

@@ -38,7 +38,7 @@ def test_attention_of_the_models_own_translation_and_of_a_given_target(translato
     # untrained model's output stops at the length limit, without EOS).
     src_ids = translator.tokenizer.encode_src([SOURCE])[0]
     best = found.candidates[0]
-    assert len(best.tokens) == translator.options().max_len_b + len(src_ids) + 1
+    assert len(best.tokens) == translator.request().decode.max_len_b + len(src_ids) + 1
     assert translator._log_prob(src_ids, best.tokens, eos=False) == pytest.approx(best.log_prob, abs=1e-3)
     assert translator._log_prob(src_ids, best.tokens) < translator._log_prob(src_ids, best.tokens, eos=False)
     other = translator.attention(SOURCE, target="A man rides a bike.")

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from vaswani.config import DECODING_PRECISIONS, PRECISIONS, ModelConfig
-from vaswani.runtime import loss_chunk_rows
+from vaswani.loss_chunks import loss_chunk_rows
 
 # bf16 is chosen only where its matrix products are at least this much faster than float32: the rest
 # of a step (casts, layer norms, softmax, attention, Adam) gains less than the products or nothing,

@@ -11,9 +11,9 @@ import torch
 from torch._dynamo.utils import counters
 
 from tests.conftest import random_ids, tiny_config
-from vaswani.config import DecodeConfig
 from vaswani.decode import search
 from vaswani.decode.engine import TorchEngine
+from vaswani.decode.request import DecodeRequest
 from vaswani.nn import build_model
 
 pytestmark = pytest.mark.slow  # torch.compile
@@ -67,7 +67,7 @@ def test_the_compiled_step_compiles_a_few_graphs_that_later_batches_reuse(model)
         with torch.inference_mode():
             for lengths in batches:
                 src = random_ids(lengths)
-                search.beam_search(model, src, 4, step=step, min_len=3)
+                search.beam_search(model, src, DecodeRequest.of(beam_size=4, min_len=3), step=step)
                 search.greedy(model, src, step=step)
         return backend.graphs
 
@@ -90,7 +90,8 @@ def test_a_language_models_compiled_step_compiles_a_few_graphs_too():
     def generate(*shapes: tuple[int, int]) -> int:
         with torch.inference_mode():
             for batch, prompt in shapes:
-                search.greedy(lm, torch.randint(4, 30, (batch, prompt)), max_len_a=0, max_len_b=6, step=step)
+                prompts = torch.randint(4, 30, (batch, prompt))
+                search.greedy(lm, prompts, DecodeRequest.of(max_len_a=0, max_len_b=6), step=step)
         return backend.graphs
 
     warm = generate((2, 4), (5, 6), (1, 3), (3, 1), (1, 1))
@@ -106,9 +107,9 @@ def test_compiled_decoding_gives_the_searchs_own_outputs(model, monkeypatch):
     sources = [random_ids([n])[0].tolist() for n in (3, 7, 5, 2, 8, 6, 1, 4)]
     engine = TorchEngine(model, "fp32")
     for beam in (4, 1):
-        decode = DecodeConfig(beam_size=beam, batch_size=3)
-        eager = engine(sources, decode, n_best=beam)
-        compiled = engine(sources, dataclasses.replace(decode, compile=True), n_best=beam)
+        request = DecodeRequest.of(beam_size=beam, batch_size=3, n_best=beam)
+        eager = engine(sources, request)
+        compiled = engine(sources, request.replace(compile=True))
         assert [[h.tokens for h in hyps] for hyps in compiled] == [[h.tokens for h in hyps] for hyps in eager]
         for ours, theirs in zip(compiled, eager, strict=True):
             for a, b in zip(ours, theirs, strict=True):
@@ -122,15 +123,15 @@ def test_warm_up_compiles_every_graph_before_the_first_request(model, monkeypatc
     backend = Counted()
     monkeypatch.setattr(search, "compiled_step", backend.step)
     engine = TorchEngine(model, "fp32")
-    decode = DecodeConfig(compile=True, batch_size=4, beam_size=1)  # a model whose default is greedy
-    engine.warm_up(decode)
+    request = DecodeRequest.of(compile=True, batch_size=4, beam_size=1)  # a model whose default is greedy
+    engine.warm_up(request)
     warm = backend.graphs
     assert warm > 0
     sources = [random_ids([n])[0].tolist() for n in (3, 7, 5, 2, 8, 6, 1, 9, 9)]
     for beam in (4, 1, 8):
-        engine(sources, dataclasses.replace(decode, beam_size=beam), n_best=1)
-        engine(sources[:1], dataclasses.replace(decode, beam_size=beam), n_best=1)
-        engine([[5]], dataclasses.replace(decode, beam_size=beam), n_best=1)
+        engine(sources, request.replace(beam_size=beam, n_best=1))
+        engine(sources[:1], request.replace(beam_size=beam, n_best=1))
+        engine([[5]], request.replace(beam_size=beam, n_best=1))
     assert backend.graphs == warm, "a request compiled"
     backend.check()
 

@@ -7,6 +7,7 @@ import torch
 
 from tests.conftest import random_ids
 from vaswani.decode import search
+from vaswani.decode.request import DecodeRequest
 
 
 @pytest.mark.parametrize("beam", [1, 4])
@@ -16,7 +17,7 @@ def test_the_token_log_probs_sum_to_the_hypothesis_log_prob(model, beam):
         if beam == 1:
             found = [[h] for h in search.greedy(model, src)]
         else:
-            found = search.beam_search(model, src, beam, n_best=beam)
+            found = search.beam_search(model, src, DecodeRequest.of(beam_size=beam, n_best=beam))
     ended = 0
     for hyps in found:
         for h in hyps:
@@ -31,7 +32,8 @@ def test_the_token_log_probs_sum_to_the_hypothesis_log_prob(model, beam):
 def test_a_forced_eos_is_not_a_token_the_model_chose(model):
     src = random_ids([9, 12])
     with torch.inference_mode():
-        hyps = search.beam_search(model, src, 2, max_len_a=0, max_len_b=2, min_len=2, forced_eos=True)
+        request = DecodeRequest.of(beam_size=2, max_len_a=0, max_len_b=2, min_len=2, forced_eos=True)
+        hyps = search.beam_search(model, src, request)
     for h in (h for sentence in hyps for h in sentence):
         assert len(h.tokens) == 2 and len(h.token_log_probs) == 2
         assert sum(h.token_log_probs) == pytest.approx(h.log_prob, abs=1e-4)

@@ -8,6 +8,7 @@ from tests.conftest import random_ids
 from tests.decode.models import random_model
 from vaswani.decode import search
 from vaswani.decode.repetition import Repetition, repeating
+from vaswani.decode.request import DecodeRequest
 
 
 def ngrams(tokens, n):
@@ -41,27 +42,32 @@ def test_the_ban_and_the_penalty_are_transformers_logits_processors(n):
 def test_no_output_repeats_an_ngram_in_any_search(n):
     model = random_model(30, seed=5)  # untrained: it loops ("near near near ...")
     src = random_ids([5, 9, 3, 12], vocab=30)
-    rule = Repetition(no_repeat_ngram=n)
-    limits = dict(max_len_a=0, max_len_b=14)
-    plain = search.greedy(model, src, **limits)
+    limits = DecodeRequest.of(max_len_a=0, max_len_b=14)
+    rule = limits.replace(no_repeat_ngram=n)
+    plain = search.greedy(model, src, limits)
     assert any(len(set(ngrams(h.tokens, n))) < len(ngrams(h.tokens, n)) for h in plain)  # it did loop
     outputs = {
-        "greedy": search.greedy(model, src, repetition=rule, **limits),
-        "beam": [h for hyps in search.beam_search(model, src, 4, n_best=3, repetition=rule, **limits) for h in hyps],
-        "sampling": search.sample(model, src, generator=torch.Generator().manual_seed(1), repetition=rule, **limits),
+        "greedy": search.greedy(model, src, rule),
+        "beam": [h for hyps in search.beam_search(model, src, rule.replace(beam_size=4, n_best=3)) for h in hyps],
+        "sampling": search.sample(model, src, rule, generator=torch.Generator().manual_seed(1)),
     }
     for name, hyps in outputs.items():
         for h in hyps:
             assert len(set(ngrams(h.tokens, n))) == len(ngrams(h.tokens, n)), (name, h.tokens)
 
 
-def test_a_penalty_of_one_and_no_ban_change_nothing(model):
+def test_a_penalty_of_one_and_no_ban_change_nothing(model, monkeypatch):
     src = random_ids([5, 9, 3, 12])
     off = Repetition(0, 1.0)
     assert not off.active
+    beam = DecodeRequest.of(beam_size=4, no_repeat_ngram=0, repetition_penalty=1.0)
+    assert beam.repetition is None  # a request leaves inactive rules out of the search
     with torch.inference_mode():
-        assert search.beam_search(model, src, 4) == search.beam_search(model, src, 4, repetition=off)
-        strong = search.greedy(model, src, repetition=Repetition(0, 5.0))
+        plain = search.beam_search(model, src, beam)
+        with monkeypatch.context() as m:  # the rules applied at every step, though they are off
+            m.setattr(DecodeRequest, "repetition", property(lambda self: off))
+            assert search.beam_search(model, src, beam) == plain
+        strong = search.greedy(model, src, DecodeRequest.of(repetition_penalty=5.0))
         assert strong != search.greedy(model, src)  # and a strong penalty does change outputs
 
 
@@ -72,7 +78,7 @@ def test_a_language_models_prompt_counts_as_output():
     torch.manual_seed(2)
     model = CausalLM(tiny_config(type="decoder_only", tgt_vocab_size=40, src_vocab_size=40)).eval()
     prompt = torch.tensor([[7, 8, 9, 7, 8]])
-    out = search.greedy(model, prompt, max_len_a=0, max_len_b=6, repetition=Repetition(no_repeat_ngram=3))
+    out = search.greedy(model, prompt, DecodeRequest.of(max_len_a=0, max_len_b=6, no_repeat_ngram=3))
     whole = [7, 8, 9, 7, 8, *out[0].tokens]
     assert out[0].tokens[0] != 9  # 7 8 9 is in the prompt
     assert len(set(ngrams(whole, 3))) == len(ngrams(whole, 3))

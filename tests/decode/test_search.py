@@ -8,6 +8,7 @@ from tests.conftest import random_ids, tiny_config
 from tests.decode.models import random_model
 from vaswani import Transformer
 from vaswani.decode import search
+from vaswani.decode.request import DecodeRequest
 from vaswani.decode.search import beam_search, greedy, length_penalty, sample
 
 
@@ -41,9 +42,10 @@ LENGTHS = [5, 2, 7, 4, 1, 6, 8, 3, 5, 7, 2, 6]
 @pytest.mark.slow
 def test_greedy_equals_a_decoder_without_cache_and_outputs_end_at_different_lengths(model):
     src = random_ids(LENGTHS)
-    found = [h.tokens for h in greedy(model, src, max_len_a=0.0, max_len_b=9)]
+    request = DecodeRequest.of(max_len_a=0.0, max_len_b=9)
+    found = [h.tokens for h in greedy(model, src, request)]
     assert found == _greedy_reference(model, src, 9)
-    assert found == [h.tokens for h in greedy(model, src, 0.0, 9, cache=False)]
+    assert found == [h.tokens for h in greedy(model, src, request, cache=False)]
     assert len({len(t) for t in found}) >= 3  # EOS handling is exercised
 
 
@@ -51,8 +53,8 @@ def test_greedy_equals_a_decoder_without_cache_and_outputs_end_at_different_leng
 def test_beam_cached_equals_uncached_token_for_token(model, trained):
     model = model if trained else random_model(12, seed=4)  # random: beams reorder at almost every step
     src = random_ids(LENGTHS, vocab=model.config.src_vocab_size)
-    options = dict(beam_size=4, alpha=0.6, max_len_a=1.0, max_len_b=5, n_best=4)
-    cached, uncached = beam_search(model, src, **options), beam_search(model, src, **options, cache=False)
+    request = DecodeRequest.of(beam_size=4, length_penalty=0.6, max_len_a=1.0, max_len_b=5, n_best=4)
+    cached, uncached = beam_search(model, src, request), beam_search(model, src, request, cache=False)
     assert [[h.tokens for h in hyps] for hyps in cached] == [[h.tokens for h in hyps] for hyps in uncached]
     for a, b in zip(cached, uncached, strict=True):
         assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-4)
@@ -60,21 +62,24 @@ def test_beam_cached_equals_uncached_token_for_token(model, trained):
 
 def test_beam_size_one_with_early_stopping_is_greedy(model):
     src = random_ids(LENGTHS)
-    beam = beam_search(model, src, beam_size=1, max_len_a=1.0, max_len_b=4, early_stopping=True)
-    assert [hyps[0].tokens for hyps in beam] == [h.tokens for h in greedy(model, src, 1.0, 4)]
+    request = DecodeRequest.of(beam_size=1, max_len_a=1.0, max_len_b=4, early_stopping=True)
+    beam = beam_search(model, src, request)
+    assert [hyps[0].tokens for hyps in beam] == [h.tokens for h in greedy(model, src, request)]
 
 
 @pytest.mark.parametrize("beam_size", [1, 4])
 def test_a_sentence_alone_equals_the_same_sentence_in_a_mixed_batch(beam_size, model):
     src = random_ids(LENGTHS)
-    batched = beam_search(model, src, beam_size, max_len_a=1.0, max_len_b=6, n_best=beam_size)
+    request = DecodeRequest.of(beam_size=beam_size, max_len_a=1.0, max_len_b=6, n_best=beam_size)
+    batched = beam_search(model, src, request)
     for i, n in enumerate(LENGTHS):
-        alone = beam_search(model, src[i : i + 1, :n], beam_size, max_len_a=1.0, max_len_b=6, n_best=beam_size)[0]
+        alone = beam_search(model, src[i : i + 1, :n], request)[0]
         assert [h.tokens for h in alone] == [h.tokens for h in batched[i]]
         assert [h.score for h in alone] == pytest.approx([h.score for h in batched[i]], abs=1e-4)
-    greedy_batched = greedy(model, src, 1.0, 6)
+    limits = DecodeRequest.of(max_len_a=1.0, max_len_b=6)
+    greedy_batched = greedy(model, src, limits)
     for i, n in enumerate(LENGTHS):
-        assert greedy(model, src[i : i + 1, :n], 1.0, 6)[0].tokens == greedy_batched[i].tokens
+        assert greedy(model, src[i : i + 1, :n], limits)[0].tokens == greedy_batched[i].tokens
 
 
 def _all_outputs(words, eos, limit):
@@ -99,11 +104,11 @@ def test_beam_search_finds_the_best_hypothesis_under_its_own_score(alpha, early_
         score = total / length_penalty(len(tokens) + eos, alpha)
         if score > best_score:
             best, best_score = tokens, score
-    options = dict(alpha=alpha, max_len_a=0.0, max_len_b=limit, early_stopping=early_stopping)
-    found = beam_search(model, src, beam_size=128, **options)[0][0]
+    options = dict(length_penalty=alpha, max_len_a=0.0, max_len_b=limit, early_stopping=early_stopping)
+    found = beam_search(model, src, DecodeRequest.of(beam_size=128, **options))[0][0]
     assert found.tokens == best
     assert found.score == pytest.approx(best_score, abs=1e-5)
-    small = beam_search(model, src, beam_size=2, **options)[0][0]
+    small = beam_search(model, src, DecodeRequest.of(beam_size=2, **options))[0][0]
     assert small.score <= best_score + 1e-6
 
 
@@ -116,14 +121,14 @@ def test_the_stopping_rule_ends_a_sentence_only_when_going_on_could_not_change_i
     less work; early stopping (k finished) does less still, and on some sentences scores lower."""
     torch.manual_seed(0)
     src = random_ids(LENGTHS * 3)
-    options = dict(beam_size=4, alpha=alpha, max_len_a=1.0, max_len_b=10, n_best=n_best)
+    request = DecodeRequest.of(beam_size=4, length_penalty=alpha, max_len_a=1.0, max_len_b=10, n_best=n_best)
     rows = []  # decoder rows fed at each step: the work done
     original = model.decode_step
     monkeypatch.setattr(model, "decode_step", lambda x, *a, **kw: rows.append(len(x)) or original(x, *a, **kw))
 
     def run(**more):
         rows.clear()
-        results = beam_search(model, src, **options, **more)
+        results = beam_search(model, src, request.replace(**more))
         return [[h.tokens for h in hyps] for hyps in results], [[h.score for h in hyps] for hyps in results], sum(rows)
 
     exact, exact_scores, exact_work = run()
@@ -143,7 +148,8 @@ def test_the_stopping_rule_ends_a_sentence_only_when_going_on_could_not_change_i
 
 def test_n_best_is_sorted_distinct_and_scored_consistently(model):
     src = random_ids([4, 6])
-    for hyps in beam_search(model, src, beam_size=5, alpha=0.6, max_len_a=1.0, max_len_b=3, n_best=5):
+    request = DecodeRequest.of(beam_size=5, length_penalty=0.6, max_len_a=1.0, max_len_b=3, n_best=5)
+    for hyps in beam_search(model, src, request):
         assert len(hyps) == 5
         assert len({tuple(h.tokens) for h in hyps}) == 5
         assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
@@ -164,13 +170,13 @@ def test_encoder_runs_once_per_sentence_and_finished_sentences_leave_the_batch(m
         return original(tokens, *args, **kwargs)
 
     model.decode_step = counting
-    beam_search(model, src, beam_size=4, max_len_a=1.0, max_len_b=6)
+    beam_search(model, src, DecodeRequest.of(beam_size=4, max_len_a=1.0, max_len_b=6))
     assert encoded == [len(LENGTHS)]  # once, for 6 sentences, not 24 beams
     # the first step runs one row per sentence (its k hypotheses are identical), then k rows per sentence
     assert rows[0] == len(LENGTHS) and rows[1] == 4 * len(LENGTHS) and rows[-1] < rows[1]
     assert all(r % 4 == 0 for r in rows[1:]) and rows[1:] == sorted(rows[1:], reverse=True)
     rows.clear()
-    greedy(model, src, 1.0, 6)
+    greedy(model, src, DecodeRequest.of(max_len_a=1.0, max_len_b=6))
     assert rows[0] == len(LENGTHS) and rows[-1] < rows[0]
 
 
@@ -179,25 +185,24 @@ def test_sampling_is_seeded_and_follows_the_model_distribution(model):
 
     def run(seed, **options):
         generator = torch.Generator().manual_seed(seed)
-        return [
-            h.tokens for h in sample(model, src.expand(8, -1), generator=generator, max_len_a=0, max_len_b=5, **options)
-        ]
+        request = DecodeRequest.of(max_len_a=0, max_len_b=5, **options)
+        return [h.tokens for h in sample(model, src.expand(8, -1), request, generator=generator)]
 
     assert run(1) == run(1) and run(1) != run(2)
-    greedy_tokens = greedy(model, src, 0.0, 5)[0].tokens
+    greedy_tokens = greedy(model, src, DecodeRequest.of(max_len_a=0.0, max_len_b=5))[0].tokens
     for options in (dict(top_k=1), dict(top_p=1e-6), dict(temperature=1e-4)):
         assert run(7, **options) == [greedy_tokens] * 8
     many = src.expand(4000, -1)
     first = [
         h.tokens[0] if h.tokens else 2
-        for h in sample(model, many, generator=torch.Generator().manual_seed(0), max_len_a=0.0, max_len_b=1)
+        for h in sample(model, many, DecodeRequest.of(max_len_a=0.0, max_len_b=1), torch.Generator().manual_seed(0))
     ]
     probs = _log_probs(model, src[0], []).exp()[0]
     counts = torch.bincount(torch.tensor(first), minlength=probs.numel()).float() / len(first)
     assert (counts - probs).abs().max() < 0.03
     top3 = set(probs.topk(3).indices.tolist())
     generator = torch.Generator().manual_seed(0)
-    restricted = sample(model, many[:500], top_k=3, generator=generator, max_len_a=0, max_len_b=1)
+    restricted = sample(model, many[:500], DecodeRequest.of(top_k=3, max_len_a=0, max_len_b=1), generator=generator)
     assert {h.tokens[0] if h.tokens else 2 for h in restricted} <= top3
 
 
@@ -205,14 +210,14 @@ def test_greedy_stops_at_the_length_limit_a_times_source_length_plus_b():
     model = Transformer(tiny_config()).eval()  # untrained: it never says EOS here, so the limit ends each output
     src = random_ids([3, 6])
     for a, b, limits in ((1.0, 2, [5, 8]), (0.0, 2, [2, 2]), (2.0, 0, [6, 12])):
-        out = [h.tokens for h in greedy(model, src, max_len_a=a, max_len_b=b)]
+        out = [h.tokens for h in greedy(model, src, DecodeRequest.of(max_len_a=a, max_len_b=b))]
         assert out == [_greedy_reference(model, src[i : i + 1], n)[0] for i, n in enumerate(limits)]
         assert [len(tokens) for tokens in out] == limits
 
 
 def test_min_len_forbids_early_eos(model):
     src = random_ids(LENGTHS)
-    for hyps in beam_search(model, src, beam_size=3, max_len_a=0.0, max_len_b=7, min_len=7):
+    for hyps in beam_search(model, src, DecodeRequest.of(beam_size=3, max_len_a=0.0, max_len_b=7, min_len=7)):
         assert len(hyps[0].tokens) == 7
-    assert all(len(h.tokens) == 7 for h in greedy(model, src, 0.0, 7, min_len=7))
-    assert all(len(h.tokens) >= 4 for h in greedy(model, src, 0.0, 9, min_len=4))
+    assert all(len(h.tokens) == 7 for h in greedy(model, src, DecodeRequest.of(max_len_a=0.0, max_len_b=7, min_len=7)))
+    assert all(len(h.tokens) >= 4 for h in greedy(model, src, DecodeRequest.of(max_len_a=0.0, max_len_b=9, min_len=4)))

@@ -7,6 +7,7 @@ from tests.conftest import random_ids, tiny_config
 from vaswani import Transformer
 from vaswani.config import ConfigError, DecodeConfig
 from vaswani.decode import search
+from vaswani.decode.request import DecodeRequest
 from vaswani.decode.static import StaticDecoding, bucket
 
 BATCHES = [[3, 7, 1, 5], [12], [2, 9, 4, 4, 8, 6, 1, 3, 11], [40, 2]]  # source lengths, one batch each
@@ -21,16 +22,20 @@ def scores(results):
 
 
 def searches(model, src, step, sampling=True):
-    limits = dict(max_len_a=1.5, max_len_b=5, step=step)
+    limits = DecodeRequest.of(max_len_a=1.5, max_len_b=5)
     out = {
-        "greedy": search.greedy(model, src, **limits),
-        "beam 4, n-best 2": search.beam_search(model, src, 4, n_best=2, **limits),
-        "beam 3, early stopping": search.beam_search(model, src, 3, early_stopping=True, **limits),
-        "beam 2, forced EOS": search.beam_search(model, src, 2, forced_eos=True, ban_after_softmax=True, **limits),
+        "greedy": search.greedy(model, src, limits, step=step),
+        "beam 4, n-best 2": search.beam_search(model, src, limits.replace(beam_size=4, n_best=2), step=step),
+        "beam 3, early stopping": search.beam_search(
+            model, src, limits.replace(beam_size=3, early_stopping=True), step=step
+        ),
+        "beam 2, forced EOS": search.beam_search(
+            model, src, limits.replace(beam_size=2, forced_eos=True, ban_after_softmax=True), step=step
+        ),
     }
     if sampling:
         generator = torch.Generator(src.device).manual_seed(4)
-        out["sampling"] = search.sample(model, src, top_k=5, generator=generator, **limits)
+        out["sampling"] = search.sample(model, src, limits.replace(top_k=5), generator, step=step)
     return out
 
 
@@ -85,11 +90,11 @@ def test_the_translator_decodes_alike_with_and_without_the_static_cache(model):
 
     engine = TorchEngine(model, "fp32")
     sources = [[5, 6, 7], [], [9] * 12, [4, 4]]
-    plain = engine(sources, DecodeConfig(batch_size=3, static_cache=False), n_best=2)
-    static = engine(sources, DecodeConfig(batch_size=3, static_cache=True), n_best=2)
+    plain = engine(sources, DecodeRequest.of(batch_size=3, static_cache=False, n_best=2))
+    static = engine(sources, DecodeRequest.of(batch_size=3, static_cache=True, n_best=2))
     assert tokens(static) == tokens(plain)
     assert engine._static_step is not None  # the static step was the one used
-    assert engine._step(DecodeConfig()) is None  # auto: not on a CPU
+    assert engine._step(DecodeRequest()) is None  # auto: not on a CPU
 
 
 def test_static_cache_settings_are_checked():

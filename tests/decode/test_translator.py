@@ -186,7 +186,11 @@ def test_the_stopping_rule_reaches_the_search_from_the_config_and_the_command_li
     seen = []
     search = search_module.beam_search
     monkeypatch.setattr(
-        search_module, "beam_search", lambda *a, **kw: seen.append(kw["early_stopping"]) or search(*a, **kw)
+        search_module,
+        "beam_search",
+        lambda model, src, request, *a, **kw: (
+            seen.append(request.decode.early_stopping) or search(model, src, request, *a, **kw)
+        ),
     )
     translator = Translator.load(model_dir)
     translator.translate(SENTENCES[:1])

@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from vaswani.config import Config, DecodeConfig
+from vaswani.config import Config
 from vaswani.data.corpus import read_lines
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.data.toy import toy_pairs
+from vaswani.decode.request import DecodeRequest
 from vaswani.decode.search import search_ids
 from vaswani.export import ExportError, export
 from vaswani.model_dir import WEIGHTS, load_model, save_weights, weights_of, write_model_directory
@@ -78,8 +79,8 @@ def held_out(trained) -> list[list[int]]:
 
 def _ours(model_dir: Path, sources, beam: int, limit: int) -> list[list[int]]:
     model, _ = load_model(model_dir)
-    decode = DecodeConfig(beam_size=beam, length_penalty=0.0, max_len_a=0.0, max_len_b=limit, batch_size=32)
-    return [hyps[0].tokens for hyps in search_ids(model, sources, decode)]
+    request = DecodeRequest.of(beam_size=beam, length_penalty=0.0, max_len_a=0.0, max_len_b=limit, batch_size=32)
+    return [hyps[0].tokens for hyps in search_ids(model, sources, request)]
 
 
 def _ct2(path: Path, model_dir: Path, sources, beam: int, limit: int) -> list[list[int]]:

@@ -9,6 +9,7 @@ from torch import nn
 from tests.conftest import random_ids, tiny_config
 from vaswani import Transformer
 from vaswani.decode import search
+from vaswani.decode.request import DecodeRequest
 from vaswani.nn.int8 import Int8Linear, int8_available, quantize_int8
 
 pytestmark = pytest.mark.skipif(int8_available() is not None, reason=str(int8_available()))
@@ -41,8 +42,9 @@ def test_an_int8_model_keeps_its_interface_and_its_translations_close():
     src = random_ids([9, 4, 12, 7], vocab=200)
     with torch.inference_mode():
         assert relative_error(q(src, src), model(src, src)) < 0.05
-        ours = search.beam_search(q, src, 4, max_len_a=0, max_len_b=8, min_len=8)
-        reference = search.beam_search(model, src, 4, max_len_a=0, max_len_b=8, min_len=8)
+        request = DecodeRequest.of(beam_size=4, max_len_a=0, max_len_b=8, min_len=8)
+        ours = search.beam_search(q, src, request)
+        reference = search.beam_search(model, src, request)
     same = sum(a[0].tokens == b[0].tokens for a, b in zip(ours, reference, strict=True))
     assert same >= 2, same
     assert model.state_dict().keys() == Transformer(model.config).state_dict().keys()  # the original is untouched

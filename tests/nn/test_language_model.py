@@ -6,12 +6,18 @@ import pytest
 import torch
 
 from tests.conftest import random_ids, tiny_config
+from vaswani.decode.request import DecodeRequest
 from vaswani.decode.search import beam_search, filtered_probs, greedy, sample, sampler
 from vaswani.nn import CausalLM, MaskedLM, build_model
 
 
 def _lm(**overrides) -> CausalLM:
     return CausalLM(tiny_config(type="decoder_only", **overrides)).eval()
+
+
+def _limit(n: int, **options) -> DecodeRequest:
+    """At most n new tokens, whatever the prompt's length."""
+    return DecodeRequest.of(max_len_a=0.0, max_len_b=n, **options)
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
@@ -39,31 +45,34 @@ def test_masked_lm_sees_both_sides_and_ignores_padding():
 def test_cached_generation_equals_uncached():
     lm = _lm()
     prompts = random_ids([4, 4, 4])
+    twelve, sampled = _limit(12), _limit(12, temperature=0.9, top_k=10, top_p=0.95)
+    beam = _limit(8, beam_size=3, n_best=2)
     for cached, uncached in [
-        (greedy(lm, prompts, 0.0, 12), greedy(lm, prompts, 0.0, 12, cache=False)),
-        (greedy(lm, prompts, 0.0, 12, stop_at_eos=False), greedy(lm, prompts, 0.0, 12, cache=False, stop_at_eos=False)),
+        (greedy(lm, prompts, twelve), greedy(lm, prompts, twelve, cache=False)),
+        (greedy(lm, prompts, twelve, stop_at_eos=False), greedy(lm, prompts, twelve, cache=False, stop_at_eos=False)),
         (
-            sample(lm, prompts, 0.9, 10, 0.95, torch.Generator().manual_seed(3), 0.0, 12),
-            sample(lm, prompts, 0.9, 10, 0.95, torch.Generator().manual_seed(3), 0.0, 12, cache=False),
+            sample(lm, prompts, sampled, torch.Generator().manual_seed(3)),
+            sample(lm, prompts, sampled, torch.Generator().manual_seed(3), cache=False),
         ),
         (
-            [h for hs in beam_search(lm, prompts, 3, max_len_a=0.0, max_len_b=8, n_best=2) for h in hs],
-            [h for hs in beam_search(lm, prompts, 3, max_len_a=0.0, max_len_b=8, n_best=2, cache=False) for h in hs],
+            [h for hs in beam_search(lm, prompts, beam) for h in hs],
+            [h for hs in beam_search(lm, prompts, beam, cache=False) for h in hs],
         ),
     ]:
         assert [h.tokens for h in cached] == [h.tokens for h in uncached]
         assert [h.log_prob for h in cached] == pytest.approx([h.log_prob for h in uncached], abs=1e-4)
-    assert len(greedy(lm, prompts, 0.0, 12, stop_at_eos=False)[0].tokens) == 12
+    assert len(greedy(lm, prompts, twelve, stop_at_eos=False)[0].tokens) == 12
 
 
 def test_generation_is_batch_invariant():
     lm = _lm()
     prompts = random_ids([5, 5, 5, 5])
-    together = greedy(lm, prompts, 0.0, 10)
-    alone = [greedy(lm, prompts[i : i + 1], 0.0, 10)[0] for i in range(4)]
+    together = greedy(lm, prompts, _limit(10))
+    alone = [greedy(lm, prompts[i : i + 1], _limit(10))[0] for i in range(4)]
     assert [h.tokens for h in together] == [h.tokens for h in alone]
-    beams = beam_search(lm, prompts, 3, max_len_a=0.0, max_len_b=8)
-    alone = [beam_search(lm, prompts[i : i + 1], 3, max_len_a=0.0, max_len_b=8)[0][0] for i in range(4)]
+    beam = _limit(8, beam_size=3)
+    beams = beam_search(lm, prompts, beam)
+    alone = [beam_search(lm, prompts[i : i + 1], beam)[0][0] for i in range(4)]
     assert [b[0].tokens for b in beams] == [h.tokens for h in alone]
 
 
@@ -72,7 +81,7 @@ def test_generation_beyond_the_context_moves_the_window_the_same_way_with_and_wi
     lm = _lm(positions=positions, max_positions=8)
     prompts = random_ids([3, 3])
     context = 6 if positions == "sinusoidal" else None  # learned: bounded by max_positions (8)
-    kwargs = dict(max_len_a=0.0, max_len_b=30, stop_at_eos=False, context=context)
+    kwargs = dict(request=_limit(30), stop_at_eos=False, context=context)
     cached, uncached = greedy(lm, prompts, **kwargs), greedy(lm, prompts, cache=False, **kwargs)
     assert [h.tokens for h in cached] == [h.tokens for h in uncached]
     assert [len(h.tokens) for h in cached] == [30, 30]
@@ -83,7 +92,7 @@ def test_generation_beyond_the_context_moves_the_window_the_same_way_with_and_wi
 def test_a_one_token_prompt_and_unequal_prompts():
     lm = _lm()
     one = torch.tensor([[5]])
-    tokens = greedy(lm, one, 0.0, 6, stop_at_eos=False)[0].tokens
+    tokens = greedy(lm, one, _limit(6), stop_at_eos=False)[0].tokens
     expected = []  # the reference: the whole model over the prefix, step by step; PAD and BOS never generated
     for _ in range(6):
         logits = lm(torch.tensor([[5, *expected]]))[0, -1]
@@ -91,7 +100,7 @@ def test_a_one_token_prompt_and_unequal_prompts():
         expected.append(int(logits.argmax()))
     assert tokens == expected
     with pytest.raises(ValueError, match="equal lengths"):
-        greedy(lm, random_ids([4, 2]), 0.0, 6)
+        greedy(lm, random_ids([4, 2]), _limit(6))
 
 
 def test_top_k_never_samples_outside_the_k_best():
@@ -122,7 +131,13 @@ def test_seeds_repeat_and_differ():
     lm = _lm()
     prompts = random_ids([3])
     runs = [
-        sample(lm, prompts, 1.0, 0, 1.0, torch.Generator().manual_seed(s), 0.0, 20, stop_at_eos=False)[0].tokens
+        sample(
+            lm,
+            prompts,
+            _limit(20, temperature=1.0, top_k=0, top_p=1.0),
+            torch.Generator().manual_seed(s),
+            stop_at_eos=False,
+        )[0].tokens
         for s in (7, 7, 8)
     ]
     assert runs[0] == runs[1] and runs[0] != runs[2]

@@ -9,6 +9,7 @@ from torch import nn
 from tests.conftest import random_ids, tiny_config
 from vaswani import Transformer
 from vaswani.decode import search
+from vaswani.decode.request import DecodeRequest
 from vaswani.nn.packed import PackedLinear, pack_fp32, packed_available
 
 pytestmark = pytest.mark.skipif(not packed_available(), reason="this torch has no oneDNN prepacked linear")
@@ -33,8 +34,9 @@ def test_a_packed_model_translates_as_the_model_does():
     with torch.inference_mode():
         torch.testing.assert_close(packed(src, src), model(src, src), rtol=1e-4, atol=1e-4)
         for beam in (1, 4):
-            ours = search.beam_search(packed, src, beam, early_stopping=beam == 1, max_len_b=12)
-            reference = search.beam_search(model, src, beam, early_stopping=beam == 1, max_len_b=12)
+            request = DecodeRequest.of(beam_size=beam, early_stopping=beam == 1, max_len_b=12)
+            ours = search.beam_search(packed, src, request)
+            reference = search.beam_search(model, src, request)
             assert [h[0].tokens for h in ours] == [h[0].tokens for h in reference]
 
 

@@ -14,9 +14,9 @@ from tests.serve.server import start_server
 from vaswani import __version__
 from vaswani.decode.document import split
 from vaswani.decode.translator import Translator
-from vaswani.runtime import ComputeThread
 from vaswani.serve.app import Settings, create_app
 from vaswani.serve.batching import BusyError, MicroBatcher
+from vaswani.serve.compute import ComputeThread
 
 pytestmark = pytest.mark.shared_data  # reads ../shared/data (tests/conftest.py skips it where absent)
 
@@ -206,7 +206,8 @@ def test_metrics_are_guarded_by_the_api_key_or_their_own_token(translator, model
 @pytest.mark.slow
 def test_a_request_gets_the_same_result_alone_or_batched_with_others(translator):
     async def run(batcher, groups, options):
-        return await asyncio.gather(*(batcher.translate(texts, **options) for texts in groups))
+        request = translator.request(**options)
+        return await asyncio.gather(*(batcher.translate(texts, request=request) for texts in groups))
 
     groups = [SENTENCES[i : i + 1 + i % 3] for i in range(len(SENTENCES))]  # overlapping, of 1 to 3 sentences
     for options in ({"n_best": 2}, {"beam_size": 1}, {"attention": True}):
@@ -232,7 +233,7 @@ def test_a_request_gets_the_same_result_alone_or_batched_with_others(translator)
 
 
 def test_the_model_is_loaded_measured_and_run_on_one_compute_thread(model_dir, monkeypatch):
-    """runtime.ComputeThread: torch runs 1.5-2.5x slower on a thread other than the one that loaded the model
+    """serve/compute.py's ComputeThread: torch runs 1.5-2.5x slower on a thread other than the one that loaded the model
     (docs/benchmarks.md, "Serving"), so the service loads, measures and decodes on one thread."""
     compute = ComputeThread("test-compute")
     translator = compute.call(Translator.load, model_dir, "cpu", "auto")
@@ -245,8 +246,9 @@ def test_the_model_is_loaded_measured_and_run_on_one_compute_thread(model_dir, m
 
         return record
 
-    # precision is settled at start-up by the translator's engine
-    monkeypatch.setattr(translator, "choose_precision", recorded("choose", translator.choose_precision))
+    # precision is settled at start-up by the translator's engine (Engine.prepare)
+    engine = translator.engine
+    monkeypatch.setattr(engine, "choose_precision", recorded("choose", engine.choose_precision))
     monkeypatch.setattr(translator, "translate_with_details", recorded("translate", translator.translate_with_details))
     with TestClient(create_app(translator, model_dir, Settings(), compute=compute)) as client:
         assert client.post("/v1/translate", json={"text": ["Ein Mann. Eine Frau."]}).status_code == 200
@@ -267,12 +269,14 @@ def test_a_server_s_precision_auto_is_fp32_and_measures_nothing(model_dir, monke
     translator = Translator.load(model_dir, "cpu", "auto")
     with TestClient(create_app(translator, model_dir, Settings())) as client:
         assert client.post("/v1/translate", json={"text": SENTENCES[:2]}).status_code == 200
-    assert translator.choose_precision(translator.options()).precision == "fp32"
+    assert translator.choose_precision(translator.request()).precision == "fp32"
 
 
 def test_the_batcher_never_mixes_options_and_respects_its_budget(translator):
     async def run(batcher):
-        calls = [batcher.translate([s], beam_size=1 + i % 2) for i, s in enumerate(SENTENCES)]
+        calls = [
+            batcher.translate([s], request=translator.request(beam_size=1 + i % 2)) for i, s in enumerate(SENTENCES)
+        ]
         return await asyncio.gather(*calls)
 
     batcher = MicroBatcher(translator, max_wait=0.3, max_tokens=10_000, max_sentences=3)
@@ -368,10 +372,10 @@ def test_a_chunked_body_over_the_limit_is_refused_as_it_streams(client):
 def test_a_failing_request_fails_alone_and_the_server_goes_on(translator, model_dir, monkeypatch):
     real = translator.translate_with_details
 
-    def failing(texts, **options):
+    def failing(texts, *args, **options):
         if any("BOOM" in text for text in texts):
             raise RuntimeError("a failure of ours")
-        return real(texts, **options)
+        return real(texts, *args, **options)
 
     monkeypatch.setattr(translator, "translate_with_details", failing)
 

@@ -143,11 +143,11 @@ def test_the_default_chunk_is_the_device_s_and_changes_nothing_but_speed(monkeyp
     """A CPU projects 256 rows at a time (cache-sized); a GPU up to 2^26 logits a chunk (on an H100 the base
     model's bf16 step ran 1.68x faster than with 256-row chunks, docs/benchmarks.md). The default is the
     device's rule, and the value equals the one-chunk value."""
-    from vaswani import runtime
+    from vaswani import loss_chunks
 
-    assert runtime.loss_chunk_rows("cpu", 8000) == 256
-    assert runtime.loss_chunk_rows("cuda", 8000) == (1 << 26) // 8000 == 8388
-    assert runtime.loss_chunk_rows("cuda", 1 << 20) == 256  # never fewer rows than a CPU's
+    assert loss_chunks.loss_chunk_rows("cpu", 8000) == 256
+    assert loss_chunks.loss_chunk_rows("cuda", 8000) == (1 << 26) // 8000 == 8388
+    assert loss_chunks.loss_chunk_rows("cuda", 1 << 20) == 256  # never fewer rows than a CPU's
     hidden, weight, target = _inputs()
     asked = []
     monkeypatch.setattr("vaswani.train.loss.loss_chunk_rows", lambda device, V: asked.append((device, V)) or 3)

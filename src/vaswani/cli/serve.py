@@ -1,14 +1,12 @@
-"""Deploying a model: `vaswani serve` (HTTP) and `export` (CTranslate2, Hugging Face)."""
+"""Serving a model: `vaswani serve` (HTTP: serve/app.py)."""
 
 from __future__ import annotations
 
 import argparse
-import sys
 
 from vaswani.cli.lines import stderr_console
 from vaswani.cli.translate import report_precision
 from vaswani.config import DECODING_PRECISIONS
-from vaswani.decode.engine import CT2_TYPES
 
 
 def _serve(args: argparse.Namespace) -> None:
@@ -23,20 +21,16 @@ def _serve(args: argparse.Namespace) -> None:
     import time
 
     from vaswani.decode.translator import Translator
-    from vaswani.runtime import ComputeThread
+    from vaswani.serve.compute import ComputeThread
 
-    # Loading, measuring and decoding on one thread, never the event loop's: runtime.ComputeThread says why.
+    # Loading, measuring and decoding on one thread, never the event loop's: serve/compute.py says why.
     compute = ComputeThread()
     started = time.perf_counter()
     translator = compute.call(Translator.load, args.model_dir, args.device, args.precision)
-    if args.compile is not None:
-        import dataclasses
-
-        decode = dataclasses.replace(translator.config.decode, compile=args.compile)
-        translator.config = dataclasses.replace(translator.config, decode=decode)
-    load_seconds = time.perf_counter() - started
+    defaults = translator.request(compile=args.compile)  # what every HTTP request starts from
     console = stderr_console()
-    compute.call(report_precision, translator, translator.options(), console)
+    compute.call(report_precision, translator, defaults, console)  # prepares the engine for it: Engine.prepare
+    load_seconds = time.perf_counter() - started
     api_key = args.api_key or os.environ.get("VASWANI_API_KEY") or None
     if api_key is None and args.host not in ("127.0.0.1", "localhost", "::1"):
         console.print(
@@ -57,31 +51,13 @@ def _serve(args: argparse.Namespace) -> None:
         cors_origins=tuple(args.cors_origin or ()),
         **batching,
     )
-    app = create_app(translator, args.model_dir, settings, load_seconds, compute)
+    app = create_app(translator, args.model_dir, settings, load_seconds, compute, defaults)
     where = f"http://{args.host}:{args.port}"
     console.print(
         f"vaswani: serving {args.model_dir} at {where}/ (API docs: {where}/docs"
         f"{'; API key required' if api_key else ''}); Ctrl+C stops"
     )
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=30)
-
-
-def _export(args: argparse.Namespace) -> None:
-    from vaswani.config import Config
-    from vaswani.export import export
-
-    out = export(args.model_dir, args.out_dir, args.to, args.quantization)
-    loader = {"ctranslate2": "ctranslate2.Translator", "huggingface": "MarianMTModel.from_pretrained"}[args.to]
-    print(
-        f"exported {args.model_dir} to {out} ({args.to}{', ' + args.quantization if args.quantization else ''}); "
-        f"load it with {loader}({str(out)!r})"
-    )
-    if Config.load(f"{args.model_dir}/config.yaml").data.lowercase:
-        print(
-            "note: this model was trained on lowercased text (data.lowercase): lowercase its inputs before "
-            "translating with the exported model",
-            file=sys.stderr,
-        )
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -134,14 +110,3 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     serve.set_defaults(run=_serve)
-
-    export = commands.add_parser("export", help="write the model for CTranslate2 or Hugging Face transformers")
-    export.add_argument("model_dir")
-    export.add_argument("out_dir", help="directory to write (new or empty)")
-    export.add_argument("--to", required=True, choices=["ctranslate2", "huggingface"])
-    export.add_argument(
-        "--quantization",
-        choices=CT2_TYPES,
-        help="CTranslate2 weight type (default float32; int8 is smaller and faster on CPUs)",
-    )
-    export.set_defaults(run=_export)

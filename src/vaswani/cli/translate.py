@@ -13,8 +13,15 @@ from vaswani.decode.engine import CT2_TYPES
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from vaswani.config import DecodeConfig
+    from vaswani.decode.request import DecodeRequest
     from vaswani.decode.translator import Translator
+
+
+def decode_request(args: argparse.Namespace, translator: Translator) -> DecodeRequest:
+    """The decoding request of the command line: the model's decode section with the options given, validated
+    once, before any input is read."""
+    n_best = getattr(args, "n_best", 1)
+    return translator.request(n_best, **decode_options(args))
 
 
 def decode_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -58,8 +65,10 @@ def _load_translator(args: argparse.Namespace) -> Translator:
     return Translator.load(args.model_dir, args.device, _precision(args), args.engine, args.compute_type or "float32")
 
 
-def report_precision(translator: Translator, decode: DecodeConfig, console: Console) -> None:
-    """The precision decoding runs in, with its measurement; a warning where an explicit bf16 is slower."""
+def report_precision(translator: Translator, request: DecodeRequest, console: Console) -> None:
+    """The precision decoding runs in, with its measurement (settled here: Engine.prepare, so a server's first
+    request does not wait for it); a warning where an explicit bf16 is slower."""
+    decode = request.decode
     if translator.engine.describe() is not None:
         console.print(f"vaswani: {translator.engine.describe()}")
         if decode.length_penalty and decode.length_rule == "gnmt" and not decode.sampling and decode.beam_size > 1:
@@ -69,7 +78,7 @@ def report_precision(translator: Translator, decode: DecodeConfig, console: Cons
                 "output exactly, and so does --length-rule power"
             )
         return
-    choice = translator.choose_precision(decode)
+    choice = translator.engine.prepare(request)
     if choice.measurement is not None or choice.reason:
         console.print(f"vaswani: {choice.describe()}")
     if choice.warning():
@@ -82,33 +91,27 @@ def _translate(args: argparse.Namespace) -> None:
     from vaswani.console import progress_bar
 
     translator = _load_translator(args)
-    overrides = decode_options(args)
-    decode = translator.options(**overrides)  # validated once, before reading any input
+    request = decode_request(args, translator)  # validated once, before reading any input
     detailed = args.n_best > 1 or args.scores
     console = stderr_console()
     translator.language_token(args.target_language)  # checked before any input is read
-    report_precision(translator, decode, console)
+    report_precision(translator, request, console)
     if args.source_language is not None and not re.fullmatch(r"[a-z]{2,3}", args.source_language):
         raise ValueError(f"--source-language {args.source_language!r}: give an ISO 639 code such as de or en")
     if args.document:
-        _translate_document(args, translator, overrides, console)
+        _translate_document(args, translator, request, console)
         return
     with (
         Lines(args.input, args.output, console) as lines,
         progress_bar(console, "translating", lines.total, enabled=lines.total is not None) as advance,
     ):
-        for first, chunk in lines.chunks(16 * decode.batch_size):
+        for first, chunk in lines.chunks(16 * request.decode.batch_size):
 
             def warn(index: int, message: str, first: int = first) -> None:
                 console.print(f"vaswani: warning: line {first + index + 1}: {message}")
 
             results = translator.translate_with_details(
-                chunk,
-                n_best=args.n_best,
-                warn=warn,
-                progress=advance,
-                target_language=args.target_language,
-                **overrides,
+                chunk, request, warn, advance, target_language=args.target_language
             )
             lines.write(
                 json.dumps(result.n_best_record(), ensure_ascii=False) if detailed else result.text
@@ -117,7 +120,7 @@ def _translate(args: argparse.Namespace) -> None:
 
 
 def _translate_document(
-    args: argparse.Namespace, translator: Translator, overrides: dict[str, Any], console: Console
+    args: argparse.Namespace, translator: Translator, request: DecodeRequest, console: Console
 ) -> None:
     """`--document`: the whole input is one text, split into sentences and put back together (decode/document.py);
     with --scores or --n-best, one JSON record of the text and each of its sentences instead."""
@@ -139,12 +142,11 @@ def _translate_document(
             [result] = translate_documents(
                 translator,
                 [text],
-                n_best=args.n_best,
+                target_language=args.target_language,
+                request=request,
                 warn=warn,
                 progress=advance,
                 documents=[document],
-                target_language=args.target_language,
-                **overrides,
             )
         if args.n_best > 1 or args.scores:
             lines.write([json.dumps(result.to_dict(), ensure_ascii=False)])
@@ -169,12 +171,11 @@ def _evaluate(args: argparse.Namespace) -> None:
             raise ValueError(f"{args.src} has {len(sources)} lines but {args.ref} has {len(references)}")
         translator = _load_translator(args)
         console = stderr_console()
-        report_precision(translator, translator.options(**decode_options(args)), console)
+        request = decode_request(args, translator)
+        report_precision(translator, request, console)
         translator.language_token(args.target_language)
         with progress_bar(console, "translating", len(sources)) as advance:
-            hypotheses = translator.translate(
-                sources, progress=advance, target_language=args.target_language, **decode_options(args)
-            )
+            hypotheses = translator.translate(sources, request, advance, args.target_language)
         if args.output:
             with open(args.output, "w", encoding="utf-8") as handle:
                 handle.writelines(h + "\n" for h in hypotheses)

@@ -24,6 +24,7 @@ class DecodeConfig:
     length_rule: Literal["gnmt", "power"] = "gnmt"
     max_len_a: float = 1.0  # maximum output length = a * source length + b (§6.1: input + 50)
     max_len_b: int = 50
+    min_len: int = 0  # EOS is not allowed before this many output tokens
     # False: a sentence ends when no live hypothesis can beat its best finished one (tensor2tensor,
     # the paper's code; transformers' "never"); True: as soon as beam_size hypotheses have finished (fairseq;
     # faster, shorter); "heuristic": when beam_size have finished and the best live one, scored at its current
@@ -58,8 +59,10 @@ class DecodeConfig:
     def validate(self) -> None:
         if self.beam_size <= 0 or self.batch_size <= 0:
             raise ConfigError("decode.beam_size and decode.batch_size must be positive")
-        if self.length_penalty < 0 or self.max_len_a < 0 or self.max_len_b < 0:
-            raise ConfigError("decode.length_penalty, decode.max_len_a and decode.max_len_b must be >= 0")
+        if min(self.length_penalty, self.max_len_a, self.max_len_b, self.min_len) < 0:
+            raise ConfigError(
+                "decode.length_penalty, decode.max_len_a, decode.max_len_b and decode.min_len must be >= 0"
+            )
         if self.early_stopping not in (True, False, "heuristic"):
             raise ConfigError(f"decode.early_stopping must be true, false or heuristic, got {self.early_stopping!r}")
         if self.no_repeat_ngram < 0:

@@ -19,9 +19,10 @@ from pathlib import Path
 
 import torch
 
-from vaswani.config import DecodeConfig, ModelConfig
+from vaswani.config import ModelConfig
 from vaswani.data.tokenizer import Tokenizer
-from vaswani.decode.engine import CT2_TYPES
+from vaswani.decode.engine import CT2_TYPES, Constraints
+from vaswani.decode.request import DecodeRequest
 from vaswani.decode.search import Hypothesis, length_batches, length_limits
 from vaswani.model_dir import WEIGHTS
 from vaswani.precision import Choice
@@ -97,8 +98,11 @@ class CTranslate2Engine:
                 f"{str(error).strip()} (this device supports: {supported})"
             ) from None
 
-    def choose_precision(self, decode: DecodeConfig) -> Choice:
+    def choose_precision(self, request: DecodeRequest) -> Choice:
         return Choice("fp32", "fp32")  # the compute type decides (describe)
+
+    def prepare(self, request: DecodeRequest) -> Choice:
+        return self.choose_precision(request)
 
     def describe(self) -> str:
         return f"engine ctranslate2 {self.ctranslate2.__version__}, compute type {self.compute_type} ({self.path})"
@@ -106,11 +110,13 @@ class CTranslate2Engine:
     def __call__(
         self,
         sources: Sequence[Sequence[int]],
-        decode: DecodeConfig,
-        n_best: int = 1,
+        request: DecodeRequest,
         progress: Callable[[int], None] | None = None,
+        constraints: Constraints | None = None,
     ) -> list[list[Hypothesis]]:
-        c, piece = self.config, self.tokenizer.src.id_to_piece
+        if constraints is not None and any(constraints):
+            raise ValueError("a glossary needs our own search (--engine torch): CTranslate2 has no constrained search")
+        c, piece, decode = self.config, self.tokenizer.src.id_to_piece, request.decode
         out: list[list[Hypothesis]] = [[] for _ in sources]
         if decode.sampling:
             self.ctranslate2.set_random_seed(decode.seed)
@@ -123,12 +129,14 @@ class CTranslate2Engine:
             options = dict(
                 max_batch_size=0,
                 max_decoding_length=limit,
-                min_decoding_length=0,
+                min_decoding_length=decode.min_len,
                 max_input_length=0,
                 return_scores=True,
                 suppress_sequences=[[self.tokenizer.tgt.id_to_piece(i)] for i in (c.pad_id, c.bos_id)],
-                num_hypotheses=n_best,
+                num_hypotheses=request.n_best,
                 length_penalty=alpha,
+                no_repeat_ngram_size=decode.no_repeat_ngram,
+                repetition_penalty=decode.repetition_penalty,
             )
             if decode.sampling:
                 options.update(

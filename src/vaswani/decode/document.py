@@ -23,6 +23,7 @@ from vaswani.data.corpus import clean_line
 from vaswani.decode.sentences import sentence_spans
 
 if TYPE_CHECKING:
+    from vaswani.decode.request import DecodeRequest
     from vaswani.decode.translator import Translation, Translator, Warn
 
 _LINE = re.compile(r"[^\n\r\u2028\u2029\x85\x0b\x0c]+")  # text between line breaks
@@ -129,8 +130,7 @@ def translate_documents(
     texts: Sequence[str],
     language: str | None = None,
     target_language: str | None = None,
-    n_best: int = 1,
-    attention: bool = False,
+    request: DecodeRequest | None = None,
     warn: Warn | None = None,
     progress: Callable[[int], None] | None = None,
     documents: Sequence[Document] | None = None,
@@ -140,19 +140,14 @@ def translate_documents(
     all sentences of all texts translated in one `translate_with_details` call, as line mode translates lines,
     and the translations put back in the texts' layout. `target_language`: a multilingual model's target, its
     >>lang<< token before every sentence (Translator.encode_sources). `warn(index, message)` counts sentences.
-    `documents`: the texts' `split`, where the caller has made it already (to size a progress bar)."""
+    `documents`: the texts' `split`, where the caller has made it already (to size a progress bar). `request`, or
+    `options` (n_best=, attention=, DecodeConfig fields): as for translate_with_details."""
     source, target = translator.config.data.languages()
     if documents is None:
         documents = [split(text, language or source) for text in texts]
     sentences = [clean_line(s) for document in documents for s in document.sentences]  # NUL: as in line mode
     results = translator.translate_with_details(
-        sentences,
-        n_best=n_best,
-        attention=attention,
-        warn=warn,
-        progress=progress,
-        target_language=target_language,
-        **options,
+        sentences, request, warn, progress, target_language=target_language, **options
     )
     return assemble(texts, documents, results, spaced=puts_spaces(target_language or target))
 

@@ -1,6 +1,6 @@
 """The engines a Translator decodes with, behind one small interface: token ids in, hypotheses out.
 
-    engine(sources, decode, n_best, progress) -> [[Hypothesis, ...] per source, in input order]
+    engine(sources, request, progress) -> [[Hypothesis, ...] per source, in input order]
 
 `TorchEngine` runs our own search on the model (vaswani/decode/search.py) in the precision measured for it;
 `CTranslate2Engine` (decode/ct2_engine.py) runs a model that `vaswani export` (or `--engine ctranslate2`)
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:  # imported where used: the CLI reads CT2_TYPES and ENGINES without loading torch
     import torch
 
-    from vaswani.config import DecodeConfig
+    from vaswani.decode.request import DecodeRequest
     from vaswani.decode.search import Hypothesis
     from vaswani.precision import Choice
 
@@ -23,20 +23,31 @@ ENGINES = ("torch", "ctranslate2")
 # CTranslate2's weight and compute types (`--compute-type`, `vaswani export --quantization`); float32 gives our outputs
 CT2_TYPES = ("float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16")
 Progress = Callable[[int], None]
+Constraints = Sequence[Sequence[Sequence[int]]]  # per source, the token ids of each term its output must hold
 
 
 class Engine(Protocol):
     """What a Translator needs of an engine."""
 
     def __call__(
-        self, sources: Sequence[Sequence[int]], decode: DecodeConfig, n_best: int = 1, progress: Progress | None = None
+        self,
+        sources: Sequence[Sequence[int]],
+        request: DecodeRequest,
+        progress: Progress | None = None,
+        constraints: Constraints | None = None,
     ) -> list[list[Hypothesis]]:
-        """The `n_best` hypotheses of each tokenized source (without EOS), in input order; `progress(n)` after
-        each batch of n sentences."""
+        """The request's n_best hypotheses of each tokenized source (without EOS), in input order; `progress(n)`
+        after each batch of n sentences. `constraints`: per source, the token ids of each term its output must
+        hold (a glossary's: decode/constrained.py)."""
         ...
 
-    def choose_precision(self, decode: DecodeConfig) -> Choice:
-        """The precision these settings decode in (and why)."""
+    def choose_precision(self, request: DecodeRequest) -> Choice:
+        """The precision this request decodes in (and why)."""
+        ...
+
+    def prepare(self, request: DecodeRequest) -> Choice:
+        """Everything a first request like this one would wait for, done now (a server's start): the precision
+        settled (measured where it must be) and returned, and with decode.compile the step compiled."""
         ...
 
     def describe(self) -> str | None:
@@ -67,70 +78,86 @@ class TorchEngine:
             pack_fp32(model)
         self.model, self.precision = model, precision
         self._choices: dict[int, Choice] = {}
+        self._prepared: set[DecodeRequest] = set()
         self._compiled = None
         self._static_step = None  # decode/static.py's StaticDecoding, made at the first search that uses it
 
-    def choose_precision(self, decode: DecodeConfig) -> Choice:
+    def choose_precision(self, request: DecodeRequest) -> Choice:
+        """Measured once per batch shape (request.rows) for "auto", then kept."""
         from vaswani.precision import choose
 
-        rows = decode.batch_size * (1 if decode.sampling else decode.beam_size)
-        if rows not in self._choices:
+        if request.rows not in self._choices:
             device = next(self.model.parameters()).device
-            self._choices[rows] = choose(self.precision, self.model.config, device, rows, training=False)
-        return self._choices[rows]
+            self._choices[request.rows] = choose(self.precision, self.model.config, device, request.rows, False)
+        return self._choices[request.rows]
+
+    def prepare(self, request: DecodeRequest) -> Choice:
+        choice = self.choose_precision(request)
+        if request not in self._prepared:  # once per request: a server's start and its command line share it
+            self.warm_up(request)
+            self._prepared.add(request)
+        return choice
 
     def __call__(
-        self, sources: Sequence[Sequence[int]], decode: DecodeConfig, n_best: int = 1, progress: Progress | None = None
+        self,
+        sources: Sequence[Sequence[int]],
+        request: DecodeRequest,
+        progress: Progress | None = None,
+        constraints: Constraints | None = None,
     ) -> list[list[Hypothesis]]:
         from vaswani.decode.search import search_ids
 
-        precision = self.choose_precision(decode).precision if sources else "fp32"
-        return search_ids(self.model, sources, decode, n_best, precision, progress, self._step(decode))
+        precision = self.choose_precision(request).precision if sources else "fp32"
+        step = self._step(request)
+        return search_ids(self.model, sources, request, precision, progress, step, constraints)
 
-    def _step(self, decode: DecodeConfig):
+    def _step(self, request: DecodeRequest):
         """The decoder's step the search runs: with decode.compile, compiled once for this engine's life; with
         decode.static_cache (auto: on a GPU), on buffers allocated once and, on a GPU, as CUDA graphs."""
-        if not decode.compile:
-            return self._static(decode)
+        if not request.decode.compile:
+            return self._static(request)
         if self._compiled is None:
             from vaswani.decode.search import compiled_step
 
             self._compiled = compiled_step(self.model)
         return self._compiled
 
-    def _static(self, decode: DecodeConfig):
+    def _static(self, request: DecodeRequest):
         from vaswani.families import TRANSLATE, family
 
         device = next(self.model.parameters()).device
-        wanted = device.type == "cuda" if decode.static_cache == "auto" else decode.static_cache
+        static = request.decode.static_cache
+        wanted = device.type == "cuda" if static == "auto" else static
         if not wanted or TRANSLATE not in family(self.model.config.type).can:
             return None
         if self._static_step is None:
             from vaswani.decode.static import StaticDecoding
 
-            self._static_step = StaticDecoding(self.model, rows=decode.batch_size * decode.beam_size)
+            self._static_step = StaticDecoding(self.model, rows=request.decode.batch_size * request.decode.beam_size)
         return self._static_step
 
-    def warm_up(self, decode: DecodeConfig, beam_size: int = 4) -> None:
+    def warm_up(self, request: DecodeRequest, beam_size: int = 4) -> None:
         """With decode.compile: compile the step now, so that requests do not wait for the compiler. Greedy and
-        beam search (`beam_size`, or decode's if larger), over one sentence, two of different lengths and an empty
-        one, 3 steps each: every variant the step compiles into (tests/decode/test_compile.py)."""
-        step = self._step(decode)
+        beam search (`beam_size`, or the request's if larger), over one sentence, two of different lengths and an
+        empty one, 3 steps each: every variant the step compiles into (tests/decode/test_compile.py)."""
+        step = self._step(request)
         if step is None:
             return
         from vaswani.data.batching import collate
+        from vaswani.decode.request import DecodeRequest
         from vaswani.decode.search import beam_search, decoding, greedy
 
         c, device = self.model.config, next(self.model.parameters()).device
         word = next(i for i in range(c.src_vocab_size) if i not in (c.pad_id, c.bos_id, c.eos_id))  # any word
         sentences = collate([([word] * 3, []), ([word], [])], c.pad_id, c.bos_id, c.eos_id).src.to(device)  # padded
         empty = collate([([], [])] * 2, c.pad_id, c.bos_id, c.eos_id).src.to(device)  # EOS alone: one-token sources
-        precision = self.choose_precision(decode).precision
-        limits = dict(max_len_a=0.0, max_len_b=3, min_len=3, step=step)
+        precision = self.choose_precision(request).precision
+        three = DecodeRequest.of(max_len_a=0.0, max_len_b=3, min_len=3)
+        beam = three.replace(beam_size=max(2, beam_size, request.decode.beam_size))
         with decoding(device, precision):
             for src in (sentences, sentences[:1], empty, empty[:1]):
-                greedy(self.model, src, **limits)
-                beam_search(self.model, src, max(2, beam_size, decode.beam_size), **limits)
+                greedy(self.model, src, three, step=step)
+                beam_search(self.model, src, beam, step=step)
 
     def describe(self) -> str | None:
         return None

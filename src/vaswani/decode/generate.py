@@ -19,7 +19,7 @@ import torch
 
 from vaswani.config import Config
 from vaswani.data.tokenizer import Tokenizer
-from vaswani.decode.repetition import Repetition
+from vaswani.decode.request import DecodeRequest
 from vaswani.decode.search import decoding, greedy, sample
 from vaswani.families import GENERATE, family
 from vaswani.model_dir import load_model
@@ -94,11 +94,18 @@ class Generator:
         token as it is chosen. Where newlines are text, a continuation ends at EOS (not included).
         `no_repeat_ngram`, `repetition_penalty`: decode/repetition.py (the prompt counts as output there)."""
         src = torch.tensor([prompt], dtype=torch.long, device=self.device)
-        # the model sees at most the context it was trained on (search.DecoderOnlySteps moves the window on)
-        limits = dict(max_len_a=0.0, max_len_b=max_new_tokens, cache=cache, context=self.config.data.block_size)
-        limits["stop_at_eos"] = self.tokenizer.text_newlines  # EOS ends a document; else it is a line break
-        repetition = Repetition(no_repeat_ngram, repetition_penalty)
-        limits["repetition"] = repetition if repetition.active else None
+        sampling = {} if greedy_search else dict(sampling=True, temperature=temperature, top_k=top_k, top_p=top_p)
+        request = DecodeRequest.of(
+            beam_size=1,
+            max_len_a=0.0,
+            max_len_b=max_new_tokens,
+            no_repeat_ngram=no_repeat_ngram,
+            repetition_penalty=repetition_penalty,
+            **sampling,
+        )
+        # the model sees at most the context it was trained on (search.DecoderOnlySteps moves the window on);
+        # EOS ends a document where newlines are text, else it is a line break
+        run = dict(cache=cache, context=self.config.data.block_size, stop_at_eos=self.tokenizer.text_newlines)
         generator = torch.Generator(self.device)
         if seed is not None:
             generator.manual_seed(seed)
@@ -107,9 +114,9 @@ class Generator:
             for k in range(n):
                 step = None if on_token is None else (lambda tokens, k=k: on_token(k, int(tokens[0])))
                 if greedy_search:
-                    hyp = greedy(self.model, src, on_step=step, **limits)[0]
+                    hyp = greedy(self.model, src, request, on_step=step, **run)[0]
                 else:
-                    hyp = sample(self.model, src, temperature, top_k, top_p, generator, on_step=step, **limits)[0]
+                    hyp = sample(self.model, src, request, generator, on_step=step, **run)[0]
                 out.append(hyp.tokens)
         return out
 

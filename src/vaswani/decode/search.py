@@ -18,13 +18,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from vaswani.config import DecodeConfig, ModelConfig
+from vaswani.config import ModelConfig
 from vaswani.data.batching import collate
 from vaswani.decode.repetition import Repetition
+from vaswani.decode.request import DecodeRequest
 from vaswani.families import GENERATE, TRANSLATE, family
 from vaswani.nn import KVCache, Transformer
 from vaswani.nn.cache import dense
 from vaswani.runtime import autocast, compiling
+
+DEFAULT = DecodeRequest()  # the paper's search (§6.1): beam 4, α 0.6, input length + 50
 
 DecodeStep = Callable[..., tuple[Tensor, KVCache]]  # model.decode_step, or it compiled
 STEP_VARIANTS = 64  # compiled variants of the decoder's step kept (compiled_step), Dynamo's default is 8
@@ -296,25 +299,21 @@ def _dense(value):
 def _token_by_token(
     model,
     src: Tensor,
+    request: DecodeRequest,
     choose: Callable[[Tensor], Tensor],
-    max_len_a: float,
-    max_len_b: int,
-    cache: bool,
-    min_len: int = 0,
+    cache: bool = True,
     stop_at_eos: bool = True,
     on_step: Callable[[Tensor], None] | None = None,
     context: int | None = None,
     step: DecodeStep | None = None,
-    ban_after_softmax: bool = False,
-    repetition: Repetition | None = None,
 ) -> list[Hypothesis]:
     """One token per step picked by `choose(log_probs) -> (rows,)`, rows dropped as their input ends.
     `stop_at_eos=False` keeps EOS as a token (a language model's line break) and runs to the limit;
     `on_step(tokens)` sees each step's picks (rows still running, in input order)."""
-    c = model.config
-    steps = start_steps(model, src, 1, cache, context, step, ban_after_softmax)
+    c, d, repetition = model.config, request.decode, request.repetition
+    steps = start_steps(model, src, 1, cache, context, step, d.ban_after_softmax)
     B = src.size(0)
-    limits = steps.limits(max_len_a, max_len_b)  # (B,)
+    limits = steps.limits(d.max_len_a, d.max_len_b)  # (B,)
     out = torch.full((B, int(limits.max())), c.pad_id, dtype=torch.long)
     lengths = torch.zeros(B, dtype=torch.long)
     log_probs = torch.zeros(B, dtype=torch.float64)
@@ -324,7 +323,7 @@ def _token_by_token(
     tokens = steps.first
     for t in range(out.size(1)):
         histories = _histories(steps, active, out[active, :t]) if repetition is not None else ()
-        next_log_probs = steps.step(tokens, t < min_len, repetition, histories)  # (rows, V)
+        next_log_probs = steps.step(tokens, t < d.min_len, repetition, histories)  # (rows, V)
         tokens = choose(next_log_probs)  # (rows,)
         if on_step is not None:
             on_step(tokens)
@@ -362,35 +361,21 @@ def _token_by_token(
 def greedy(
     model,
     src: Tensor,
-    max_len_a: float = 1.0,
-    max_len_b: int = 50,
+    request: DecodeRequest = DEFAULT,
     cache: bool = True,
-    min_len: int = 0,
     stop_at_eos: bool = True,
     on_step: Callable[[Tensor], None] | None = None,
     context: int | None = None,
     step: DecodeStep | None = None,
-    ban_after_softmax: bool = False,
-    repetition: Repetition | None = None,
 ) -> list[Hypothesis]:
-    """The most probable token at each step; EOS is not allowed before `min_len` tokens.
-    `src`: a Transformer's sources, or a CausalLM's prompts (equal lengths). `step`, `ban_after_softmax`: see
-    start_steps; `repetition`: decode/repetition.py.
+    """The most probable token at each step; EOS is not allowed before decode.min_len tokens. Of `request` it reads
+    the length limits, min_len, ban_after_softmax and the repetition rules.
+    `src`: a Transformer's sources, or a CausalLM's prompts (equal lengths). `stop_at_eos=False` keeps EOS as a
+    token (a language model's line break) and runs to the limit; `on_step(tokens)` sees each step's picks (rows
+    still running, in input order); `context`: a language model's window; `step`: see start_steps.
     Shape: src (B, S) -> B hypotheses"""
     return _token_by_token(
-        model,
-        src,
-        lambda logits: logits.argmax(-1),
-        max_len_a,
-        max_len_b,
-        cache,
-        min_len,
-        stop_at_eos,
-        on_step,
-        context,
-        step,
-        ban_after_softmax,
-        repetition,
+        model, src, request, lambda logits: logits.argmax(-1), cache, stop_at_eos, on_step, context, step
     )
 
 
@@ -398,40 +383,22 @@ def greedy(
 def sample(
     model,
     src: Tensor,
-    temperature: float = 1.0,
-    top_k: int = 0,
-    top_p: float = 1.0,
+    request: DecodeRequest = DEFAULT,
     generator: torch.Generator | None = None,
-    max_len_a: float = 1.0,
-    max_len_b: int = 50,
     cache: bool = True,
     stop_at_eos: bool = True,
     on_step: Callable[[Tensor], None] | None = None,
     context: int | None = None,
     step: DecodeStep | None = None,
-    ban_after_softmax: bool = False,
-    repetition: Repetition | None = None,
 ) -> list[Hypothesis]:
     """Ancestral sampling from softmax(logits / temperature), restricted to the `top_k` most probable
     tokens (0: all) and to the smallest set whose probability reaches `top_p` (nucleus sampling,
-    Holtzman et al. 2020). Pass a seeded `generator` for repeatable samples. `src`: sources of a
-    Transformer or prompts of a CausalLM. Shape: src (B, S) -> B hypotheses
+    Holtzman et al. 2020): request.decode's, with its limits as greedy reads them. Pass a seeded `generator` for
+    repeatable samples. The other arguments: see greedy. Shape: src (B, S) -> B hypotheses
     """
-    choose = sampler(temperature, top_k, top_p, generator)
-    return _token_by_token(
-        model,
-        src,
-        choose,
-        max_len_a,
-        max_len_b,
-        cache,
-        stop_at_eos=stop_at_eos,
-        on_step=on_step,
-        context=context,
-        step=step,
-        ban_after_softmax=ban_after_softmax,
-        repetition=repetition,
-    )
+    d = request.decode
+    choose = sampler(d.temperature, d.top_k, d.top_p, generator)
+    return _token_by_token(model, src, request, choose, cache, stop_at_eos, on_step, context, step)
 
 
 def sampler(
@@ -469,21 +436,7 @@ def filtered_probs(logits: Tensor, temperature: float = 1.0, top_k: int = 0, top
 
 @torch.no_grad()
 def beam_search(
-    model,
-    src: Tensor,
-    beam_size: int = 4,
-    alpha: float = 0.6,
-    max_len_a: float = 1.0,
-    max_len_b: int = 50,
-    n_best: int = 1,
-    cache: bool = True,
-    min_len: int = 0,
-    early_stopping: bool | str = False,
-    length_rule: str = "gnmt",
-    step: DecodeStep | None = None,
-    forced_eos: bool = False,
-    ban_after_softmax: bool = False,
-    repetition: Repetition | None = None,
+    model, src: Tensor, request: DecodeRequest = DEFAULT, cache: bool = True, step: DecodeStep | None = None
 ) -> list[list[Hypothesis]]:
     """Beam search for a whole batch in one tensor of B x beam_size rows (§6.1: beam 4, alpha 0.6).
 
@@ -501,18 +454,19 @@ def beam_search(
       `forced_eos` (transformers' forced_eos_token_id), every live one finishes with an EOS that costs nothing
       and counts in its length.
     With beam_size 1 and `early_stopping` this is exactly greedy search. EOS is not allowed before
-    `min_len` tokens. `src`: sources of a Transformer or prompts of a CausalLM. `length_rule`: the length
-    penalty's form (`length_penalty`). `step`: see start_steps; `repetition`: decode/repetition.py.
+    decode.min_len tokens. `src`: sources of a Transformer or prompts of a CausalLM. `request`: k = decode.beam_size,
+    α = decode.length_penalty in the form of decode.length_rule (`length_penalty`), n_best, the stopping rule, the
+    limits and the repetition rules (decode/repetition.py). `step`: see start_steps.
     Shape: src (B, S) -> B lists of n_best hypotheses, best first
     """
-    if beam_size < 1 or not 1 <= n_best <= beam_size:
-        raise ValueError(f"need beam_size >= 1 and 1 <= n_best <= beam_size (got {beam_size} and {n_best})")
-    c, k, B = model.config, beam_size, src.size(0)
+    d, n_best, repetition = request.decode, request.n_best, request.repetition
+    alpha, length_rule, early_stopping, forced_eos = d.length_penalty, d.length_rule, d.early_stopping, d.forced_eos
+    c, k, B = model.config, d.beam_size, src.size(0)
     # All k hypotheses of a sentence start identical, so the first step runs one row per sentence (width 1)
     # and its 2k best continuations fill the beam; with fewer than 2k words, k rows of which only one counts.
     width = 1 if c.tgt_vocab_size >= 2 * k else k
-    steps = start_steps(model, src, width, cache, step=step, ban_after_softmax=ban_after_softmax)
-    limits = steps.limits(max_len_a, max_len_b)  # (B,)
+    steps = start_steps(model, src, width, cache, step=step, ban_after_softmax=d.ban_after_softmax)
+    limits = steps.limits(d.max_len_a, d.max_len_b)  # (B,)
     # (B,) the penalty of a hypothesis ending at its limit
     largest_penalty = length_penalty(limits.float() + forced_eos, alpha, length_rule)
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
@@ -528,7 +482,7 @@ def beam_search(
         histories = ()
         if repetition is not None:  # each row's tokens so far; rows of one input are consecutive
             histories = _histories(steps, active.repeat_interleave(width), history.reshape(n * width, -1, 1)[..., 0])
-        log_probs = steps.step(tokens, t < min_len, repetition, histories)  # (n*width, V), log-probabilities
+        log_probs = steps.step(tokens, t < d.min_len, repetition, histories)  # (n*width, V), log-probabilities
         top_scores_c, origin_c, word_c = _best_continuations(scores, log_probs, n, width, 2 * k)  # on the CPU
         word_log_probs = top_scores_c - scores_c.gather(1, origin_c)  # (n, 2k): each continuation's last token
         is_eos = word_c == c.eos_id
@@ -651,53 +605,45 @@ def length_batches(sources: Sequence[Sequence[int]], batch_size: int) -> list[li
 def search_ids(
     model: Transformer,
     sources: Sequence[Sequence[int]],
-    decode: DecodeConfig,
-    n_best: int = 1,
+    request: DecodeRequest = DEFAULT,
     precision: str = "fp32",
     progress: Callable[[int], None] | None = None,
     step: DecodeStep | None = None,
+    constraints: Sequence[Sequence[Sequence[int]]] | None = None,
 ) -> list[list[Hypothesis]]:
     """Translate tokenized sources (without EOS) in batches of similar length; results in input order.
 
-    Beam size 1 runs greedy search; `decode.sampling` samples `n_best` times per sentence.
-    `progress(n)` is called after each batch with the number of sentences done in it. `step`: see start_steps.
+    Greedy search where the request is greedy (DecodeRequest.greedy), else beam search; with decode.sampling,
+    `n_best` samples per sentence. `constraints`: per source, the token ids of each term its output must hold (a
+    glossary's, decode/glossary.py); a source with any is searched by decode/constrained.py in the same batch, one
+    without exactly as with none. `progress(n)` is called after each batch with the number of sentences done in it.
+    `step`: see start_steps.
     """
-    c, device = model.config, next(model.parameters()).device
+    c, d, device = model.config, request.decode, next(model.parameters()).device
     out: list[list[Hypothesis]] = [[] for _ in sources]
-    generator = torch.Generator(device).manual_seed(decode.seed) if decode.sampling else None
-    repetition = Repetition(decode.no_repeat_ngram, decode.repetition_penalty)
-    limits = dict(
-        max_len_a=decode.max_len_a,
-        max_len_b=decode.max_len_b,
-        step=step,
-        ban_after_softmax=decode.ban_after_softmax,
-        repetition=repetition if repetition.active else None,
-    )
-    for chunk in length_batches(sources, decode.batch_size):
-        src = collate([(sources[i], []) for i in chunk], c.pad_id, c.bos_id, c.eos_id).src.to(device)
+    generator = torch.Generator(device).manual_seed(d.seed) if d.sampling else None
+    for chunk in length_batches(sources, d.batch_size):
+        bound = [i for i in chunk if constraints is not None and constraints[i]]
+        free = [i for i in chunk if not (constraints is not None and constraints[i])]
         with decoding(device, precision):
-            if decode.sampling:
-                draws = [
-                    sample(model, src, decode.temperature, decode.top_k, decode.top_p, generator, **limits)
-                    for _ in range(n_best)
-                ]
-                results = [sorted(hyps, key=lambda h: -h.score) for hyps in zip(*draws, strict=True)]
-            elif decode.beam_size == 1 and n_best == 1:
-                results = [[h] for h in greedy(model, src, **limits)]
-            else:
-                results = beam_search(
-                    model,
-                    src,
-                    decode.beam_size,
-                    decode.length_penalty,
-                    n_best=n_best,
-                    early_stopping=decode.early_stopping,
-                    length_rule=decode.length_rule,
-                    forced_eos=decode.forced_eos,
-                    **limits,
-                )
-        for i, hyps in zip(chunk, results, strict=True):
-            out[i] = hyps
+            if free:
+                src = collate([(sources[i], []) for i in free], c.pad_id, c.bos_id, c.eos_id).src.to(device)
+                if d.sampling:
+                    draws = [sample(model, src, request, generator, step=step) for _ in range(request.n_best)]
+                    results = [sorted(hyps, key=lambda h: -h.score) for hyps in zip(*draws, strict=True)]
+                elif request.greedy:
+                    results = [[h] for h in greedy(model, src, request, step=step)]
+                else:
+                    results = beam_search(model, src, request, step=step)
+                for i, hyps in zip(free, results, strict=True):
+                    out[i] = hyps
+            if bound:
+                from vaswani.decode.constrained import constrained_beam_search
+
+                src = collate([(sources[i], []) for i in bound], c.pad_id, c.bos_id, c.eos_id).src.to(device)
+                terms = [constraints[i] for i in bound]
+                for i, hyps in zip(bound, constrained_beam_search(model, src, terms, request, step=step), strict=True):
+                    out[i] = hyps
         if progress is not None:
             progress(len(chunk))
     return out

@@ -3,6 +3,8 @@
 translator = Translator.load("runs/multi30k_de_en")
 translator.translate(["Ein Mann fährt Fahrrad."])            # ['A man rides a bike.']
 translator.translate_with_details(lines, n_best=4, attention=True)  # texts, scores, attention
+request = translator.request(beam_size=5, n_best=2)                 # validated once (decode/request.py), then
+translator.translate_with_details(lines, request)                   # passed as it is
 """
 
 from __future__ import annotations
@@ -17,10 +19,13 @@ from typing import Any
 
 import torch
 
-from vaswani.config import Config, ConfigError, DecodeConfig
+from vaswani.config import Config
 from vaswani.data.tokenizer import LANGUAGE_TOKEN, Tokenizer
 from vaswani.decode.ct2_engine import CTranslate2Engine
 from vaswani.decode.engine import ENGINES, Engine, TorchEngine
+from vaswani.decode.glossary import Glossary
+from vaswani.decode.glossary import missing as glossary_missing
+from vaswani.decode.request import DecodeRequest
 from vaswani.decode.search import Hypothesis, banned_log_probs
 from vaswani.families import TRANSLATE, family
 from vaswani.model_dir import load_model
@@ -56,6 +61,8 @@ class Translation:
     attention: AttentionWeights | None = None
     src_pieces: list[str] | None = None
     tgt_pieces: list[str] | None = None
+    # with a glossary: its target terms the best candidate lacks (none: all there; None: no glossary asked)
+    missing_terms: tuple[str, ...] | None = None
 
     @property
     def text(self) -> str:
@@ -87,6 +94,8 @@ class Translation:
             "truncated": self.truncated,
             "n_best": self.n_best_record(decimals),
         }
+        if self.missing_terms is not None:
+            out["missing_terms"] = list(self.missing_terms)
         if self.attention is not None:
             groups = {
                 "encoder": self.attention.encoder,
@@ -100,7 +109,7 @@ class Translation:
                 "source_pieces": self.src_pieces,
                 "target_pieces": self.tgt_pieces,
                 "decoder_pieces": self.decoder_pieces,
-                # numpy, not torch: a server calls this outside its compute thread (runtime.ComputeThread)
+                # numpy, not torch: a server calls this outside its compute thread (serve/compute.py)
                 **{kind: [w.float().numpy().round(decimals).tolist() for w in groups[kind]] for kind in kinds},
             }
         return out
@@ -148,24 +157,26 @@ class Translator:
         ct2 = CTranslate2Engine(model_dir, config.model, tokenizer, device, compute_type)
         return cls(model, tokenizer, config, ct2)
 
-    def choose_precision(self, decode: DecodeConfig) -> Choice:
-        """The precision these decoding settings run in (measured once per batch shape for "auto")."""
-        return self.engine.choose_precision(decode)
+    def choose_precision(self, request: DecodeRequest) -> Choice:
+        """The precision this request decodes in (measured once per batch shape for "auto")."""
+        return self.engine.choose_precision(request)
 
     @property
     def max_source_tokens(self) -> int:
         """Longest source the model takes, in tokens, before the EOS it appends."""
         return self.model.config.max_positions - 1
 
-    def options(self, **overrides: Any) -> DecodeConfig:
-        """The model's decoding settings with `overrides` (any DecodeConfig field), validated."""
-        fields = {f.name for f in dataclasses.fields(DecodeConfig)}
-        unknown = sorted(set(overrides) - fields)
-        if unknown:
-            raise ConfigError(f"unknown decoding option(s) {', '.join(unknown)}; valid: {', '.join(sorted(fields))}")
-        decode = dataclasses.replace(self.config.decode, **{k: v for k, v in overrides.items() if v is not None})
-        decode.validate()
-        return decode
+    def request(self, n_best: int = 1, attention: bool = False, **overrides: Any) -> DecodeRequest:
+        """A decoding request: the model's decode section with `overrides` (DecodeConfig fields; None keeps the
+        model's), validated (a one-line ConfigError or ValueError)."""
+        return DecodeRequest.of(self.config.decode, n_best, attention, **overrides)
+
+    def _request(self, request: DecodeRequest | None, options: dict[str, Any]) -> DecodeRequest:
+        if request is None:
+            return self.request(**options)
+        if options:
+            raise TypeError(f"give a DecodeRequest or decoding options, not both (got {', '.join(sorted(options))})")
+        return request
 
     def _normalise(self, text: str) -> str:
         text = text.strip()
@@ -202,35 +213,35 @@ class Translator:
     def translate(
         self,
         sentences: Sequence[str],
+        request: DecodeRequest | None = None,
         progress: Callable[[int], None] | None = None,
         target_language: str | None = None,
         **options: Any,
     ) -> list[str]:
         """One translation per sentence, in order; an empty sentence gives an empty translation.
         `target_language`: a multilingual model's target (see encode_sources).
-        `options`: any DecodeConfig field (beam_size, length_penalty, sampling, top_p, ...)."""
-        results = self.translate_with_details(sentences, progress=progress, target_language=target_language, **options)
+        `request` (`self.request(...)`), or `options`: any DecodeConfig field (beam_size, length_penalty, sampling,
+        top_p, ...)."""
+        request = self._request(request, options)
+        results = self.translate_with_details(sentences, request, progress=progress, target_language=target_language)
         return [t.text for t in results]
 
     def translate_with_details(
         self,
         sentences: Sequence[str],
-        n_best: int = 1,
-        attention: bool = False,
+        request: DecodeRequest | None = None,
         warn: Warn | None = None,
         progress: Callable[[int], None] | None = None,
         encoded: Sequence[list[int]] | None = None,
         target_language: str | None = None,
         **options: Any,
     ) -> list[Translation]:
-        """Like `translate`, with the `n_best` candidates and their scores, and with `attention`
-        the attention weights of the best candidate. Over-long sentences are cut to
-        `max_source_tokens` and reported through `warn(index, message)`. `encoded`: the sentences'
-        `encode_sources`, where the caller has them already (the server counts tokens with them).
-        `target_language`: a multilingual model's target language, for every sentence (encode_sources)."""
-        decode = self.options(**options)
-        if not decode.sampling and n_best > decode.beam_size:
-            raise ValueError(f"n_best={n_best} needs beam_size >= {n_best} (it is {decode.beam_size})")
+        """Like `translate`, with the request's n_best candidates and their scores, and with its `attention`
+        the attention weights of the best candidate (options: n_best=, attention= and DecodeConfig fields).
+        Over-long sentences are cut to `max_source_tokens` and reported through `warn(index, message)`.
+        `encoded`: the sentences' `encode_sources`, where the caller has them already (the server counts tokens
+        with them). `target_language`: a multilingual model's target language, for every sentence."""
+        request = self._request(request, options)
         if encoded is not None and len(encoded) != len(sentences):
             raise ValueError(f"{len(encoded)} encoded sentences for {len(sentences)} sentences")
         ids = list(encoded) if encoded is not None else self.encode_sources(sentences, target_language)
@@ -244,7 +255,9 @@ class Translator:
         todo = [i for i, x in enumerate(ids) if x]  # empty lines stay empty, without running the model
         if progress is not None and len(todo) < len(ids):
             progress(len(ids) - len(todo))
-        found = self.engine([ids[i] for i in todo], decode, n_best, progress)
+        terms = self._terms(sentences, request.glossary)
+        constraints = None if terms is None else [self._constraints(terms[i]) for i in todo]
+        found = self.engine([ids[i] for i in todo], request, progress, constraints)
         results: list[list[Hypothesis]] = [[] for _ in sentences]
         for i, hyps in zip(todo, found, strict=True):
             results[i] = hyps
@@ -256,11 +269,30 @@ class Translator:
                 for j, h in enumerate(hyps)
             ]
             position += len(hyps)
-            translation = Translation(sentence, candidates, truncated=i in truncated)
-            if attention and hyps:
+            missing = None if terms is None else tuple(glossary_missing(terms[i], candidates[0].text if hyps else ""))
+            translation = Translation(sentence, candidates, truncated=i in truncated, missing_terms=missing)
+            if missing and warn is not None:
+                shown = ", ".join(repr(term) for term in missing)
+                warn(i, f"glossary term(s) {shown} not in the translation (not met within the length limit)")
+            if request.attention and hyps:
                 translation = self._with_attention(translation, ids[i], hyps[0].tokens)
             translations.append(translation)
         return translations
+
+    def _terms(self, sentences: Sequence[str], glossary: Glossary | None) -> list[list[str]] | None:
+        """Per sentence, the glossary's target term for each occurrence of a source term; None without one."""
+        if glossary is None:
+            return None
+        if self.engine.describe() is not None:
+            raise ValueError("a glossary needs our own search (--engine torch): CTranslate2 has no constrained search")
+        return [glossary.targets(sentence) for sentence in sentences]
+
+    def _constraints(self, terms: list[str]) -> list[list[int]]:
+        """The target token ids of each term (as the tokenizer writes the term on its own); a term the tokenizer
+        gives no tokens for cannot be asked for, and is reported missing."""
+        if not terms:
+            return []
+        return [ids for ids in self.tokenizer.encode_tgt(terms) if ids]
 
     def attention(self, source: str, target: str | None = None, **options: Any) -> Translation:
         """The attention weights of every layer and head for `source` and `target`, or (without a target)

@@ -6,37 +6,37 @@
 Every user error is a 4xx with a one-line JSON `{"error": ...}`; requests are decoded together by the
 micro-batcher (serve/batching.py); each text is split into sentences (decode/document.py) unless the request
 says `split_sentences: false`, and tokenized once; `api_key` requires `Authorization: Bearer KEY` on /v1/ and
-/metrics (serve/guards.py; `metrics_token` gives /metrics its own); /metrics is serve/metrics.py.
-
-No `from __future__ import annotations` here: FastAPI reads the request model's annotation at run time.
+/metrics (serve/guards.py; `metrics_token` gives /metrics its own); /metrics is serve/metrics.py; the routes are
+serve/routes.py.
 """
+
+from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Self
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
-from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from vaswani import __version__
-from vaswani.decode.document import Document, assemble, puts_spaces, split
-from vaswani.decode.engine import TorchEngine
+from vaswani.decode.request import DecodeRequest
 from vaswani.decode.translator import Translator
-from vaswani.runtime import ComputeThread
-from vaswani.serve.batching import BusyError, MicroBatcher
+from vaswani.serve.batching import MicroBatcher
+from vaswani.serve.compute import ComputeThread
 from vaswani.serve.guards import ApiKey, BodyLimit
 from vaswani.serve.metrics import Metrics, RequestMetrics
+from vaswani.serve.routes import router
 
+DESCRIPTION = "Translation with a Transformer trained by vaswani."
 STATIC = Path(__file__).parent / "static"
 ROUTES = frozenset({"/", "/health", "/metrics", "/v1/model", "/v1/translate", "/docs", "/openapi.json"})
 
@@ -77,223 +77,64 @@ class Settings:
             raise ValueError(f"the batching wait must be >= 0 seconds, got {self.max_wait}")
 
 
-class RequestError(ValueError):
-    """A request that passed the schema but not the limits counted after splitting (HTTP 422)."""
-
-
 def create_app(
     translator: Translator,
     model_dir: str | Path,
     settings: Settings = Settings(),
     load_seconds: float | None = None,
     compute: ComputeThread | None = None,
+    defaults: DecodeRequest | None = None,
 ) -> FastAPI:
-    """The service for one model; the micro-batcher's worker starts and stops with the app. `load_seconds`: how
-    long loading the model took (reported by /metrics, with the precision measurement made at start-up).
-    `compute`: the thread that loaded `translator`, where it will decode (runtime.ComputeThread; default: a new
-    one, for a translator loaded elsewhere)."""
-    s = settings
-    source_language, target_language = translator.config.data.languages()
-
-    class TranslateRequest(BaseModel):
-        model_config = ConfigDict(extra="forbid", strict=True)
-        text: list[str] = Field(
-            min_length=1, max_length=s.max_texts, description="texts to translate, in order: sentences or documents"
-        )
-        split_sentences: bool = Field(
-            True,
-            description="split each text into paragraphs, lines and sentences, translate the sentences and put "
-            "the text back together (as DeepL's split_sentences); false: each text goes to the model as it is",
-        )
-        source_language: str | None = Field(
-            None,
-            pattern=r"^[a-z]{2,3}$",
-            description="ISO 639 code whose sentence rules split the text (default: the model's source language)",
-        )
-        target_language: str | None = Field(
-            None,
-            max_length=64,
-            description="a multilingual model's target language, e.g. fra: its >>fra<< token goes before every "
-            "sentence (/v1/model lists the model's target_languages)",
-        )
-        beam: int | None = Field(None, ge=1, le=s.max_beam, description="beam size (default: the model's)")
-        n_best: int = Field(1, ge=1, description="alternatives per sentence, best first (at most beam)")
-        no_repeat_ngram: int | None = Field(
-            None, ge=0, le=32, description="no n-gram of this many tokens twice in a translation (0: off)"
-        )
-        repetition_penalty: float | None = Field(
-            None, gt=0, le=10, description="transformers' repetition penalty on tokens already output (1: off)"
-        )
-        attention: bool = Field(False, description="add the cross-attention of each sentence's best translation")
-
-        @field_validator("text")
-        @classmethod
-        def _texts(cls, texts: list[str]) -> list[str]:
-            for i, text in enumerate(texts):
-                if len(text) > s.max_text_chars:
-                    raise ValueError(f"text[{i}] has {len(text)} characters, more than the {s.max_text_chars} allowed")
-                if "\x00" in text:
-                    raise ValueError(f"text[{i}] contains a NUL character")
-                try:
-                    text.encode("utf-8")
-                except UnicodeEncodeError:
-                    raise ValueError(f"text[{i}] is not valid Unicode (a lone surrogate)") from None
-            return texts
-
-        @field_validator("target_language")
-        @classmethod
-        def _target(cls, language: str | None) -> str | None:
-            translator.language_token(language)  # a one-line ValueError naming the languages the model has
-            return language
-
-        @model_validator(mode="after")
-        def _n_best(self) -> Self:
-            beam = self.beam or translator.config.decode.beam_size
-            if self.n_best > beam:
-                raise ValueError(f"n_best ({self.n_best}) must be at most the beam size ({beam})")
-            return self
-
-    def sentences_of(request: TranslateRequest) -> tuple[list[Document] | None, list[str]]:
-        """The request's documents (None without splitting) and all their sentences, within the limits."""
-        documents = None
-        if request.split_sentences:
-            language = request.source_language or source_language
-            documents = [split(text, language) for text in request.text]
-            sentences = [x for d in documents for x in d.sentences]
-        else:
-            sentences = list(request.text)
-        if len(sentences) > s.max_texts:
-            raise RequestError(
-                f"text has {len(sentences)} sentences in all, more than the {s.max_texts} a request may have: "
-                "send fewer or shorter texts per request"
-            )
-        for i, sentence in enumerate(sentences):
-            if len(sentence) > s.max_chars:
-                where = f"sentence {i + 1} of the request" if documents is not None else f"text[{i}]"
-                raise RequestError(f"{where} has {len(sentence)} characters, more than the {s.max_chars} allowed")
-        if request.attention and len(sentences) > s.max_attention_texts:
-            raise RequestError(
-                f"attention is returned for at most {s.max_attention_texts} sentences per request, got {len(sentences)}"
-            )
-        return documents, sentences
-
-    batcher: MicroBatcher | None = None
-    metrics = Metrics(ROUTES, Path(model_dir).resolve().name, __version__)
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI):
-        nonlocal batcher
-        started = time.perf_counter()
-        thread = compute or ComputeThread()
-        # Settled now (an explicit bf16 measured to warn), not in the first request; on the thread that decodes
-        # (runtime.ComputeThread says why).
-        await asyncio.wrap_future(thread.submit(translator.choose_precision, translator.options()))
-        if isinstance(translator.engine, TorchEngine):  # decode.compile: compiled now, not in the first requests
-            await asyncio.wrap_future(thread.submit(translator.engine.warm_up, translator.options()))
-        metrics.load_seconds.set((load_seconds or 0.0) + time.perf_counter() - started)
-        batcher = MicroBatcher(
-            translator,
-            s.max_wait,
-            s.max_batch_tokens,
-            s.max_batch_sentences,
-            s.max_queued,
-            on_batch=metrics.batch,
-            compute=thread,
-        )
-        metrics.watch_queue(lambda: batcher.queued if batcher else 0)
-        app.state.batcher = batcher
-        yield
-        batcher.close()  # uvicorn has let the requests in flight finish
-        if compute is None:
-            thread.close()
-
-    app = FastAPI(
-        title="vaswani",
-        version=__version__,
-        lifespan=lifespan,
-        description="Translation with a Transformer trained by vaswani.",
-    )
-    app.add_middleware(BodyLimit, limit=s.max_body)
-    if s.api_key or s.metrics_token:  # checked before the body is read
-        guarded = {"/v1/": s.api_key, "/metrics": s.metrics_token or s.api_key}
+    """The service for one model: serve/routes.py's routes reading what this puts on `app.state`; the
+    micro-batcher's worker starts and stops with the app (`lifespan`). `load_seconds`: how long loading the model
+    took (reported by /metrics, with the preparing done at start-up). `compute`: the thread that loaded
+    `translator`, where it will decode (serve/compute.py; default: a new one, for a translator loaded
+    elsewhere). `defaults`: the request each HTTP request starts from (default: the model's decode section)."""
+    app = FastAPI(title="vaswani", version=__version__, lifespan=lifespan, description=DESCRIPTION)
+    defaults = defaults or translator.request()
+    app.state.translator, app.state.settings, app.state.defaults = translator, settings, defaults
+    app.state.metrics = Metrics(ROUTES, Path(model_dir).resolve().name, __version__)
+    app.state.info = model_info(translator, model_dir, settings, defaults)
+    app.state.compute, app.state.load_seconds, app.state.static = compute, load_seconds or 0.0, STATIC
+    app.add_middleware(BodyLimit, limit=settings.max_body)
+    if settings.api_key or settings.metrics_token:  # checked before the body is read
+        guarded = {"/v1/": settings.api_key, "/metrics": settings.metrics_token or settings.api_key}
         app.add_middleware(ApiKey, keys={path: key for path, key in guarded.items() if key})
-    if s.cors_origins:
+    if settings.cors_origins:
+        methods, headers = ["GET", "POST"], ["Authorization", "Content-Type"]
         app.add_middleware(
-            CORSMiddleware,
-            allow_origins=list(s.cors_origins),
-            allow_methods=["GET", "POST"],
-            allow_headers=["Authorization", "Content-Type"],
+            CORSMiddleware, allow_origins=list(settings.cors_origins), allow_methods=methods, allow_headers=headers
         )
-    app.add_middleware(RequestMetrics, metrics=metrics)  # outermost: counts the guards' answers too
+    app.add_middleware(RequestMetrics, metrics=app.state.metrics)  # outermost: counts the guards' answers too
     _add_error_handlers(app)
-    info = model_info(translator, model_dir, s)
-
-    @app.get("/health")
-    async def health() -> JSONResponse:
-        """ "ok" while the translation worker runs (else 503), with what it has done."""
-        stats = dataclasses.asdict(batcher.stats) if batcher else {}
-        ok = batcher is not None and batcher.alive
-        return JSONResponse(
-            {"status": "ok" if ok else "unavailable", "queued_sentences": batcher.queued if ok else 0, **stats},
-            200 if ok else 503,
-        )
-
-    @app.get("/metrics", include_in_schema=False)
-    async def metrics_page(request: Request) -> Response:
-        body, content_type = metrics.render(request.headers.get("accept"))
-        return Response(body, media_type=content_type)
-
-    @app.get("/v1/model")
-    async def model() -> dict[str, Any]:
-        return info
-
-    @app.post("/v1/translate")
-    async def translate(request: TranslateRequest) -> JSONResponse:
-        started = time.perf_counter()
-        try:
-            documents, sentences = sentences_of(request)
-        except RequestError as error:
-            return JSONResponse({"error": str(error)}, 422)
-        # the only tokenization: counted here, decoded by the batcher (requests for other languages batch together)
-        ids = translator.encode_sources(sentences, request.target_language)
-        tokens = sum(map(len, ids))
-        if tokens > s.max_batch_tokens:
-            return JSONResponse(
-                {
-                    "error": f"text has {tokens} source tokens in all, more than the {s.max_batch_tokens} "
-                    "a request may have: send fewer or shorter texts per request"
-                },
-                422,
-            )
-        given = dict(
-            beam_size=request.beam,
-            no_repeat_ngram=request.no_repeat_ngram,
-            repetition_penalty=request.repetition_penalty,
-        )
-        options = {k: v for k, v in given.items() if v is not None}
-        try:
-            results = (
-                await batcher.translate(sentences, ids, n_best=request.n_best, attention=request.attention, **options)
-                if sentences
-                else []
-            )
-        except BusyError as error:
-            return JSONResponse({"error": str(error)}, 503, headers={"Retry-After": "1"})
-        if documents is None:
-            translations = [r.to_dict() for r in results]
-        else:
-            joined = assemble(request.text, documents, results, puts_spaces(request.target_language or target_language))
-            translations = [d.to_dict() for d in joined]
-        return JSONResponse(
-            {"translations": translations, "elapsed_ms": round((time.perf_counter() - started) * 1000, 1)}
-        )
-
-    @app.get("/", include_in_schema=False)
-    async def page() -> FileResponse:
-        return FileResponse(STATIC / "index.html")
-
+    app.include_router(router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     return app
+
+
+@contextlib.asynccontextmanager
+async def lifespan(app: FastAPI):
+    """The model prepared for the default request (precision settled, a compiled step compiled: Engine.prepare, once
+    per engine) and the micro-batcher started, on the thread that decodes (serve/compute.py says why)."""
+    state, s, started = app.state, app.state.settings, time.perf_counter()
+    thread = state.compute or ComputeThread()
+    await asyncio.wrap_future(thread.submit(state.translator.engine.prepare, state.defaults))
+    state.metrics.load_seconds.set(state.load_seconds + time.perf_counter() - started)
+    batcher = MicroBatcher(
+        state.translator,
+        s.max_wait,
+        s.max_batch_tokens,
+        s.max_batch_sentences,
+        s.max_queued,
+        state.metrics.batch,
+        thread,
+    )
+    state.metrics.watch_queue(lambda: batcher.queued)
+    state.batcher = batcher
+    yield
+    batcher.close()  # uvicorn has let the requests in flight finish
+    if state.compute is None:
+        thread.close()
 
 
 def _add_error_handlers(app: FastAPI) -> None:
@@ -351,11 +192,13 @@ def training_summary(model_dir: Path) -> dict[str, Any] | None:
     return summary
 
 
-def model_info(translator: Translator, model_dir: str | Path, settings: Settings) -> dict[str, Any]:
+def model_info(
+    translator: Translator, model_dir: str | Path, settings: Settings, defaults: DecodeRequest
+) -> dict[str, Any]:
     model_dir = Path(model_dir)
     c, config = translator.model.config, translator.config
     source, target = config.data.languages()
-    decode = config.decode
+    decode = defaults.decode
     return {
         "name": model_dir.resolve().name,
         "source_language": source,

@@ -1,9 +1,9 @@
 """Micro-batching: the sentences of concurrent requests are translated together.
 
 Requests put their sentences on a queue and wait. One worker (torch already uses every core for one batch),
-running on the service's compute thread (runtime.ComputeThread: the thread that loaded the model), takes the
-oldest waiting request, waits up to `max_wait` seconds for more with the same
-decoding options, until `max_tokens` source tokens or `max_sentences` sentences are gathered, and
+running on the service's compute thread (serve/compute.py: the thread that loaded the model), takes the
+oldest waiting request, waits up to `max_wait` seconds for more with the same decoding request (decode/request.py:
+frozen, so it is the batch key), until `max_tokens` source tokens or `max_sentences` sentences are gathered, and
 translates them in one call. The search is batch-invariant (tests/decode: batch-of-N == N-of-1), so a
 request's result never depends on what it was batched with.
 """
@@ -20,15 +20,16 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from vaswani.decode.request import DecodeRequest
 from vaswani.decode.translator import Translation, Translator
-from vaswani.runtime import ComputeThread
+from vaswani.serve.compute import ComputeThread
 
 
 @dataclass
 class _Job:
     texts: list[str]
     ids: list[list[int]]  # the texts' source token ids (Translator.encode_sources): tokenized once, by the caller
-    options: tuple[tuple[str, Any], ...]  # n_best, attention and DecodeConfig overrides: one batch shares them
+    request: DecodeRequest  # one batch shares it
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future
     queued: float = field(default_factory=time.perf_counter)
@@ -39,7 +40,7 @@ class _Job:
 
     @property
     def key(self) -> Hashable:
-        return self.options
+        return self.request
 
 
 @dataclass
@@ -61,7 +62,7 @@ class BusyError(RuntimeError):
 
 
 class MicroBatcher:
-    """`await batcher.translate(texts, n_best=..., attention=..., beam_size=...)` from any number of
+    """`await batcher.translate(texts, ids, translator.request(...))` from any number of
     concurrent requests; `max_sentences=1` with `max_wait=0` serves one request at a time. At most
     `max_queued` sentences wait; more are refused with `BusyError` rather than queued without bound.
     `compute`: the thread to decode on (the one that loaded the translator; the worker holds it until `close`);
@@ -106,18 +107,16 @@ class MicroBatcher:
         self,
         texts: list[str],
         ids: Sequence[list[int]] | None = None,
-        n_best: int = 1,
-        attention: bool = False,
-        **options: Any,
+        request: DecodeRequest | None = None,
     ) -> list[Translation]:
-        """The translations of `texts`, in order, decoded together with other requests' sentences.
-        `ids`: their `translator.encode_sources(texts)`, where the caller has them already (one tokenization)."""
+        """The translations of `texts`, in order, decoded together with other requests' sentences that share
+        `request` (default: the model's own settings). `ids`: their `translator.encode_sources(texts)`, where the
+        caller has them already (one tokenization)."""
         loop = asyncio.get_running_loop()
         ids = list(ids) if ids is not None else self.translator.encode_sources(texts)
         if len(ids) != len(texts):
             raise ValueError(f"{len(ids)} encoded sentences for {len(texts)} texts")
-        key = tuple(sorted({"n_best": n_best, "attention": attention, **options}.items()))
-        job = _Job(list(texts), ids, key, loop, loop.create_future())
+        job = _Job(list(texts), ids, request or self.translator.request(), loop, loop.create_future())
         with self._ready:
             if not self.alive:
                 raise BusyError("the translation worker has stopped")
@@ -180,15 +179,11 @@ class MicroBatcher:
                 _reply(job, None, BusyError("the translation worker has stopped"))
 
     def _translate(self, batch: list[_Job]) -> None:
-        options = dict(batch[0].options)
-        n_best, attention = options.pop("n_best"), options.pop("attention")
         texts = [text for job in batch for text in job.texts]
         ids = [x for job in batch for x in job.ids]
         started = time.perf_counter()
         try:
-            results = self.translator.translate_with_details(
-                texts, n_best=n_best, attention=attention, encoded=ids, **options
-            )
+            results = self.translator.translate_with_details(texts, batch[0].request, encoded=ids)
         except Exception as error:
             if len(batch) > 1:  # one request's failure must not fail the others: each alone
                 for job in batch:

@@ -6,7 +6,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from vaswani.runtime import loss_chunk_rows
+from vaswani.loss_chunks import loss_chunk_rows
 
 
 def label_smoothed_cross_entropy(
@@ -21,7 +21,7 @@ def label_smoothed_cross_entropy(
     """Summed label-smoothed cross-entropy of `softmax(hidden @ weight.T + bias)`, and how many tokens it sums.
 
     Only the positions whose target is not padding are projected onto the vocabulary, `chunk_rows` of
-    them at a time (default: runtime.loss_chunk_rows, 256 on a CPU, larger on a GPU): the pre-softmax
+    them at a time (default: loss_chunks.loss_chunk_rows, 256 on a CPU, larger on a GPU): the pre-softmax
     projection, the loss and its gradient are computed chunk by chunk (on a CPU while the chunk's logits are in
     cache), and no (tokens x vocabulary) tensor is kept for backward.
     The value and its gradients equal `F.cross_entropy(logits, target, label_smoothing=smoothing,

@@ -37,6 +37,8 @@ from vaswani.nn.attention import attention_kernels
 from vaswani.precision import choose
 from vaswani.runtime import autocast, compiling, pick_device
 from vaswani.train import checkpoint as ckpt
+from vaswani.train.distributed import barrier, from_rank0, gathered, rank0_clock, summed
+from vaswani.train.meter import Throughput
 from vaswani.train.plot import plot_metrics
 from vaswani.train.schedule import learning_rate, progress
 from vaswani.train.tasks import make_task
@@ -165,12 +167,7 @@ class Trainer:
             torch.cuda.set_rng_state_all(state["cuda"])
 
     def _save(self, state: TrainState, score: float) -> None:
-        rng = self._rng_state()
-        if self.world > 1:
-            all_rng = [None] * self.world
-            dist.all_gather_object(all_rng, rng)
-        else:
-            all_rng = [rng]
+        all_rng = gathered(self._rng_state(), self.world)
         if self.rank != 0:
             return
         full = {"train_state": dataclasses.asdict(state), "optimizer": self.optimizer.state_dict(), "rng": all_rng}
@@ -226,9 +223,7 @@ class Trainer:
         Returns the summed loss, this rank's tokens and its model FLOPs (flops.py, counted on the host)."""
         local_tokens = sum(self.task.count(b) for b in batches)  # counted by the loader: no device sync here
         local_flops = sum(self.task.flops(b, self.config.model) for b in batches)
-        tokens = torch.tensor(float(local_tokens), device=self.device)
-        if self.world > 1:
-            dist.all_reduce(tokens)
+        tokens = summed(torch.tensor(float(local_tokens), device=self.device), self.world)
         total = torch.zeros((), device=self.device)
         for i, batch in enumerate(batches):
             batch = batch.to(self.device, non_blocking=True)
@@ -250,8 +245,7 @@ class Trainer:
         if self.rank == 0:
             saved = self._prepare_directory()
             data = self.task.prepare(rank0=True)
-        if self.world > 1:
-            dist.barrier()
+        barrier(self.world)
         if self.rank != 0:
             saved = Config.load(self.model_dir / "config.yaml") if ckpt.checkpoint_dirs(self.model_dir) else None
             data = self.task.prepare(rank0=False)
@@ -299,10 +293,7 @@ class Trainer:
                 self.log(choice.describe())
                 if choice.warning():
                     self.log(f"warning: {choice.warning()}")
-        if self.world > 1:
-            box = [precision if self.rank == 0 else None]
-            dist.broadcast_object_list(box, src=0)
-            precision = box[0]
+        precision = from_rank0(precision if self.rank == 0 else None, self.world)
         self._set_config(dataclasses.replace(self.config, train=dataclasses.replace(t, precision=precision)))
 
     def _check_same_data(self, data) -> None:
@@ -310,9 +301,7 @@ class Trainer:
         if self.world == 1:
             return
         mine = self.task.fingerprint(data)
-        everyone = [None] * self.world
-        dist.all_gather_object(everyone, mine)
-        for rank, theirs in enumerate(everyone):
+        for rank, theirs in enumerate(gathered(mine, self.world)):
             if theirs != mine:
                 raise store.DataError(
                     f"rank {rank} reads other prepared data than rank {self.rank} "
@@ -333,92 +322,55 @@ class Trainer:
         CI) a plain line every `log_every` updates, so a run shows signs of life before its first validation."""
         t = self.config.train
         metrics_path = self.model_dir / "metrics.jsonl"
-        budget = t.max_seconds
         log_every = max(1, min(100, t.valid_every // 4))
-        window_loss = window_tokens = window_flops = 0.0
-        run_flops = run_tokens = run_seconds = 0.0  # training steps only, for the summary
-        peak = peak_flops(self.device, self.config.train.precision)
-        window_start = started = time.perf_counter()
-        elapsed_before, steps_before = state.elapsed, state.step
-        ended = self._limit_reached(state, budget)
-        with progress_bar(
-            self.console,
-            "step",
-            t.max_steps,
-            enabled=self.rank == 0,
-            completed=state.step,
-            timed=False,
-            transient=False,
-        ) as report:
+        meter = Throughput(self.world, peak_flops(self.device, t.precision))
+        started, elapsed_before, steps_before = time.perf_counter(), state.elapsed, state.step
+        ended = self._limit_reached(state)
+        bar = dict(enabled=self.rank == 0, completed=state.step, timed=False, transient=False)
+        with progress_bar(self.console, "step", t.max_steps, **bar) as report:
             while ended is None:
                 state.step += 1  # the schedule sees the budget spent when the step begins (elapsed of the last)
                 lr = learning_rate(state.step, t, self.config.model.d_model, progress(state.step - 1, state.elapsed, t))
                 for group in self.optimizer.param_groups:
                     group["lr"] = lr
                 self.model.train()
-                loss, tokens, flops = self._train_step(self._next_batches(stream, state))
-                window_loss += loss
-                window_tokens += tokens
-                window_flops += flops
-                now = time.perf_counter()
-                state.elapsed = self._agreed(elapsed_before + now - started)
-                ended = self._limit_reached(state, budget)
+                meter.add(*self._train_step(self._next_batches(stream, state)))
+                state.elapsed = rank0_clock(elapsed_before + time.perf_counter() - started, self._clock_world)
+                ended = self._limit_reached(state)
                 report(1)
-                if state.step % log_every == 0 or state.step % t.valid_every == 0 or ended:
-                    window_loss = float(window_loss)  # the one host sync of the loss, per logged window
-                    seconds = now - window_start
-                    record = {
-                        "step": state.step,
-                        "epoch": state.epoch + 1,
-                        "train_loss": window_loss / window_tokens,
-                        "lr": lr,
-                        "tokens_per_s": window_tokens * self.world / seconds,
-                        "flops_per_s": window_flops * self.world / seconds,
-                        "elapsed_s": round(state.elapsed, 1),
-                    }
-                    if peak is not None:
-                        record["mfu"] = window_flops / seconds / peak[0]  # one rank's share of its device
-                    run_flops, run_tokens, run_seconds = (
-                        run_flops + window_flops,
-                        run_tokens + window_tokens,
-                        run_seconds + seconds,
-                    )
-                    per_step = (now - started) / (state.step - steps_before)
+                validating = state.step % t.valid_every == 0 or ended
+                if state.step % log_every == 0 or validating:
+                    record = {"step": state.step, "epoch": state.epoch + 1, "lr": lr, **meter.window()}
+                    record["elapsed_s"] = round(state.elapsed, 1)
+                    per_step = (time.perf_counter() - started) / (state.step - steps_before)
                     left = (t.max_steps - state.step) * per_step
-                    if budget is not None:
-                        left = min(left, budget - state.elapsed)
-                    info = (
+                    if t.max_seconds is not None:
+                        left = min(left, t.max_seconds - state.elapsed)
+                    report.show(
                         f"epoch {record['epoch']} loss {record['train_loss']:.3f} lr {lr:.2e} "
                         f"{record['tokens_per_s']:,.0f} tok/s{_mfu_text(record.get('mfu'))}, "
-                        f"{format_duration(state.elapsed)} elapsed, "
-                        f"~{format_duration(max(0.0, left))} left"
+                        f"{format_duration(state.elapsed)} elapsed, ~{format_duration(max(0.0, left))} left"
                     )
-                    report.show(info)
                     self._append(metrics_path, record)
-                    window_loss = window_tokens = window_flops = 0.0
-                    window_start = time.perf_counter()
-                if state.step % t.valid_every == 0 or ended:
+                if validating:
                     if self._validate_and_save(data, state, metrics_path):
                         ended = f"early stopping: no improvement in {t.patience} validations"
-                    state.elapsed = self._agreed(elapsed_before + time.perf_counter() - started)
-                    window_start = time.perf_counter()  # tokens/s counts training steps only
+                    state.elapsed = rank0_clock(elapsed_before + time.perf_counter() - started, self._clock_world)
+                    meter.resume()  # tokens/s counts training steps only
         self.log(f"training ended at step {state.step} after {format_duration(state.elapsed)}: {ended}")
-        if run_seconds > 0:
-            speed = run_flops / run_seconds
-            against = (
-                f"{speed / peak[0]:.1%} of {peak[1]} ({peak[0] / 1e12:,.2f} TFLOP/s)"
-                if peak is not None
-                else "peak of this device unknown (vaswani/flops.py: GPU_PEAKS)"
-            )
-            self.log(
-                f"speed: {run_tokens * self.world / run_seconds:,.0f} tokens/s, "
-                f"{speed * self.world / 1e12:,.3f} model TFLOP/s ({run_flops / max(run_tokens, 1) / 1e6:,.1f} "
-                f"MFLOP per token, vaswani/flops.py); MFU {against}"
-            )
+        if meter.summary() is not None:
+            self.log(meter.summary())
 
-    def _limit_reached(self, state: TrainState, budget: float | None) -> str | None:
+    @property
+    def _clock_world(self) -> int:
+        """The ranks that share rank 0's clock: all where time decides (max_time, a time-based schedule), else none
+        need it (each rank's own clock only reports)."""
+        return self.world if self.config.train.max_time is not None else 1
+
+    def _limit_reached(self, state: TrainState) -> str | None:
         """Which limit ends the run now, in words naming the setting; None: go on."""
         t = self.config.train
+        budget = t.max_seconds
         if state.step >= t.max_steps:
             return f"reached train.max_steps ({t.max_steps})"
         if budget is not None and state.elapsed >= budget:
@@ -426,15 +378,6 @@ class Trainer:
         if t.max_epochs is not None and state.epoch >= t.max_epochs:
             return f"reached train.max_epochs ({t.max_epochs})"
         return None
-
-    def _agreed(self, elapsed: float) -> float:
-        """Rank 0's clock on every rank, where time decides (max_time, a time-based schedule): all
-        ranks then stop at the same step and use the same learning rate."""
-        if self.world == 1 or self.config.train.max_time is None:
-            return elapsed
-        value = torch.tensor([elapsed], dtype=torch.float64)
-        dist.broadcast(value, src=0)
-        return float(value.item())
 
     def _append(self, path: Path, record: dict[str, Any]) -> None:
         if self.rank == 0:
@@ -444,11 +387,7 @@ class Trainer:
     def _validate_and_save(self, data, state: TrainState, metrics_path: Path) -> bool:
         """Validate, checkpoint, update early stopping; True when training should stop."""
         t = self.config.train
-        result = self.validate(data) if self.rank == 0 else {}
-        if self.world > 1:
-            box = [result]
-            dist.broadcast_object_list(box, src=0)
-            result = box[0]
+        result = from_rank0(self.validate(data) if self.rank == 0 else {}, self.world)
         # Higher is better: BLEU as it is, loss negated; no dev set means every checkpoint counts as best.
         metric = self.config.metric
         score = -result.get("loss", 0.0) if metric == "loss" else result.get(metric, 0.0)

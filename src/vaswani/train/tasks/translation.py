@@ -19,6 +19,7 @@ from vaswani.data.batching import collate, epoch_order, padding_fraction, token_
 from vaswani.data.parallel import ParallelRecipe
 from vaswani.data.prepare import check_manifest, install_tokenizer, open_or_prepare, write_report
 from vaswani.data.tokenizer import Tokenizer
+from vaswani.decode.request import DecodeRequest
 from vaswani.decode.search import search_ids
 from vaswani.evaluate import bleu
 from vaswani.flops import lengths, training_flops
@@ -214,6 +215,5 @@ class Translation(Task):
     def translate_ids(self, model, sources: list[list[int]]) -> list[list[int]]:
         """Greedy translations of tokenized sources, in input order (the same code as `vaswani translate`;
         in the precision of the trainer's autocast, which it runs under)."""
-        decode = dataclasses.replace(self.config.decode, beam_size=1, sampling=False)
-        found = search_ids(model, sources, decode)
+        found = search_ids(model, sources, DecodeRequest.of(self.config.decode, beam_size=1, sampling=False))
         return [hyps[0].tokens for hyps in found]

@@ -1,0 +1,176 @@
+"""The routes of the HTTP service, on one router: each reads what it needs from `app.state`, which create_app
+(serve/app.py) fills: translator, settings, defaults (the DecodeRequest every request starts from), metrics,
+info (/v1/model's answer) and, while the app runs, batcher.
+
+A request body is checked in two steps: its shape by `TranslateRequest` (pydantic, before the route runs), then
+against this server's limits and this model (`decode_request`, `sentences_of`): both end in a 422 whose one-line
+`error` names the field.
+
+No `from __future__ import annotations` here: FastAPI reads the request model's annotation at run time.
+"""
+
+import dataclasses
+import time
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import FileResponse, JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from vaswani.decode.document import Document, assemble, puts_spaces, split
+from vaswani.decode.request import DecodeRequest
+from vaswani.serve.batching import BusyError
+
+router = APIRouter()
+
+
+class RequestError(ValueError):
+    """A request that passed the schema but not this server's limits or this model (HTTP 422)."""
+
+
+class TranslateRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    text: list[str] = Field(
+        min_length=1,
+        description="texts to translate, in order: sentences or documents (at most /v1/model's limits.max_texts "
+        "sentences in all)",
+    )
+    split_sentences: bool = Field(
+        True,
+        description="split each text into paragraphs, lines and sentences, translate the sentences and put "
+        "the text back together (as DeepL's split_sentences); false: each text goes to the model as it is",
+    )
+    source_language: str | None = Field(
+        None,
+        pattern=r"^[a-z]{2,3}$",
+        description="ISO 639 code whose sentence rules split the text (default: the model's source language)",
+    )
+    target_language: str | None = Field(
+        None,
+        max_length=64,
+        description="a multilingual model's target language, e.g. fra: its >>fra<< token goes before every "
+        "sentence (/v1/model lists the model's target_languages)",
+    )
+    beam: int | None = Field(None, ge=1, description="beam size (default: the model's; at most limits.max_beam)")
+    n_best: int = Field(1, ge=1, description="alternatives per sentence, best first (at most beam)")
+    no_repeat_ngram: int | None = Field(
+        None, ge=0, le=32, description="no n-gram of this many tokens twice in a translation (0: off)"
+    )
+    repetition_penalty: float | None = Field(
+        None, gt=0, le=10, description="transformers' repetition penalty on tokens already output (1: off)"
+    )
+    attention: bool = Field(False, description="add the cross-attention of each sentence's best translation")
+
+    @field_validator("text")
+    @classmethod
+    def _texts(cls, texts: list[str]) -> list[str]:
+        for i, text in enumerate(texts):
+            if "\x00" in text:
+                raise ValueError(f"text[{i}] contains a NUL character")
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError(f"text[{i}] is not valid Unicode (a lone surrogate)") from None
+        return texts
+
+
+def decode_request(body: TranslateRequest, state: Any) -> DecodeRequest:
+    """The body's decoding request: the server's defaults with what it asks for, within the limits."""
+    s, defaults = state.settings, state.defaults
+    if body.beam is not None and body.beam > s.max_beam:
+        raise RequestError(f"beam: {body.beam} is more than the {s.max_beam} this server allows")
+    beam = body.beam or defaults.decode.beam_size
+    if body.n_best > beam and not defaults.decode.sampling:
+        raise RequestError(f"n_best: {body.n_best} must be at most the beam size ({beam})")
+    try:
+        state.translator.language_token(body.target_language)
+    except ValueError as error:
+        raise RequestError(f"target_language: {error}") from None
+    overrides = dict(no_repeat_ngram=body.no_repeat_ngram, repetition_penalty=body.repetition_penalty)
+    return defaults.replace(beam_size=body.beam, n_best=body.n_best, attention=body.attention, **overrides)
+
+
+def sentences_of(body: TranslateRequest, state: Any) -> tuple[list[Document] | None, list[str]]:
+    """The body's documents (None without splitting) and all their sentences, within the limits."""
+    s = state.settings
+    if len(body.text) > s.max_texts:
+        raise RequestError(f"text: {len(body.text)} texts, more than the {s.max_texts} a request may have")
+    for i, text in enumerate(body.text):
+        if len(text) > s.max_text_chars:
+            raise RequestError(f"text[{i}] has {len(text)} characters, more than the {s.max_text_chars} allowed")
+    documents = None
+    if body.split_sentences:
+        language = body.source_language or state.translator.config.data.languages()[0]
+        documents = [split(text, language) for text in body.text]
+        sentences = [x for d in documents for x in d.sentences]
+    else:
+        sentences = list(body.text)
+    if len(sentences) > s.max_texts:
+        raise RequestError(
+            f"text has {len(sentences)} sentences in all, more than the {s.max_texts} a request may have: "
+            "send fewer or shorter texts per request"
+        )
+    for i, sentence in enumerate(sentences):
+        if len(sentence) > s.max_chars:
+            where = f"sentence {i + 1} of the request" if documents is not None else f"text[{i}]"
+            raise RequestError(f"{where} has {len(sentence)} characters, more than the {s.max_chars} allowed")
+    if body.attention and len(sentences) > s.max_attention_texts:
+        raise RequestError(
+            f"attention is returned for at most {s.max_attention_texts} sentences per request, got {len(sentences)}"
+        )
+    return documents, sentences
+
+
+@router.get("/health")
+async def health(request: Request) -> JSONResponse:
+    """ "ok" while the translation worker runs (else 503), with what it has done."""
+    batcher = getattr(request.app.state, "batcher", None)
+    stats = dataclasses.asdict(batcher.stats) if batcher else {}
+    ok = batcher is not None and batcher.alive
+    return JSONResponse(
+        {"status": "ok" if ok else "unavailable", "queued_sentences": batcher.queued if ok else 0, **stats},
+        200 if ok else 503,
+    )
+
+
+@router.get("/metrics", include_in_schema=False)
+async def metrics_page(request: Request) -> Response:
+    body, content_type = request.app.state.metrics.render(request.headers.get("accept"))
+    return Response(body, media_type=content_type)
+
+
+@router.get("/v1/model")
+async def model(request: Request) -> dict[str, Any]:
+    return request.app.state.info
+
+
+@router.post("/v1/translate")
+async def translate(body: TranslateRequest, request: Request) -> JSONResponse:
+    started, state = time.perf_counter(), request.app.state
+    try:
+        decode = decode_request(body, state)
+        documents, sentences = sentences_of(body, state)
+    except RequestError as error:
+        return JSONResponse({"error": str(error)}, 422)
+    # the only tokenization: counted here, decoded by the batcher (requests for other languages batch together)
+    ids = state.translator.encode_sources(sentences, body.target_language)
+    tokens, limit = sum(map(len, ids)), state.settings.max_batch_tokens
+    if tokens > limit:
+        message = f"text has {tokens} source tokens in all, more than the {limit} a request may have"
+        return JSONResponse({"error": message + ": send fewer or shorter texts per request"}, 422)
+    try:
+        results = await state.batcher.translate(sentences, ids, decode) if sentences else []
+    except BusyError as error:
+        return JSONResponse({"error": str(error)}, 503, headers={"Retry-After": "1"})
+    if documents is None:
+        translations = [r.to_dict() for r in results]
+    else:
+        target = body.target_language or state.translator.config.data.languages()[1]
+        translations = [d.to_dict() for d in assemble(body.text, documents, results, puts_spaces(target))]
+    elapsed_ms = round((time.perf_counter() - started) * 1000, 1)
+    return JSONResponse({"translations": translations, "elapsed_ms": elapsed_ms})
+
+
+@router.get("/", include_in_schema=False)
+async def page(request: Request) -> FileResponse:
+    return FileResponse(request.app.state.static / "index.html")
