@@ -1,0 +1,150 @@
+"""Glossaries (decode/glossary.py) and the lexically constrained beam search (decode/constrained.py)."""
+
+import pytest
+import torch
+
+from tests.conftest import random_ids
+from tests.decode.models import random_model
+from vaswani.decode.constrained import advance, constrained_beam_search
+from vaswani.decode.glossary import Glossary, GlossaryError, missing
+from vaswani.decode.request import DecodeRequest
+from vaswani.decode.search import search_ids
+
+
+def _holds(tokens: list[int], term: list[int]) -> int:
+    """How many times `term` occurs in `tokens`, not overlapping."""
+    count, i = 0, 0
+    while i + len(term) <= len(tokens):
+        if tokens[i : i + len(term)] == term:
+            count, i = count + 1, i + len(term)
+        else:
+            i += 1
+    return count
+
+
+def test_a_glossary_file_is_read_and_each_bad_line_is_named(tmp_path):
+    good = tmp_path / "terms.tsv"
+    good.write_text("# product names\nHund\tcanine\n\nNew York\tNYC\nhund\tcanine\n", encoding="utf-8")
+    assert Glossary.read(good).pairs == (("Hund", "canine"), ("New York", "NYC"))  # the same pair twice: once
+    cases = {
+        "Hund canine\n": "line 1: no tab",
+        "Hund\tcanine\nKatze\t \n": "line 2: the target term is empty",
+        "\tcanine\n": "line 1: the source term is empty",
+        "Hund\tcanine\nHUND\tdog\n": "line 2: 'HUND' is already in the glossary",
+        "# nothing\n\n": "no terms",
+    }
+    for text, expected in cases.items():
+        path = tmp_path / "bad.tsv"
+        path.write_text(text, encoding="utf-8")
+        with pytest.raises(GlossaryError, match=expected) as error:
+            Glossary.read(path)
+        assert "\n" not in str(error.value) and str(path) in str(error.value)
+    path.write_bytes(b"Hund\tcan\xffine\n")
+    with pytest.raises(GlossaryError, match="not UTF-8"):
+        Glossary.read(path)
+    with pytest.raises(GlossaryError, match="pair 2: the target term is empty"):
+        Glossary.of([("Hund", "canine"), ("Katze", "")])
+
+
+def test_terms_match_whole_words_case_insensitively_longest_and_leftmost_first():
+    glossary = Glossary.of({"Hund": "canine", "New York": "NYC", "York": "Y", "Straße": "road", "C++": "cpp"})
+    sentence = "Der hund, die Hunde und der HUND in New   York, York, straße, Hundehütte, C++."
+    assert glossary.targets(sentence) == ["canine", "canine", "NYC", "Y", "road", "cpp"]
+    assert [sentence[a:b] for a, b, _ in glossary.matches(sentence)][:3] == ["hund", "HUND", "New   York"]
+    assert glossary.targets("Hunde und Hundehütten.") == []
+    assert missing(["canine", "canine", "NYC"], "a canine and NYC") == ["canine"]
+    assert hash(glossary) == hash(Glossary.of(dict(glossary.pairs)))  # a request's batch key
+
+
+def test_advance_follows_a_term_token_by_token_and_starts_again_when_broken():
+    terms = [[7, 8, 9], [5]]
+    met, midway = advance(terms, (False, False), None, 7)
+    assert (met, midway) == ((False, False), (0, 1))
+    assert advance(terms, met, midway, 4) == ((False, False), None)  # broken off
+    assert advance(terms, met, midway, 7) == ((False, False), (0, 1))  # broken off, started again
+    met, midway = advance(terms, *advance(terms, met, midway, 8), 9)
+    assert (met, midway) == ((True, False), None)
+    assert advance(terms, met, midway, 5) == ((True, True), None)
+
+
+@pytest.mark.parametrize("beam", [1, 4, 5])
+def test_every_term_is_in_every_output_as_often_as_asked(beam):
+    model = random_model(40, seed=3)
+    src = random_ids([6, 4, 7, 5, 3, 6], vocab=40)
+    constraints = [[[11, 12]], [[20], [20]], [[30, 31, 32], [9]], [[5]], [[14, 15], [16]], [[33]]]
+    request = DecodeRequest.of(beam_size=beam, n_best=min(beam, 2), max_len_a=1.0, max_len_b=8)
+    results = constrained_beam_search(model, src, constraints, request)
+    for terms, hyps in zip(constraints, results, strict=True):
+        assert 1 <= len(hyps) <= min(beam, 2)  # n-best: only outputs with every term
+        for hyp in hyps:
+            for term in terms:
+                assert _holds(hyp.tokens, term) >= terms.count(term), (hyp.tokens, terms)
+            # ended by EOS (counted in the length), or cut at the length limit
+            penalties = [((5 + len(hyp.tokens) + eos) / 6) ** 0.6 for eos in (1, 0)]
+            assert hyp.score in [pytest.approx(hyp.log_prob / p) for p in penalties]
+            assert sum(hyp.token_log_probs) == pytest.approx(hyp.log_prob, abs=1e-4)
+        assert hyps[0].score >= hyps[-1].score
+
+
+def test_constrained_search_is_the_same_cached_uncached_and_batched_or_alone():
+    model = random_model(40, seed=4)
+    src = random_ids([6, 4, 7, 5], vocab=40)
+    constraints = [[[11, 12]], [[20]], [[30, 31], [9]], [[5]]]
+    request = DecodeRequest.of(beam_size=4, n_best=2, max_len_b=8)
+    batched = constrained_beam_search(model, src, constraints, request)
+    uncached = constrained_beam_search(model, src, constraints, request, cache=False)
+    for i, n in enumerate([6, 4, 7, 5]):
+        alone = constrained_beam_search(model, src[i : i + 1, :n], constraints[i : i + 1], request)[0]
+        for other in (uncached[i], alone):
+            assert [h.tokens for h in other] == [h.tokens for h in batched[i]]
+            assert [h.score for h in other] == pytest.approx([h.score for h in batched[i]], abs=1e-4)
+
+
+def test_sentences_without_terms_are_searched_exactly_as_without_a_glossary():
+    model = random_model(40, seed=5)
+    sources = [[5, 6, 7, 8], [9, 10], [11, 12, 13, 14, 15], [16, 17, 18]]
+    request = DecodeRequest.of(beam_size=4, max_len_b=8, batch_size=4)
+    plain = search_ids(model, sources, request)
+    mixed = search_ids(model, sources, request, constraints=[[], [[21, 22]], [], [[30]]])
+    for i in (0, 2):  # the same outputs; scores to rounding (a batch of other sentences beside them)
+        assert [h.tokens for h in mixed[i]] == [h.tokens for h in plain[i]]
+        assert [h.score for h in mixed[i]] == pytest.approx([h.score for h in plain[i]], abs=1e-5)
+    assert _holds(mixed[1][0].tokens, [21, 22]) and _holds(mixed[3][0].tokens, [30])
+    assert mixed[1] != plain[1]
+    assert search_ids(model, sources, request, constraints=[[], [], [], []]) == plain
+
+
+def test_a_term_that_cannot_fit_the_length_limit_leaves_the_best_partial_output():
+    model = random_model(40, seed=6)
+    src = random_ids([3], vocab=40)
+    request = DecodeRequest.of(beam_size=4, max_len_a=0.0, max_len_b=3)
+    [hyps] = constrained_beam_search(model, src, [[[11, 12], [13, 14]]], request)
+    assert len(hyps) == 1 and len(hyps[0].tokens) == 3  # cut at the limit, not dropped
+    assert _holds(hyps[0].tokens, [11, 12]) + _holds(hyps[0].tokens, [13, 14]) == 1  # as many terms as fit
+
+
+def test_the_translator_applies_a_glossary_and_reports_terms_left_out(tmp_path):
+    from tests.conftest import write_tiny_model_directory
+    from vaswani.decode.translator import Translator
+
+    (tmp_path / "model").mkdir()
+    translator = Translator.load(write_tiny_model_directory(tmp_path / "model", max_len_b=12), "cpu")
+    glossary = Glossary.of({"Hund": "canine", "Straße": "roadway"})
+    sentences = ["Ein Hund läuft über die Straße.", "Zwei Katzen schlafen.", "Der Hund."]
+    plain = translator.translate_with_details(sentences)
+    found = translator.translate_with_details(sentences, glossary=glossary)
+    assert found[1].text == plain[1].text and found[1].missing_terms == ()
+    assert "canine" in found[0].text and "roadway" in found[0].text and found[0].missing_terms == ()
+    assert "canine" in found[2].text
+    assert "missing_terms" in found[0].to_dict() and "missing_terms" not in plain[0].to_dict()
+    warnings = []
+    tight = translator.translate_with_details(
+        ["Der Hund und die Straße."],
+        glossary=glossary,
+        max_len_a=0.0,
+        max_len_b=2,
+        warn=lambda i, m: warnings.append(m),
+    )
+    assert tight[0].missing_terms and "not in the translation" in warnings[0]
+    with torch.no_grad():
+        assert translator.translate(sentences, glossary=glossary) == [t.text for t in found]
