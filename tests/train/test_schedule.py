@@ -30,3 +30,15 @@ def test_constant_with_cosine_decay_is_gpts_schedule():
     assert learning_rate(1000, t, 256, spent=1.0) == pytest.approx(0.0, abs=1e-12)
     no_decay = TrainConfig(lr_schedule="constant", peak_lr=3e-3, warmup_steps=100)
     assert learning_rate(5000, no_decay, 256, spent=0.9) == pytest.approx(3e-3)
+
+
+def test_a_linear_decay_reaches_zero_at_whichever_limit_comes_first():
+    from vaswani.train.schedule import progress
+
+    t = TrainConfig(max_steps=1000, max_time="10m", max_epochs=4, lr_decay="linear")
+    assert progress(100, 60.0, t) == pytest.approx(0.1)  # steps and time alike; epochs unknown: left out
+    assert progress(100, 60.0, t, epochs=2.0) == pytest.approx(0.5)  # the epochs' share is the largest
+    assert progress(900, 60.0, t, epochs=2.0) == pytest.approx(0.9)
+    assert progress(100, 600.0, t, epochs=1.0) == 1.0
+    assert progress(100, 60.0, TrainConfig(max_steps=1000), epochs=3.0) == pytest.approx(0.1)  # no max_epochs
+    assert learning_rate(500, t, 128, progress(499, 60.0, t, epochs=4.0)) == 0.0

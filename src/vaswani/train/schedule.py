@@ -8,10 +8,15 @@ import math
 from vaswani.config import TrainConfig
 
 
-def progress(step: int, elapsed_s: float, train: TrainConfig) -> float:
-    """How much of the run's budget is spent, in [0, 1]: the larger of steps and (with max_time) time."""
+def progress(step: int, elapsed_s: float, train: TrainConfig, epochs: float | None = None) -> float:
+    """How much of the run's budget is spent, in [0, 1]: the largest of the shares of max_steps, of max_time (where
+    set) and of max_epochs (where set and `epochs`, the epochs done so far with their fraction, is known), so that
+    a decaying schedule reaches zero at whichever limit ends the run."""
     budget = train.max_seconds
-    return min(1.0, max(step / train.max_steps, elapsed_s / budget if budget else 0.0))
+    shares = [step / train.max_steps, elapsed_s / budget if budget else 0.0]
+    if train.max_epochs and epochs is not None:
+        shares.append(epochs / train.max_epochs)
+    return min(1.0, max(shares))
 
 
 def learning_rate(step: int, train: TrainConfig, d_model: int, spent: float = 0.0) -> float:

@@ -53,6 +53,7 @@ class TrainState:
     epoch: int = 0
     position: int = 0  # next batch of the epoch's order
     best_score: float | None = None
+    best_step: int = 0  # the validation whose weights the model directory holds (model.safetensors)
     bad_validations: int = 0
     elapsed: float = 0.0  # seconds of training so far, validation included, summed over resumed runs
     history: list[dict[str, Any]] = field(default_factory=list)
@@ -324,13 +325,16 @@ class Trainer:
         metrics_path = self.model_dir / "metrics.jsonl"
         log_every = max(1, min(100, t.valid_every // 4))
         meter = Throughput(self.world, peak_flops(self.device, t.precision))
+        per_epoch = self.task.epoch_batches(data) if t.max_epochs else None
         started, elapsed_before, steps_before = time.perf_counter(), state.elapsed, state.step
         ended = self._limit_reached(state)
         bar = dict(enabled=self.rank == 0, completed=state.step, timed=False, transient=False)
         with progress_bar(self.console, "step", t.max_steps, **bar) as report:
             while ended is None:
                 state.step += 1  # the schedule sees the budget spent when the step begins (elapsed of the last)
-                lr = learning_rate(state.step, t, self.config.model.d_model, progress(state.step - 1, state.elapsed, t))
+                epochs = state.epoch + state.position / per_epoch if per_epoch else None
+                spent = progress(state.step - 1, state.elapsed, t, epochs)
+                lr = learning_rate(state.step, t, self.config.model.d_model, spent)
                 for group in self.optimizer.param_groups:
                     group["lr"] = lr
                 self.model.train()
@@ -358,6 +362,12 @@ class Trainer:
                     state.elapsed = rank0_clock(elapsed_before + time.perf_counter() - started, self._clock_world)
                     meter.resume()  # tokens/s counts training steps only
         self.log(f"training ended at step {state.step} after {format_duration(state.elapsed)}: {ended}")
+        if state.best_step:
+            metric = self.config.metric
+            self.log(
+                f"the model directory holds step {state.best_step}'s weights, the best validation by {metric} "
+                f"({abs(state.best_score):.3f}; the last checkpoints stay in checkpoints/)"
+            )
         if meter.summary() is not None:
             self.log(meter.summary())
 
@@ -393,7 +403,7 @@ class Trainer:
         score = -result.get("loss", 0.0) if metric == "loss" else result.get(metric, 0.0)
         improved = state.best_score is None or score > state.best_score
         if improved:
-            state.best_score, state.bad_validations = score, 0
+            state.best_score, state.best_step, state.bad_validations = score, state.step, 0
         else:
             state.bad_validations += 1
         record = {"step": state.step, "epoch": state.epoch + 1, **{f"valid_{k}": v for k, v in result.items()}}

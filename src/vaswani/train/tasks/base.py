@@ -122,6 +122,11 @@ class Task:
         """(epoch, position after this batch, batch) of this rank from (epoch, position) on, for ever."""
         raise NotImplementedError
 
+    def epoch_batches(self, data: Any) -> int | None:
+        """Batches in an epoch (all ranks together: the positions `stream` counts), where the task knows it ahead;
+        None: unknown (the schedule then leaves train.max_epochs out of its budget, schedule.progress)."""
+        return None
+
     def run_config(self, data: Any) -> Config:
         """The run's config completed from what `prepare` found: the model section (`model_config`), and
         whatever else the data decides (classify: the labels). The trainer applies and saves it."""

@@ -120,6 +120,9 @@ class Translation(Task):
                 "each batch's text is segmented afresh when the batch is made"
             )
 
+    def epoch_batches(self, data: RunData) -> int | None:
+        return len(self.plan.batches(0))
+
     def stream(self, data: RunData, epoch: int, position: int):
         t, run = self.config.train, self.context
         batches = batch_stream(
