@@ -148,3 +148,59 @@ def test_the_translator_applies_a_glossary_and_reports_terms_left_out(tmp_path):
     assert tight[0].missing_terms and "not in the translation" in warnings[0]
     with torch.no_grad():
         assert translator.translate(sentences, glossary=glossary) == [t.text for t in found]
+
+
+def test_glossary_from_the_command_line_and_the_http_api(tmp_path, capsys):
+    from fastapi.testclient import TestClient
+
+    from tests.conftest import write_tiny_model_directory
+    from vaswani import cli
+    from vaswani.decode.translator import Translator
+    from vaswani.serve.app import Settings, create_app
+
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    write_tiny_model_directory(model_dir, max_len_b=12)
+    terms, source, out = tmp_path / "terms.tsv", tmp_path / "in.de", tmp_path / "out.en"
+    terms.write_text("Hund\tcanine\nStraße\troadway\n", encoding="utf-8")
+    lines = ["Ein Hund läuft über die Straße.", "", "Zwei Katzen schlafen.", "Der Hund."]
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert cli.main(["translate", str(model_dir), "-i", str(source), "-o", str(out), "--glossary", str(terms)]) == 0
+    written = out.read_text(encoding="utf-8").splitlines()
+    translator = Translator.load(model_dir, "cpu")
+    assert len(written) == 4 and written[1] == "" and "canine" in written[0] and "roadway" in written[0]
+    assert written[2] == translator.translate([lines[2]])[0]  # no term: as without a glossary
+    capsys.readouterr()
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("Hund canine\n", encoding="utf-8")
+    assert cli.main(["translate", str(model_dir), "-i", str(source), "--glossary", str(bad)]) == 2
+    assert "line 1: no tab" in capsys.readouterr().err
+    tight = ["translate", str(model_dir), "-i", str(source), "--glossary", str(terms), "--max-len-a", "0"]
+    assert cli.main([*tight, "--max-len-b", "1"]) == 0
+    assert "line 1: glossary term(s) 'canine', 'roadway' not in the translation" in capsys.readouterr().err
+
+    with TestClient(create_app(translator, model_dir, Settings(max_glossary=2))) as client:
+        body = {"text": ["Ein Hund läuft über die Straße. Zwei Katzen schlafen."], "glossary": [["Hund", "canine"]]}
+        reply = client.post("/v1/translate", json=body).json()["translations"][0]
+        assert "canine" in reply["text"] and reply["missing_terms"] == []
+        assert [s["missing_terms"] for s in reply["sentences"]] == [[], []]
+        plain = client.post("/v1/translate", json={"text": body["text"]}).json()["translations"][0]
+        assert "missing_terms" not in plain and plain["sentences"][1]["text"] == reply["sentences"][1]["text"]
+        for glossary, message in (
+            ([["Hund", ""]], "the target term is empty"),
+            ([["Hund", "a"], ["hund", "b"]], "already in the glossary"),
+            ([["a", "b"]] * 3, "3 pairs, more than the 2 allowed"),
+            ([["Hund"]], "glossary"),
+        ):
+            response = client.post("/v1/translate", json={"text": ["Ein Hund."], "glossary": glossary})
+            assert response.status_code == 422 and message in response.json()["error"], response.json()
+        assert client.get("/v1/model").json()["limits"]["max_glossary"] == 2
+
+
+def test_constrained_search_keeps_the_repetition_rules():
+    model = random_model(40, seed=7)
+    src = random_ids([5, 6], vocab=40)
+    request = DecodeRequest.of(beam_size=4, max_len_b=10, no_repeat_ngram=2)
+    for hyps in constrained_beam_search(model, src, [[[11, 12]], [[13]]], request):
+        tokens = hyps[0].tokens
+        assert len(set(zip(tokens, tokens[1:], strict=False))) == len(tokens) - 1  # no bigram twice

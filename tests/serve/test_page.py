@@ -142,3 +142,27 @@ def test_an_empty_source_is_not_sent_and_an_error_is_shown_in_the_page(server):
         page.locator("#error").wait_for(state="visible")
         assert "NUL" in page.inner_text("#error")
         browser.close()
+
+
+def test_a_glossary_typed_in_the_page_puts_its_terms_in_the_translation(server):
+    with playwright_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page()
+        bodies = []
+        page.on("request", lambda r: bodies.append(r.post_data_json) if "/v1/translate" in r.url else None)
+        page.goto(server + "/")
+        page.wait_for_function("document.getElementById('model-info').textContent.length > 0")
+        page.click("#glossary-box summary")
+        page.fill("#glossary", "Mann = gentleman\n\nFahrrad\tvelocipede")
+        page.fill("#source", SENTENCE)
+        page.click("#translate")
+        page.wait_for_function("document.getElementById('translation').textContent.includes('gentleman')")
+        text = page.inner_text("#translation")
+        assert "gentleman" in text and "velocipede" in text
+        assert bodies[-1]["glossary"] == [["Mann", "gentleman"], ["Fahrrad", "velocipede"]]
+        page.fill("#glossary", "Mann gentleman")  # neither a tab nor "=": said in the page, nothing sent
+        sent = len(bodies)
+        page.click("#translate")
+        page.locator("#error").wait_for(state="visible")
+        assert "Glossary line 1" in page.inner_text("#error") and len(bodies) == sent
+        browser.close()

@@ -21,7 +21,14 @@ def decode_request(args: argparse.Namespace, translator: Translator) -> DecodeRe
     """The decoding request of the command line: the model's decode section with the options given, validated
     once, before any input is read."""
     n_best = getattr(args, "n_best", 1)
-    return translator.request(n_best, **decode_options(args))
+    glossary = None
+    if args.glossary:
+        from vaswani.decode.glossary import Glossary
+
+        if args.engine != "torch":
+            raise ValueError("--glossary needs --engine torch (our own search): CTranslate2 has no constrained search")
+        glossary = Glossary.read(args.glossary)
+    return translator.request(n_best, glossary=glossary, **decode_options(args))
 
 
 def decode_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -261,6 +268,13 @@ def _add_decode_options(parser: argparse.ArgumentParser) -> None:
         help="auto (default): fp32, so that the same command gives the same output on any machine and under any "
         "load; fp32; bf16 (autocast: faster on CPUs and GPUs with fast bf16, changes some outputs); int8 (a CPU's: "
         "int8 linear layers, faster, changes some outputs)",
+    )
+    group.add_argument(
+        "--glossary",
+        metavar="FILE",
+        help="your terms, one 'source term<TAB>target term' per line: where a source term occurs (whole words, any "
+        "case), its target term is in that sentence's translation, exactly as written (constrained beam search); "
+        "sentences without one are translated as without a glossary",
     )
     group.add_argument(
         "--target-language",

@@ -96,7 +96,7 @@ def constrained_beam_search(
     tokens = steps.first
     for t in range(int(limits.max())):
         rows = [h for i in range(len(active)) for h in _padded(live[active[i]], k)]
-        histories = [list(h.tokens) for h in rows] if repetition is not None else ()
+        histories = [list(h.tokens) if h is not None else [] for h in rows] if repetition is not None else ()
         log_probs = steps.step(tokens, t < d.min_len, repetition, histories)  # (n*k, V)
         unmet = [r for r, h in enumerate(rows) if h is not None and not all(h.met)]
         if unmet:  # EOS only once every term is in
@@ -119,7 +119,8 @@ def constrained_beam_search(
                         _finish(finished[s], list(hyp.tokens), hyp.score, d.forced_eos, k, alpha, rule, hyp.log_probs)
                     else:
                         score = hyp.score / length_penalty(len(hyp.tokens), alpha, rule)
-                        short[s].append((hyp.bank(terms[s]), Hypothesis(list(hyp.tokens), hyp.score, score)))
+                        cut = Hypothesis(list(hyp.tokens), hyp.score, score, hyp.log_probs)
+                        short[s].append((hyp.bank(terms[s]), cut))
                 continue
             reachable = max((h.score for h in new_live), default=float("-inf")) / float(largest_penalty[s])
             done = (

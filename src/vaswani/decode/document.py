@@ -99,7 +99,8 @@ class DocumentTranslation:
         whole translation, sentences being translated independently); `confidence`: its least sure sentence's
         (None where unknown: no sentence, or CTranslate2); `n_best`: the k-th entry joins every
         sentence's k-th candidate (its best where it has fewer); `sentences`: each sentence's own record
-        (source, text, scores, n-best and, when computed, attention), as line mode gives it."""
+        (source, text, scores, n-best and, when computed, attention), as line mode gives it; with a glossary,
+        `missing_terms`: its target terms some sentence's translation lacks (the sentences say which)."""
         records = [{"source": s.source, **s.to_dict(decimals=decimals)} for s in self.sentences]
         best = [s.candidates[0] for s in self.sentences if s.candidates]
         ranks = max((len(s.candidates) for s in self.sentences), default=0)
@@ -114,7 +115,7 @@ class DocumentTranslation:
                 }
             )
         known = [c.confidence for c in best if c.confidence is not None]
-        return {
+        out = {
             "text": self.text,
             "score": _sum([c.score for c in best], decimals),
             "log_prob": _sum([c.log_prob for c in best], decimals),
@@ -123,6 +124,9 @@ class DocumentTranslation:
             "n_best": n_best,
             "sentences": records,
         }
+        if any(s.missing_terms is not None for s in self.sentences):  # a glossary was asked for
+            out["missing_terms"] = [term for s in self.sentences for term in s.missing_terms or ()]
+        return out
 
 
 def translate_documents(

@@ -11,6 +11,7 @@ Translator, the engine, the server's micro-batcher (whose batch key it is: froze
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,7 +47,7 @@ class DecodeRequest:
         base: DecodeConfig | None = None,
         n_best: int = 1,
         attention: bool = False,
-        glossary: Glossary | None = None,
+        glossary: Glossary | Mapping[str, str] | Sequence[tuple[str, str]] | None = None,
         **overrides: Any,
     ) -> DecodeRequest:
         """`base` (default: the paper's settings) with `overrides` (DecodeConfig fields; None keeps base's), as a
@@ -57,6 +58,8 @@ class DecodeRequest:
                 f"unknown decoding option(s) {', '.join(unknown)}; valid: {', '.join(sorted(DECODE_FIELDS))}"
             )
         given = {k: v for k, v in overrides.items() if v is not None}
+        if glossary is not None and not isinstance(glossary, Glossary):  # pairs or a mapping, checked here
+            glossary = Glossary.of(glossary)
         return cls(dataclasses.replace(base or DecodeConfig(), **given), n_best, attention, glossary or None)
 
     def replace(self, **overrides: Any) -> DecodeRequest:

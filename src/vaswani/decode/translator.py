@@ -166,10 +166,13 @@ class Translator:
         """Longest source the model takes, in tokens, before the EOS it appends."""
         return self.model.config.max_positions - 1
 
-    def request(self, n_best: int = 1, attention: bool = False, **overrides: Any) -> DecodeRequest:
+    def request(
+        self, n_best: int = 1, attention: bool = False, glossary: Glossary | None = None, **overrides: Any
+    ) -> DecodeRequest:
         """A decoding request: the model's decode section with `overrides` (DecodeConfig fields; None keeps the
-        model's), validated (a one-line ConfigError or ValueError)."""
-        return DecodeRequest.of(self.config.decode, n_best, attention, **overrides)
+        model's), n_best, attention and a glossary (decode/glossary.py), validated (a one-line ConfigError or
+        ValueError)."""
+        return DecodeRequest.of(self.config.decode, n_best, attention, glossary, **overrides)
 
     def _request(self, request: DecodeRequest | None, options: dict[str, Any]) -> DecodeRequest:
         if request is None:
@@ -256,7 +259,7 @@ class Translator:
         if progress is not None and len(todo) < len(ids):
             progress(len(ids) - len(todo))
         terms = self._terms(sentences, request.glossary)
-        constraints = None if terms is None else [self._constraints(terms[i]) for i in todo]
+        constraints = None if terms is None else [self.term_ids(terms[i]) for i in todo]
         found = self.engine([ids[i] for i in todo], request, progress, constraints)
         results: list[list[Hypothesis]] = [[] for _ in sentences]
         for i, hyps in zip(todo, found, strict=True):
@@ -287,7 +290,7 @@ class Translator:
             raise ValueError("a glossary needs our own search (--engine torch): CTranslate2 has no constrained search")
         return [glossary.targets(sentence) for sentence in sentences]
 
-    def _constraints(self, terms: list[str]) -> list[list[int]]:
+    def term_ids(self, terms: list[str]) -> list[list[int]]:
         """The target token ids of each term (as the tokenizer writes the term on its own); a term the tokenizer
         gives no tokens for cannot be asked for, and is reported missing."""
         if not terms:

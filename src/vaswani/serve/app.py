@@ -51,6 +51,7 @@ class Settings:
     max_body: int = 1 << 20  # bytes per request body
     max_beam: int = 16
     max_attention_texts: int = 8  # attention weights are layers x heads x T x S numbers per sentence
+    max_glossary: int = 1000  # glossary pairs per request
     max_queued: int = 4096  # sentences waiting for the worker; more get 503 and Retry-After
     max_wait: float = 0.005  # seconds the oldest request waits for others to batch with
     max_batch_tokens: int = 4096  # source tokens per decoding batch
@@ -67,6 +68,7 @@ class Settings:
             "max_body",
             "max_beam",
             "max_attention_texts",
+            "max_glossary",
             "max_batch_tokens",
             "max_batch_sentences",
             "max_queued",
@@ -229,6 +231,7 @@ def model_info(
             "max_chars": settings.max_chars,
             "max_text_chars": settings.max_text_chars,
             "max_attention_texts": settings.max_attention_texts,
+            "max_glossary": settings.max_glossary,
             "max_body_bytes": settings.max_body,
             "max_beam": settings.max_beam,
             "max_source_tokens": translator.max_source_tokens,

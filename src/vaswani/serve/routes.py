@@ -18,6 +18,7 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from vaswani.decode.document import Document, assemble, puts_spaces, split
+from vaswani.decode.glossary import Glossary, GlossaryError
 from vaswani.decode.request import DecodeRequest
 from vaswani.serve.batching import BusyError
 
@@ -60,6 +61,12 @@ class TranslateRequest(BaseModel):
         None, gt=0, le=10, description="transformers' repetition penalty on tokens already output (1: off)"
     )
     attention: bool = Field(False, description="add the cross-attention of each sentence's best translation")
+    glossary: list[list[str]] | None = Field(
+        None,
+        description="your terms as [source term, target term] pairs: where a source term occurs (whole words, any "
+        "case), its target term is in that sentence's translation, exactly as written; a translation that could not "
+        "hold one lists it in missing_terms (at most /v1/model's limits.max_glossary pairs)",
+    )
 
     @field_validator("text")
     @classmethod
@@ -86,8 +93,18 @@ def decode_request(body: TranslateRequest, state: Any) -> DecodeRequest:
         state.translator.language_token(body.target_language)
     except ValueError as error:
         raise RequestError(f"target_language: {error}") from None
+    glossary = None
+    if body.glossary:
+        if len(body.glossary) > s.max_glossary:
+            raise RequestError(f"glossary: {len(body.glossary)} pairs, more than the {s.max_glossary} allowed")
+        try:
+            glossary = Glossary.of(body.glossary)
+        except GlossaryError as error:
+            raise RequestError(str(error)) from None
     overrides = dict(no_repeat_ngram=body.no_repeat_ngram, repetition_penalty=body.repetition_penalty)
-    return defaults.replace(beam_size=body.beam, n_best=body.n_best, attention=body.attention, **overrides)
+    return defaults.replace(
+        beam_size=body.beam, n_best=body.n_best, attention=body.attention, glossary=glossary, **overrides
+    )
 
 
 def sentences_of(body: TranslateRequest, state: Any) -> tuple[list[Document] | None, list[str]]:

@@ -12,6 +12,7 @@
     translation: $("translation"), alternatives: $("alternatives"), error: $("error"),
     canvas: $("heatmap"), wrap: $("heatmap-wrap"), layer: $("layer"), head: $("head"), sentence: $("sentence"),
     tooltip: $("tooltip"), hint: $("hint"), counter: $("counter"), apikey: $("apikey"), auth: $("auth"),
+    glossary: $("glossary"),
   };
   let maxBeam = 16, defaultBeam = 4, maxChars = null, maxAttention = null, busy = false;
   let sentences = []; // [{source, attention}] of the shown translation, one per sentence with attention
@@ -147,6 +148,22 @@
   }
 
   // ---- translate -----------------------------------------------------------
+  // The glossary box: "source = target" (or a tab between them) per line -> [[source, target], ...];
+  // an error names the first line that is neither.
+  function glossaryPairs() {
+    const pairs = [];
+    const lines = (els.glossary ? els.glossary.value : "").split(/\r?\n/);
+    for (let i = 0; i < lines.length; i++) {
+      const line = lines[i].trim();
+      if (!line || line.startsWith("#")) continue;
+      const cut = line.includes("\t") ? line.indexOf("\t") : line.indexOf("=");
+      const source = cut < 0 ? "" : line.slice(0, cut).trim(), target = cut < 0 ? "" : line.slice(cut + 1).trim();
+      if (!source || !target) throw new Error(`Glossary line ${i + 1}: write "source term = target term".`);
+      pairs.push([source, target]);
+    }
+    return pairs;
+  }
+
   async function translate() {
     if (busy) return;
     const text = els.source.value;
@@ -159,6 +176,12 @@
     const beam = readInt(els.beam, 1, maxBeam, defaultBeam);
     els.nbest.max = String(beam);
     const nBest = readInt(els.nbest, 1, beam, Math.min(3, beam));
+    let glossary;
+    try {
+      glossary = glossaryPairs();
+    } catch (err) {
+      return setError(err.message);
+    }
     setBusy(true);
     els.canvas.dataset.drawn = "false";
     const request = (withAttention) => api("/v1/translate", {
@@ -166,6 +189,7 @@
       body: JSON.stringify({
         text: [text], beam, n_best: nBest, attention: withAttention,
         ...(els.targetLanguageField.hidden ? {} : { target_language: els.targetLanguage.value }),
+        ...(glossary.length ? { glossary } : {}),
       }),
     });
     try {
@@ -181,6 +205,8 @@
       const t = data.translations && data.translations[0];
       if (!t) throw new Error("The server returned no translation.");
       render(t, data.elapsed_ms);
+      const missing = Array.isArray(t.missing_terms) ? t.missing_terms : [];
+      if (missing.length) note = `${note} Not in the translation (no room within the length limit): ${missing.join(", ")}.`.trim();
       setHint(note);
     } catch (err) {
       if (err.status === 401) requireKey(err.message);
