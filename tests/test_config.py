@@ -179,7 +179,7 @@ def test_the_quick_recipe_is_saved_without_the_rate_its_schedule_ignores(tmp_pat
         "corpora",
     ):
         assert key not in saved["data"]
-    assert "finetune" not in saved and saved["train"]["max_epochs"] == 8
+    assert "finetune" not in saved and saved["train"]["max_epochs"] == 7
 
 
 def test_each_kind_of_run_leaves_out_what_it_does_not_read(tmp_path):

@@ -350,6 +350,9 @@ class Trainer:
                     left = (t.max_steps - state.step) * per_step
                     if t.max_seconds is not None:
                         left = min(left, t.max_seconds - state.elapsed)
+                    if per_epoch and state.epoch + state.position / per_epoch > 0:  # at this pace, to max_epochs
+                        done = state.epoch + state.position / per_epoch
+                        left = min(left, (t.max_epochs - done) * state.elapsed / done)
                     report.show(
                         f"epoch {record['epoch']} loss {record['train_loss']:.3f} lr {lr:.2e} "
                         f"{record['tokens_per_s']:,.0f} tok/s{_mfu_text(record.get('mfu'))}, "
