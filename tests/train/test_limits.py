@@ -80,7 +80,8 @@ def test_progress_lines_appear_in_a_log_before_the_first_validation(tmp_path):
         assert word in steps[0]
     first_validation = next(i for i, line in enumerate(lines) if line.startswith("step 8:"))
     assert lines.index(steps[0]) < first_validation
-    assert "training ended at step 8" in lines[-2] and "reached train.max_steps (8)" in lines[-2]
+    assert "training ended at step 8" in lines[-3] and "reached train.max_steps (8)" in lines[-3]
+    assert lines[-2].startswith("the model directory holds step 8's weights, the best validation by")
     assert lines[-1].startswith("speed: ") and "MFLOP per token" in lines[-1] and "of measured CPU" in lines[-1]
 
 
