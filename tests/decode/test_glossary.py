@@ -1,5 +1,7 @@
 """Glossaries (decode/glossary.py) and the lexically constrained beam search (decode/constrained.py)."""
 
+import itertools
+
 import pytest
 import torch
 
@@ -203,4 +205,4 @@ def test_constrained_search_keeps_the_repetition_rules():
     request = DecodeRequest.of(beam_size=4, max_len_b=10, no_repeat_ngram=2)
     for hyps in constrained_beam_search(model, src, [[[11, 12]], [[13]]], request):
         tokens = hyps[0].tokens
-        assert len(set(zip(tokens, tokens[1:], strict=False))) == len(tokens) - 1  # no bigram twice
+        assert len(set(itertools.pairwise(tokens))) == len(tokens) - 1  # no bigram twice

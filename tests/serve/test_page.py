@@ -127,14 +127,21 @@ def test_a_pasted_text_comes_back_with_its_paragraphs_and_attention_per_sentence
     assert not errors, errors
 
 
+def _loaded_page(p, server: str, sent: list):
+    """The browser and its page, loaded (the model's line filled in), every /v1/translate request's body put in
+    `sent` (None for a request without one)."""
+    browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+    page = browser.new_page()
+    page.on("request", lambda r: sent.append(r.post_data_json) if "/v1/translate" in r.url else None)
+    page.goto(server + "/")
+    page.wait_for_function("document.getElementById('model-info').textContent.length > 0")
+    return browser, page
+
+
 def test_an_empty_source_is_not_sent_and_an_error_is_shown_in_the_page(server):
     with playwright_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        page = browser.new_page()
         requests = []
-        page.on("request", lambda r: requests.append(r.url) if "/v1/translate" in r.url else None)
-        page.goto(server + "/")
-        page.wait_for_function("document.getElementById('model-info').textContent.length > 0")
+        browser, page = _loaded_page(p, server, requests)
         page.click("#translate")
         assert page.locator("#hint").is_visible() and not requests
         page.fill("#source", "a\u0000b")  # refused by the server (NUL): the page shows its message
@@ -146,12 +153,8 @@ def test_an_empty_source_is_not_sent_and_an_error_is_shown_in_the_page(server):
 
 def test_a_glossary_typed_in_the_page_puts_its_terms_in_the_translation(server):
     with playwright_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        page = browser.new_page()
         bodies = []
-        page.on("request", lambda r: bodies.append(r.post_data_json) if "/v1/translate" in r.url else None)
-        page.goto(server + "/")
-        page.wait_for_function("document.getElementById('model-info').textContent.length > 0")
+        browser, page = _loaded_page(p, server, bodies)
         page.click("#glossary-box summary")
         page.fill("#glossary", "Mann = gentleman\n\nFahrrad\tvelocipede")
         page.fill("#source", SENTENCE)
