@@ -25,8 +25,6 @@ def decode_request(args: argparse.Namespace, translator: Translator) -> DecodeRe
     if args.glossary:
         from vaswani.decode.glossary import Glossary
 
-        if args.engine != "torch":
-            raise ValueError("--glossary needs --engine torch (our own search): CTranslate2 has no constrained search")
         glossary = Glossary.read(args.glossary)
     return translator.request(n_best, glossary=glossary, **decode_options(args))
 

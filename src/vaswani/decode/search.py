@@ -623,8 +623,8 @@ def search_ids(
     out: list[list[Hypothesis]] = [[] for _ in sources]
     generator = torch.Generator(device).manual_seed(d.seed) if d.sampling else None
     for chunk in length_batches(sources, d.batch_size):
-        bound = [i for i in chunk if constraints is not None and constraints[i]]
-        free = [i for i in chunk if not (constraints is not None and constraints[i])]
+        bound = [i for i in chunk if constraints and constraints[i]]  # sentences with terms
+        free = [i for i in chunk if not (constraints and constraints[i])]
         with decoding(device, precision):
             if free:
                 src = collate([(sources[i], []) for i in free], c.pad_id, c.bos_id, c.eos_id).src.to(device)

@@ -259,7 +259,12 @@ class Translator:
         if progress is not None and len(todo) < len(ids):
             progress(len(ids) - len(todo))
         terms = self._terms(sentences, request.glossary)
-        constraints = None if terms is None else [self.term_ids(terms[i]) for i in todo]
+        constraints = None
+        if terms is not None:  # each distinct term tokenized once
+            distinct = sorted({term for i in todo for term in terms[i]})
+            ids_of = dict(zip(distinct, self.tokenizer.encode_tgt(distinct) if distinct else [], strict=True))
+            # a term the tokenizer gives no tokens for cannot be asked for: reported missing below
+            constraints = [[ids_of[term] for term in terms[i] if ids_of[term]] for i in todo]
         found = self.engine([ids[i] for i in todo], request, progress, constraints)
         results: list[list[Hypothesis]] = [[] for _ in sentences]
         for i, hyps in zip(todo, found, strict=True):

@@ -18,7 +18,6 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from vaswani.decode.document import Document, assemble, puts_spaces, split
-from vaswani.decode.glossary import Glossary, GlossaryError
 from vaswani.decode.request import DecodeRequest
 from vaswani.serve.batching import BusyError
 
@@ -86,25 +85,19 @@ def decode_request(body: TranslateRequest, state: Any) -> DecodeRequest:
     s, defaults = state.settings, state.defaults
     if body.beam is not None and body.beam > s.max_beam:
         raise RequestError(f"beam: {body.beam} is more than the {s.max_beam} this server allows")
-    beam = body.beam or defaults.decode.beam_size
-    if body.n_best > beam and not defaults.decode.sampling:
-        raise RequestError(f"n_best: {body.n_best} must be at most the beam size ({beam})")
     try:
         state.translator.language_token(body.target_language)
     except ValueError as error:
         raise RequestError(f"target_language: {error}") from None
-    glossary = None
-    if body.glossary:
-        if len(body.glossary) > s.max_glossary:
-            raise RequestError(f"glossary: {len(body.glossary)} pairs, more than the {s.max_glossary} allowed")
-        try:
-            glossary = Glossary.of(body.glossary)
-        except GlossaryError as error:
-            raise RequestError(str(error)) from None
+    if body.glossary and len(body.glossary) > s.max_glossary:
+        raise RequestError(f"glossary: {len(body.glossary)} pairs, more than the {s.max_glossary} allowed")
     overrides = dict(no_repeat_ngram=body.no_repeat_ngram, repetition_penalty=body.repetition_penalty)
-    return defaults.replace(
-        beam_size=body.beam, n_best=body.n_best, attention=body.attention, glossary=glossary, **overrides
-    )
+    try:  # the request's own checks (n_best within the beam, the glossary's pairs), said as a 422
+        return defaults.replace(
+            beam_size=body.beam, n_best=body.n_best, attention=body.attention, glossary=body.glossary, **overrides
+        )
+    except ValueError as error:  # ConfigError and GlossaryError are ValueErrors
+        raise RequestError(str(error)) from None
 
 
 def sentences_of(body: TranslateRequest, state: Any) -> tuple[list[Document] | None, list[str]]:

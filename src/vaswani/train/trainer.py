@@ -350,8 +350,8 @@ class Trainer:
                     left = (t.max_steps - state.step) * per_step
                     if t.max_seconds is not None:
                         left = min(left, t.max_seconds - state.elapsed)
-                    if per_epoch and state.epoch + state.position / per_epoch > 0:  # at this pace, to max_epochs
-                        done = state.epoch + state.position / per_epoch
+                    done = state.epoch + state.position / per_epoch if per_epoch else 0.0
+                    if done > 0:  # at this pace, to max_epochs
                         left = min(left, (t.max_epochs - done) * state.elapsed / done)
                     report.show(
                         f"epoch {record['epoch']} loss {record['train_loss']:.3f} lr {lr:.2e} "
