@@ -103,6 +103,9 @@ def _translate(args: argparse.Namespace) -> None:
     report_precision(translator, request, console)
     if args.source_language is not None and not re.fullmatch(r"[a-z]{2,3}", args.source_language):
         raise ValueError(f"--source-language {args.source_language!r}: give an ISO 639 code such as de or en")
+    if args.format != "text":
+        _translate_markup(args, translator, request, console)
+        return
     if args.document:
         _translate_document(args, translator, request, console)
         return
@@ -157,6 +160,47 @@ def _translate_document(
             lines.write([json.dumps(result.to_dict(), ensure_ascii=False)])
         else:
             lines.output.write(result.text)  # the text's own line ends, its last one included
+
+
+def _translate_markup(
+    args: argparse.Namespace, translator: Translator, request: DecodeRequest, console: Console
+) -> None:
+    """`--format html|markdown`: the whole input is one document, its text translated as --document translates
+    text and its tags put back around the aligned words (decode/markup.py); with --scores, one JSON record."""
+    import json
+
+    from vaswani.console import progress_bar
+    from vaswani.decode.markup import parse, split_run, translate_markup
+
+    if args.n_best > 1:
+        raise ValueError(f"--n-best applies to plain text: --format {args.format} writes one translation")
+    with Lines(args.input, args.output, console) as lines:
+        text = lines.text()
+        markup = parse(text, args.format)
+        language = args.source_language or translator.config.data.languages()[0]
+        sentences = sum(len(split_run(run.text, language).sentences) for run in markup.runs)
+        for reason in markup.kept:
+            console.print(f"vaswani: warning: {reason}")
+        with progress_bar(console, "translating", sentences, enabled=sentences > 0) as advance:
+
+            def warn(index: int, message: str) -> None:
+                console.print(f"vaswani: warning: sentence {index + 1}: {message}")
+
+            [result] = translate_markup(
+                translator,
+                [text],
+                args.format,
+                language,
+                args.target_language,
+                request,
+                warn,
+                advance,
+                parsed=[markup],
+            )
+        if args.scores:
+            lines.write([json.dumps(result.to_dict(), ensure_ascii=False)])
+        else:
+            lines.output.write(result.text)
 
 
 def _evaluate(args: argparse.Namespace) -> None:
@@ -314,9 +358,17 @@ def register(commands: argparse._SubParsersAction) -> None:
         "with its paragraphs, line breaks and spacing (default: one line in, one line out)",
     )
     translate.add_argument(
+        "--format",
+        choices=["text", "html", "markdown"],
+        default="text",
+        help="html or markdown: read the whole input as one document, translate its text as --document does and "
+        "keep its markup: each inline tag around the words aligned to the ones it wrapped; code, scripts and URLs "
+        "as written (default: text)",
+    )
+    translate.add_argument(
         "--source-language",
         metavar="CODE",
-        help="with --document: the language whose sentence rules split the input, e.g. de (default: the "
+        help="with --document or --format: the language whose sentence rules split the input, e.g. de (default: the "
         "language of the model's training files)",
     )
     _add_decode_options(translate)

@@ -25,14 +25,16 @@ DECODE_FIELDS = frozenset(f.name for f in dataclasses.fields(DecodeConfig))
 @dataclass(frozen=True)
 class DecodeRequest:
     """The search settings (decode), how many candidates per input (n_best), whether the best one's attention
-    weights come back (attention: the Translator's, not the search's) and the user's terms (glossary:
-    decode/glossary.py, applied by decode/constrained.py). Invalid settings raise ConfigError or ValueError in one
-    line at construction."""
+    weights come back (attention: the Translator's, not the search's), the user's terms (glossary:
+    decode/glossary.py, applied by decode/constrained.py) and whether the best one's word alignment comes back
+    (alignment: decode/align.py; markup needs it). Invalid settings raise ConfigError or ValueError in one line at
+    construction."""
 
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     n_best: int = 1
     attention: bool = False
     glossary: Glossary | None = None  # terms each translation must hold where the source has them
+    alignment: bool = False
 
     def __post_init__(self) -> None:
         self.decode.validate()
@@ -48,6 +50,7 @@ class DecodeRequest:
         n_best: int = 1,
         attention: bool = False,
         glossary: Glossary | Mapping[str, str] | Sequence[tuple[str, str]] | None = None,
+        alignment: bool = False,
         **overrides: Any,
     ) -> DecodeRequest:
         """`base` (default: the paper's settings) with `overrides` (DecodeConfig fields; None keeps base's), as a
@@ -60,13 +63,14 @@ class DecodeRequest:
         given = {k: v for k, v in overrides.items() if v is not None}
         if glossary is not None and not isinstance(glossary, Glossary):  # pairs or a mapping, checked here
             glossary = Glossary.of(glossary)
-        return cls(dataclasses.replace(base or DecodeConfig(), **given), n_best, attention, glossary or None)
+        return cls(dataclasses.replace(base or DecodeConfig(), **given), n_best, attention, glossary or None, alignment)
 
     def replace(self, **overrides: Any) -> DecodeRequest:
-        """This request with some DecodeConfig fields (or n_best, attention, glossary) changed, validated again."""
+        """This request with some DecodeConfig fields (or n_best, attention, glossary, alignment) changed, validated
+        again."""
         n_best, attention = overrides.pop("n_best", self.n_best), overrides.pop("attention", self.attention)
-        glossary = overrides.pop("glossary", self.glossary)
-        return DecodeRequest.of(self.decode, n_best, attention, glossary, **overrides)
+        glossary, alignment = overrides.pop("glossary", self.glossary), overrides.pop("alignment", self.alignment)
+        return DecodeRequest.of(self.decode, n_best, attention, glossary, alignment, **overrides)
 
     @property
     def rows(self) -> int:

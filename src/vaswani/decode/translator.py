@@ -21,6 +21,7 @@ import torch
 
 from vaswani.config import Config
 from vaswani.data.tokenizer import LANGUAGE_TOKEN, Tokenizer
+from vaswani.decode.align import Alignment, alignments
 from vaswani.decode.ct2_engine import CTranslate2Engine
 from vaswani.decode.engine import ENGINES, Engine, TorchEngine
 from vaswani.decode.glossary import Glossary
@@ -63,6 +64,7 @@ class Translation:
     tgt_pieces: list[str] | None = None
     # with a glossary: its target terms the best candidate lacks (none: all there; None: no glossary asked)
     missing_terms: tuple[str, ...] | None = None
+    alignment: Alignment | None = None  # the best candidate's words aligned to the source's (decode/align.py)
 
     @property
     def text(self) -> str:
@@ -96,6 +98,8 @@ class Translation:
         }
         if self.missing_terms is not None:
             out["missing_terms"] = list(self.missing_terms)
+        if self.alignment is not None:  # [source word, target word] pairs, whitespace-separated words from 0
+            out["alignment"] = [[i, j] for i, targets in enumerate(self.alignment.links) for j in targets]
         if self.attention is not None:
             groups = {
                 "encoder": self.attention.encoder,
@@ -167,12 +171,17 @@ class Translator:
         return self.model.config.max_positions - 1
 
     def request(
-        self, n_best: int = 1, attention: bool = False, glossary: Glossary | None = None, **overrides: Any
+        self,
+        n_best: int = 1,
+        attention: bool = False,
+        glossary: Glossary | None = None,
+        alignment: bool = False,
+        **overrides: Any,
     ) -> DecodeRequest:
         """A decoding request: the model's decode section with `overrides` (DecodeConfig fields; None keeps the
         model's), n_best, attention and a glossary (decode/glossary.py), validated (a one-line ConfigError or
         ValueError)."""
-        return DecodeRequest.of(self.config.decode, n_best, attention, glossary, **overrides)
+        return DecodeRequest.of(self.config.decode, n_best, attention, glossary, alignment, **overrides)
 
     def _request(self, request: DecodeRequest | None, options: dict[str, Any]) -> DecodeRequest:
         if request is None:
@@ -285,6 +294,9 @@ class Translator:
             if request.attention and hyps:
                 translation = self._with_attention(translation, ids[i], hyps[0].tokens)
             translations.append(translation)
+        if request.alignment:
+            aligned = alignments(self, translations, encoded=ids)
+            translations = [dataclasses.replace(t, alignment=a) for t, a in zip(translations, aligned, strict=True)]
         return translations
 
     def _terms(self, sentences: Sequence[str], glossary: Glossary | None) -> list[list[str]] | None:
@@ -317,7 +329,8 @@ class Translator:
         candidate = Candidate(target, tgt_ids, log_prob, log_prob)
         return self._with_attention(Translation(source, [candidate], truncated=truncated), src_ids, tgt_ids)
 
-    def _pair(self, src_ids: list[int], tgt_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    def pair(self, src_ids: list[int], tgt_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """A teacher-forced pass's input: the source with EOS and the target after BOS. Shape: (1, S + 1), (1, T + 1)"""
         c, device = self.model.config, next(self.model.parameters()).device
         return (
             torch.tensor([[*src_ids, c.eos_id]], device=device),
@@ -329,7 +342,7 @@ class Translator:
         """log P(target [+ EOS] | source) as the search scores it: PAD and BOS are never generated, their
         probability spread over the other tokens, or lost with decode.ban_after_softmax."""
         c = self.model.config
-        src, tgt_in = self._pair(src_ids, tgt_ids)
+        src, tgt_in = self.pair(src_ids, tgt_ids)
         tgt_out = torch.tensor([[*tgt_ids, c.eos_id]], device=src.device)
         logits = self.model(src, tgt_in).float()  # (1, T + 1, V)
         scores = banned_log_probs(logits, [c.pad_id, c.bos_id], self.config.decode.ban_after_softmax)
@@ -340,7 +353,7 @@ class Translator:
     def _with_attention(self, translation: Translation, src_ids: list[int], tgt_ids: list[int]) -> Translation:
         # A hypothesis cut at the length limit may fill every position: BOS + it must fit max_positions.
         tgt_ids = tgt_ids[: self.model.config.max_positions - 1]
-        weights = self.model.attention_weights(*self._pair(src_ids, tgt_ids))
+        weights = self.model.attention_weights(*self.pair(src_ids, tgt_ids))
         groups = (weights.encoder, weights.decoder_self, weights.cross)
         weights = AttentionWeights(*([w[0].float().cpu() for w in group] for group in groups))
         pieces = self.tokenizer

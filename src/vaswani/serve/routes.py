@@ -11,13 +11,14 @@ No `from __future__ import annotations` here: FastAPI reads the request model's 
 
 import dataclasses
 import time
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from vaswani.decode.document import Document, assemble, puts_spaces, split
+from vaswani.decode.markup import Markup, assemble_markup, parse, split_runs
 from vaswani.decode.request import DecodeRequest
 from vaswani.serve.batching import BusyError
 
@@ -39,6 +40,11 @@ class TranslateRequest(BaseModel):
         True,
         description="split each text into paragraphs, lines and sentences, translate the sentences and put "
         "the text back together (as DeepL's split_sentences); false: each text goes to the model as it is",
+    )
+    format: Literal["text", "html", "markdown"] = Field(
+        "text",
+        description="html or markdown: each text is a document whose text is translated and whose markup is kept, "
+        "each inline tag around the words aligned to the ones it wrapped; code, scripts and URLs as written",
     )
     source_language: str | None = Field(
         None,
@@ -100,17 +106,24 @@ def decode_request(body: TranslateRequest, state: Any) -> DecodeRequest:
         raise RequestError(str(error)) from None
 
 
-def sentences_of(body: TranslateRequest, state: Any) -> tuple[list[Document] | None, list[str]]:
-    """The body's documents (None without splitting) and all their sentences, within the limits."""
+def sentences_of(body: TranslateRequest, state: Any) -> tuple[list[Document] | None, list[str], list[Markup] | None]:
+    """The body's documents (None without splitting: with markup, one per run of its texts), all their sentences,
+    and with a format, the texts parsed, within the limits."""
     s = state.settings
     if len(body.text) > s.max_texts:
         raise RequestError(f"text: {len(body.text)} texts, more than the {s.max_texts} a request may have")
     for i, text in enumerate(body.text):
         if len(text) > s.max_text_chars:
             raise RequestError(f"text[{i}] has {len(text)} characters, more than the {s.max_text_chars} allowed")
-    documents = None
-    if body.split_sentences:
-        language = body.source_language or state.translator.config.data.languages()[0]
+    documents = markups = None
+    language = body.source_language or state.translator.config.data.languages()[0]
+    if body.format != "text":
+        if not body.split_sentences:
+            raise RequestError(f"format: {body.format} is split into sentences; leave split_sentences true")
+        markups = [parse(text, body.format) for text in body.text]
+        documents = split_runs(markups, language)
+        sentences = [x for d in documents for x in d.sentences]
+    elif body.split_sentences:
         documents = [split(text, language) for text in body.text]
         sentences = [x for d in documents for x in d.sentences]
     else:
@@ -128,7 +141,7 @@ def sentences_of(body: TranslateRequest, state: Any) -> tuple[list[Document] | N
         raise RequestError(
             f"attention is returned for at most {s.max_attention_texts} sentences per request, got {len(sentences)}"
         )
-    return documents, sentences
+    return documents, sentences, markups
 
 
 @router.get("/health")
@@ -159,7 +172,7 @@ async def translate(body: TranslateRequest, request: Request) -> JSONResponse:
     started, state = time.perf_counter(), request.app.state
     try:
         decode = decode_request(body, state)
-        documents, sentences = sentences_of(body, state)
+        documents, sentences, markups = sentences_of(body, state)
     except RequestError as error:
         return JSONResponse({"error": str(error)}, 422)
     # the only tokenization: counted here, decoded by the batcher (requests for other languages batch together)
@@ -168,14 +181,20 @@ async def translate(body: TranslateRequest, request: Request) -> JSONResponse:
     if tokens > limit:
         message = f"text has {tokens} source tokens in all, more than the {limit} a request may have"
         return JSONResponse({"error": message + ": send fewer or shorter texts per request"}, 422)
+    if markups is not None:
+        decode = decode.replace(alignment=True)  # the tags go where the words are aligned
     try:
         results = await state.batcher.translate(sentences, ids, decode) if sentences else []
     except BusyError as error:
         return JSONResponse({"error": str(error)}, 503, headers={"Retry-After": "1"})
-    if documents is None:
+    target = body.target_language or state.translator.config.data.languages()[1]
+    if markups is not None:
+        runs = [run.text for m in markups for run in m.runs]
+        parts = assemble(runs, documents, results, puts_spaces(target))
+        translations = [m.to_dict() for m in assemble_markup(body.text, body.format, markups, parts)]
+    elif documents is None:
         translations = [r.to_dict() for r in results]
     else:
-        target = body.target_language or state.translator.config.data.languages()[1]
         translations = [d.to_dict() for d in assemble(body.text, documents, results, puts_spaces(target))]
     elapsed_ms = round((time.perf_counter() - started) * 1000, 1)
     return JSONResponse({"translations": translations, "elapsed_ms": elapsed_ms})

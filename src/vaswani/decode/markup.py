@@ -1,0 +1,520 @@
+"""Markup in, markup out: an HTML or Markdown document's text translated as document mode translates text, and each
+of its tags put back exactly once, well nested, around the target words aligned to the source words it wrapped.
+
+    [result] = translate_markup(translator, ["<p>Ein <b>Hund</b> läuft.</p>"], "html")
+    result.text                                      # '<p>A <b>dog</b> runs.</p>'
+
+A format's parser (markup_html.py, markup_markdown.py) cuts a document into raw pieces, kept as written (block
+tags, code blocks, scripts), and runs: the inline content of one block, as the text to translate with its marks (a
+pair of tags or delimiters around part of the text) and atoms (what stays as written inside the text: a code span,
+a URL, an image, a tag without its pair). A run's text is split into sentences (decode/document.py) and translated
+as line mode translates them; its marks and atoms go where the model's cross-attention aligns their words
+(decode/align.py), the tree of marks clipped so that it stays well nested.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from vaswani.decode.align import Alignment, word_spans
+from vaswani.decode.document import Document, DocumentTranslation, split, translate_documents
+
+if TYPE_CHECKING:
+    from vaswani.decode.request import DecodeRequest
+    from vaswani.decode.translator import Translator, Warn
+
+FORMATS = ("text", "html", "markdown")
+_URL_STARTS = ("http://", "https://", "ftp://", "www.", "mailto:")
+_URL_TRAILING = ".,;:!?'\")]}»"
+
+
+@dataclass(eq=False)
+class Atom:
+    """Something kept as written inside a run's text, at character `at` (`before`: the whitespace before it in the
+    source, taken out of the text so that the sentence reads as it would without it)."""
+
+    raw: str
+    at: int
+    before: str = ""
+
+
+@dataclass(eq=False)
+class Mark:
+    """A pair of tags (or Markdown delimiters) as written, around the run's text [start, end)."""
+
+    open: str
+    close: str
+    start: int
+    end: int
+    key: str = ""  # what closes it: a tag's name, a delimiter's kind
+    children: list[Mark | Atom] = field(default_factory=list)
+
+
+Node = Mark | Atom
+
+
+@dataclass(frozen=True)
+class Run:
+    """One block's inline content: the text to translate, and the marks and atoms inside it (a forest, in order)."""
+
+    text: str
+    children: tuple[Node, ...]
+
+
+@dataclass
+class Markup:
+    """A parsed document: raw pieces (kept as written) and runs, in order; `escape` writes a character of
+    translated text in the format (HTML's `&amp;`, Markdown's backslashes); `entities`: characters the input wrote
+    as entities, written back the same way; `kept`: runs left as written where their markup could not be read
+    back (Markdown the parser read differently), each with its reason."""
+
+    parts: list[str | Run]
+    escape: Callable[[str], str]
+    entities: dict[str, str] = field(default_factory=dict)
+    kept: list[str] = field(default_factory=list)
+
+    def write(self, text: str) -> str:
+        """Translated text as the format writes it."""
+        return "".join(self.entities.get(c) or self.escape(c) for c in text)
+
+    @property
+    def runs(self) -> list[Run]:
+        return [p for p in self.parts if isinstance(p, Run)]
+
+    def render(self, texts: Sequence[str], places: Sequence[Callable[[Node], tuple[int, int]]]) -> str:
+        """The document with each run's text replaced by `texts[i]` and its nodes placed by `places[i]`."""
+        out, i = [], 0
+        for part in self.parts:
+            if isinstance(part, Run):
+                out.append(render_run(part, texts[i], places[i], self.write))
+                i += 1
+            else:
+                out.append(part)
+        return "".join(out)
+
+    def source(self) -> str:
+        """The document written back untranslated (each node where it was): the parse's own check."""
+        runs = self.runs
+        return self.render([r.text for r in runs], [_in_place] * len(runs))
+
+
+def pieces(markup: Markup) -> Counter[str]:
+    """The multiset of what must come back unchanged: every mark's tags, every atom, every raw piece but
+    whitespace (a test's measure: a document and its translation have the same)."""
+    counts: Counter[str] = Counter()
+
+    def visit(nodes: Sequence[Node]) -> None:
+        for node in nodes:
+            if isinstance(node, Atom):
+                counts[node.raw] += 1
+            else:
+                counts[node.open] += 1
+                counts[node.close] += 1
+                visit(node.children)
+
+    for part in markup.parts:
+        if isinstance(part, Run):
+            visit(part.children)
+        elif part.strip():
+            counts[part.strip()] += 1
+    return counts
+
+
+class MarkupBuilder:
+    """What a format's parser calls, in document order: `text` (decoded, with its raw form), `open`/`close` of an
+    inline pair, `atom` (kept as written inside the text), `raw` (kept as written between blocks: ends the run)."""
+
+    def __init__(self, escape: Callable[[str], str]) -> None:
+        self.markup = Markup([], escape)
+        self._new_run()
+
+    def _new_run(self) -> None:
+        self._text: list[str] = []
+        self._length = 0
+        self._fixed = 0  # text before this position holds a node's place: not taken out for an atom's `before`
+        self._root = Mark("", "", 0, 0)
+        self._stack = [self._root]
+        self._pending: list[tuple[str, str]] = []  # text not yet searched for URLs: (decoded, raw)
+
+    def text(self, decoded: str, raw: str | None = None) -> None:
+        """Text to translate; `raw`: how the input wrote it (an entity: written back so)."""
+        if raw is not None and raw.startswith("&") and len(decoded) == 1:
+            self.markup.entities.setdefault(decoded, raw)
+        self._pending.append((decoded, decoded if raw is None else raw))
+
+    def open(self, raw: str, key: str) -> None:
+        self._flush()
+        mark = Mark(raw, "", self._length, self._length, key)
+        self._stack[-1].children.append(mark)
+        self._stack.append(mark)
+        self._fixed = self._length
+
+    def close(self, raw: str, key: str) -> None:
+        """The innermost open pair's end, or (an end without its start) an atom."""
+        self._flush()
+        if len(self._stack) > 1 and self._stack[-1].key == key:
+            mark = self._stack.pop()
+            mark.close, mark.end = raw, self._length
+            self._fixed = self._length
+        else:
+            self.atom(raw)
+
+    def atom(self, raw: str) -> None:
+        self._flush()
+        self._atom(raw)
+
+    def _atom(self, raw: str) -> None:
+        text = "".join(self._text)
+        before = text[max(len(text.rstrip()), self._fixed) :]
+        if before:
+            self._text, self._length = [text[: len(text) - len(before)]], len(text) - len(before)
+        self._stack[-1].children.append(Atom(raw, self._length, before))
+        self._fixed = self._length
+
+    def raw(self, raw: str) -> None:
+        """Kept as written, outside any run: the run so far ends here."""
+        self._end_run()
+        if raw:
+            self.markup.parts.append(raw)
+
+    def finish(self) -> Markup:
+        self._end_run()
+        return self.markup
+
+    def keep(self, raw: str, reason: str) -> None:
+        """A run given up on (its markup not read back): kept as written, the reason recorded."""
+        self.raw(raw)
+        self.markup.kept.append(reason)
+
+    def _end_run(self) -> None:
+        self._flush()
+        while len(self._stack) > 1:  # a pair never closed: its start stays as written, its content goes up
+            mark = self._stack.pop()
+            siblings = self._stack[-1].children
+            i = siblings.index(mark)
+            siblings[i : i + 1] = [Atom(mark.open, mark.start), *mark.children]
+        text = "".join(self._text)
+        if self._root.children or text.strip():
+            self.markup.parts.append(Run(text, tuple(self._root.children)))
+        elif text:
+            self.markup.parts.append(text)
+        self._new_run()
+
+    def _flush(self) -> None:
+        """Pending text added to the run, each URL in it made an atom."""
+        if not self._pending:
+            return
+        decoded = "".join(d for d, _ in self._pending)
+        position = 0
+        for start, end in url_spans(decoded):
+            self._add(decoded[position:start])
+            self._atom(_raw_of(self._pending, start, end))
+            position = end
+        self._add(decoded[position:])
+        self._pending = []
+
+    def _add(self, text: str) -> None:
+        self._text.append(text)
+        self._length += len(text)
+
+
+def url_spans(text: str) -> list[tuple[int, int]]:
+    """Where URLs are in `text`: whitespace-separated words that begin as a URL does, without trailing punctuation."""
+    spans, start = [], None
+    for i, char in enumerate(text + " "):
+        if char.isspace():
+            if start is not None:
+                word = text[start:i]
+                if word.lower().startswith(_URL_STARTS):
+                    end = start + len(word.rstrip(_URL_TRAILING))
+                    if end > start + 4:
+                        spans.append((start, end))
+                start = None
+        elif start is None:
+            start = i
+    return spans
+
+
+def _raw_of(pieces: Sequence[tuple[str, str]], start: int, end: int) -> str:
+    """The raw form of decoded characters [start, end): literal pieces sliced, entities and escapes whole."""
+    out, position = [], 0
+    for decoded, raw in pieces:
+        a, b = position, position + len(decoded)
+        if b > start and a < end:
+            out.append(raw[max(start, a) - a : min(end, b) - a] if decoded == raw else raw)
+        position = b
+    return "".join(out)
+
+
+def _in_place(node: Node) -> tuple[int, int]:
+    return (node.at, node.at) if isinstance(node, Atom) else (node.start, node.end)
+
+
+def render_run(run: Run, text: str, place: Callable[[Node], tuple[int, int]], write: Callable[[str], str]) -> str:
+    """`text` (a run's translation, or its own text) with the run's marks and atoms put at `place(node)`: each
+    node's span clipped into its parent's, siblings in order of place and kept from overlapping, so that the
+    output is well nested whatever the alignment said. A mark squeezed out by a sibling that took its words takes
+    the nearest word no sibling holds (an empty pair of Markdown delimiters would not read back as one)."""
+    out: list[str] = []
+    words = word_spans(text)
+
+    def emit(nodes: Sequence[Node], lo: int, hi: int) -> None:
+        wanted = []
+        for order, node in enumerate(nodes):
+            a, b = place(node)
+            a = min(max(a, lo), hi)
+            wanted.append((a, min(max(b, a), hi), order, node))
+        wanted.sort(key=lambda s: (s[0], s[2]))
+        spans, position = [], lo
+        for a, b, order, node in wanted:
+            a = max(a, position)
+            spans.append((a, max(b, a), order, node))
+            position = max(b, a)
+        for i, (a, b, order, node) in enumerate(spans):
+            if a == b and isinstance(node, Mark) and wanted[i][1] > wanted[i][0]:
+                taken = [(x, y) for x, y, _, _ in spans if x < y]
+                free = [
+                    w for w in words if lo <= w[0] and w[1] <= hi and not any(x < w[1] and w[0] < y for x, y in taken)
+                ]
+                if free:
+                    x, y = min(free, key=lambda w: abs(w[0] - a))
+                    spans[i] = (x, x + _core_end(text[x:y]), order, node)
+        spans.sort(key=lambda s: (s[0], s[2]))
+        position = lo
+        for a, b, _, node in spans:
+            a = max(a, position)
+            b = max(b, a)
+            out.append(write(text[position:a]))
+            if isinstance(node, Atom):
+                out.append(("" if text[a - 1 : a].isspace() else node.before) + node.raw)
+            else:
+                out.append(node.open)
+                emit(node.children, a, b)
+                out.append(node.close)
+            position = b
+        out.append(write(text[position:hi]))
+
+    emit(run.children, 0, len(text))
+    return "".join(out)
+
+
+def split_run(text: str, language: str | None) -> Document:
+    """A run's text cut into sentences as a document's is, line breaks inside the run read as spaces (HTML and
+    Markdown wrap their paragraphs' lines; the wrap is not a sentence's end)."""
+    flat = "".join(" " if c in "\r\n\u2028\u2029\x85\x0b\x0c" else c for c in text)
+    document = split(flat, language)
+    bounds, position = [], 0
+    for sentence, gap in zip(document.sentences, document.gaps, strict=False):
+        start = position + len(gap)
+        bounds.append((start, start + len(sentence)))
+        position = start + len(sentence)
+    cuts = [0, *(x for span in bounds for x in span), len(text)]
+    gaps = tuple(text[cuts[2 * i] : cuts[2 * i + 1]] for i in range(len(bounds) + 1))
+    return Document(document.sentences, gaps)
+
+
+class Placement:
+    """Where a run's nodes go in its translation: by the alignment inside a sentence, by position in the gaps
+    between sentences (which are copied)."""
+
+    def __init__(self, run: Run, result: DocumentTranslation, aligned: Sequence[Alignment]) -> None:
+        document = result.document
+        self.run, self.text = run, result.text
+        self.aligned = aligned
+        self.source: list[tuple[int, int]] = []  # each sentence's span in the run's text
+        self.target: list[tuple[int, int]] = []  # and in the translation
+        self.gaps: list[tuple[int, int, int]] = []  # each gap: source start, source end, target start
+        src = tgt = 0
+        for i, gap in enumerate(document.gaps):
+            out_gap = gap if i == 0 or i == len(document.sentences) or gap or not result.spaced else " "
+            self.gaps.append((src, src + len(gap), tgt))
+            src, tgt = src + len(gap), tgt + len(out_gap)
+            if i < len(document.sentences):
+                n, m = len(document.sentences[i]), len(result.sentences[i].text)
+                self.source.append((src, src + n))
+                self.target.append((tgt, tgt + m))
+                src, tgt = src + n, tgt + m
+
+    def __call__(self, node: Node) -> tuple[int, int]:
+        if isinstance(node, Atom):
+            at = self.point(node.at)
+            return at, at
+        words = self.words(node.start, node.end)
+        if words is None:
+            at = self.point(node.start)
+            return at, at
+        return words
+
+    def point(self, position: int) -> int:
+        """Where a point of the source goes: the same place in a gap; inside a sentence, after the target word
+        aligned to the source word before it (before that word's trailing punctuation where the point was)."""
+        for a, b, t in self.gaps:
+            if a <= position <= b:
+                return t + min(position - a, b - a)
+        for k, (a, b) in enumerate(self.source):
+            if a < position < b:
+                return self._after(k, position - a)
+        return len(self.text)
+
+    def _after(self, k: int, offset: int) -> int:
+        alignment, base = self.aligned[k], self.target[k][0]
+        before = [w for w, (s, _) in enumerate(alignment.source) if s < offset]
+        for w in reversed(before):
+            if alignment.links[w]:
+                start, end = alignment.target[alignment.links[w][-1]]
+                if offset < alignment.source[w][1]:  # inside the word: before its punctuation
+                    end = start + _core_end(self.text[base + start : base + end])
+                return base + end
+        return base
+
+    def words(self, start: int, end: int) -> tuple[int, int] | None:
+        """The target span of the words aligned to the source words that [start, end) covers, punctuation at its
+        ends only where the source span has it there; None where no word is covered."""
+        found: list[tuple[int, int]] = []
+        for k, (a, _) in enumerate(self.source):
+            alignment, base = self.aligned[k], self.target[k][0]
+            for w, (s, e) in enumerate(alignment.source):
+                if a + s < end and a + e > start:
+                    found += [(base + x, base + y) for x, y in (alignment.target[t] for t in alignment.links[w])]
+        if not found:
+            return None
+        lo, hi = min(s for s, _ in found), max(e for _, e in found)
+        wrapped = self.run.text[start:end].strip()
+        if wrapped and not _punctuation(wrapped[-1]):
+            last = max(s for s, e in found if e == hi)
+            hi = last + _core_end(self.text[last:hi])
+        if wrapped and not _punctuation(wrapped[0]):
+            lo += _core_start(self.text[lo:hi])
+        return lo, max(hi, lo)
+
+
+def _punctuation(char: str) -> bool:
+    return unicodedata.category(char).startswith("P")
+
+
+def _core_end(word: str) -> int:
+    end = len(word)
+    while end > 0 and _punctuation(word[end - 1]):
+        end -= 1
+    return end or len(word)
+
+
+def _core_start(word: str) -> int:
+    start = 0
+    while start < len(word) and _punctuation(word[start]):
+        start += 1
+    return start if start < len(word) else 0
+
+
+@dataclass(frozen=True)
+class MarkupTranslation:
+    """A document's translation: `text` (the markup with its text translated), its runs as documents
+    (`runs`: each run's sentences and their translations), and `kept`: runs left as written, with why."""
+
+    source: str
+    format: str
+    text: str
+    runs: list[DocumentTranslation]
+    kept: tuple[str, ...] = ()
+
+    @property
+    def truncated(self) -> bool:
+        return any(r.truncated for r in self.runs)
+
+    def to_dict(self, decimals: int = 4) -> dict[str, Any]:
+        """For JSON: the text, its format, and what document mode records for the sentences (their scores summed,
+        its least sure sentence's confidence, each sentence's record); `kept`: runs not translated, with why."""
+        sentences = [s for r in self.runs for s in r.sentences]
+        records = [{"source": s.source, **s.to_dict(decimals=decimals)} for s in sentences]
+        known = [s.candidates[0].confidence for s in sentences if s.candidates and s.candidates[0].confidence]
+        out: dict[str, Any] = {
+            "text": self.text,
+            "format": self.format,
+            "confidence": round(min(known), decimals) if known else None,
+            "truncated": self.truncated,
+            "sentences": records,
+        }
+        if any(s.missing_terms is not None for s in sentences):
+            out["missing_terms"] = [term for s in sentences for term in s.missing_terms or ()]
+        if self.kept:
+            out["kept"] = list(self.kept)
+        return out
+
+
+def parse(text: str, format: str) -> Markup:
+    """`text` parsed as `format` ("html" or "markdown")."""
+    if format == "html":
+        from vaswani.decode.markup_html import parse_html
+
+        return parse_html(text)
+    if format == "markdown":
+        from vaswani.decode.markup_markdown import parse_markdown
+
+        return parse_markdown(text)
+    raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
+
+
+def split_runs(markups: Sequence[Markup], language: str | None) -> list[Document]:
+    """Every run of every document, in order, cut into sentences (`language`: the source's)."""
+    return [split_run(run.text, language) for markup in markups for run in markup.runs]
+
+
+def translate_markup(
+    translator: Translator,
+    texts: Sequence[str],
+    format: str,
+    language: str | None = None,
+    target_language: str | None = None,
+    request: DecodeRequest | None = None,
+    warn: Warn | None = None,
+    progress: Callable[[int], None] | None = None,
+    parsed: Sequence[Markup] | None = None,
+    **options: Any,
+) -> list[MarkupTranslation]:
+    """Each text parsed as `format`, every sentence of every run translated in one call, as document mode
+    translates them (`language`, `target_language`, `request` or `options`, `warn(index, message)` counting
+    sentences), with their word alignments, and each text written back with its markup in place. `parsed`: the
+    texts' `parse`, where the caller has it."""
+    markups = list(parsed) if parsed is not None else [parse(text, format) for text in texts]
+    documents = split_runs(markups, language or translator.config.data.languages()[0])
+    request = (request or translator.request(**options)).replace(alignment=True)
+    results = translate_documents(
+        translator,
+        [run.text for markup in markups for run in markup.runs],
+        language,
+        target_language,
+        request,
+        warn,
+        progress,
+        documents,
+    )
+    return assemble_markup(texts, format, markups, results)
+
+
+def assemble_markup(
+    texts: Sequence[str], format: str, markups: Sequence[Markup], runs: Sequence[DocumentTranslation]
+) -> list[MarkupTranslation]:
+    """The texts' translations from their parses and the translations of all their runs, in order (each
+    sentence's Translation with its alignment)."""
+    out, r = [], 0
+    for text, markup in zip(texts, markups, strict=True):
+        mine = list(runs[r : r + len(markup.runs)])
+        r += len(mine)
+        places = [
+            Placement(run, result, [s.alignment or _unaligned(s.source) for s in result.sentences])
+            for run, result in zip(markup.runs, mine, strict=True)
+        ]
+        rendered = markup.render([p.text for p in places], places)
+        out.append(MarkupTranslation(text, format, rendered, mine, tuple(markup.kept)))
+    if r != len(runs):
+        raise ValueError(f"{len(runs)} translated runs for {r} runs")
+    return out
+
+
+def _unaligned(source: str) -> Alignment:
+    words = word_spans(source)
+    return Alignment(words, (), tuple(() for _ in words))

@@ -1,0 +1,216 @@
+"""Markup in, markup out (decode/markup.py, markup_html.py, markup_markdown.py) and word alignment (decode/align.py)."""
+
+import random
+from html.parser import HTMLParser
+
+import pytest
+import torch
+
+from vaswani.decode.align import Alignment, align, piece_words, word_spans
+from vaswani.decode.document import DocumentTranslation
+from vaswani.decode.markup import Atom, Placement, parse, pieces, render_run, split_run
+from vaswani.decode.translator import Candidate, Translation
+
+HTML = """<!DOCTYPE html>
+<html><head><title>Ein Test</title><style>p { color: red; }</style><script>if (a < b) x = "<b>";</script></head>
+<body>
+<h1>Ein <i>kleiner</i> Test</h1>
+<p>Ein <b>Hund</b> läuft im <a href="https://x.org/?a=1&amp;b=2" title="Park">Park</a>. Zwei Männer &amp; eine Frau
+sitzen auf der <span class="x" data-k='1'>Bank</span>&nbsp;&#8212; &copy; 2026.</p>
+<p>Führe <code>pip install vaswani</code> aus, siehe https://example.org/docs.<br>Neue <b>Zeile</b>.</p>
+<!-- ein Kommentar -->
+<pre>  nicht   übersetzen </pre>
+<p translate="no">Nicht übersetzen.</p><p>Das <span class="notranslate">vaswani</span>-Paket.</p>
+<ul><li>Eins <img src="a.png" alt="Bild"> zwei</li><li>Drei <b><i>vier</i> fünf</b></li></ul>
+<p>Ungeschlossen <b>fett und <i>kursiv</b> Ende.</p>
+</body></html>
+"""
+
+MARKDOWN = """# Ein *Titel* ##
+
+Ein **Hund** läuft &amp; [der Park](http://x.org "t") `code` \\*x ~~weg~~ __fett__ _kursiv_.\\
+Dritte <b>fett</b> <https://a.b> ![Bild](a.png) und https://example.org/docs.
+
+> Ein Zitat mit [Verweis][r].
+
+- eins **zwei**
+- drei
+
+1. erste
+2. zweite
+
+Titel
+=====
+
+```python
+print("*nicht*")
+```
+
+    eingerückter Code
+
+| a | **b** |
+|---|---|
+| c `d` | e |
+
+[r]: http://r.org "Titel"
+"""
+
+
+def test_a_document_parses_into_runs_and_writes_itself_back_unchanged():
+    for text, fmt in ((HTML, "html"), (MARKDOWN, "markdown"), (MARKDOWN.replace("\n", "\r\n"), "markdown")):
+        markup = parse(text, fmt)
+        assert markup.source() == text and not markup.kept
+    html = parse(HTML, "html")
+    texts = [run.text for run in html.runs]
+    assert "Ein Hund läuft im Park. Zwei Männer & eine Frau\nsitzen auf der Bank\xa0\u2014 \u00a9 2026." in texts
+    assert "Führe aus, siehe." in texts and "Neue Zeile." in texts and "Das-Paket." in texts
+    kept = pieces(html)
+    for raw in (
+        "<code>pip install vaswani</code>",
+        "https://example.org/docs",
+        "<pre>  nicht   übersetzen </pre>",
+        '<p translate="no">Nicht übersetzen.</p>',
+        '<script>if (a < b) x = "<b>";</script>',
+        '<span class="notranslate">vaswani</span>',
+        '<img src="a.png" alt="Bild">',
+        "<!-- ein Kommentar -->",
+    ):
+        assert kept[raw] == 1, raw
+    assert not any("nicht" in run.text.lower() or "print" in run.text for run in html.runs)
+    markdown = parse(MARKDOWN, "markdown")
+    texts = [run.text for run in markdown.runs]
+    assert "Ein Hund läuft & der Park *x weg fett kursiv." in texts and "Titel" in texts
+    kept = pieces(markdown)
+    for raw in ("`code`", "<https://a.b>", "![Bild](a.png)", '](http://x.org "t")', "][r]", "https://example.org/docs"):
+        assert kept[raw] == 1, raw
+    assert not any("nicht" in run.text or "eingerückter" in run.text for run in markdown.runs)
+
+
+def test_unpaired_and_misnested_tags_are_each_kept_once_as_written():
+    markup = parse("<p>Ungeschlossen <b>fett und <i>kursiv</b> Ende.</p><p>Ein </i> Rest</p>", "html")
+    assert pieces(markup) == pieces(parse(markup.source(), "html"))
+    assert all(isinstance(node, Atom) for run in markup.runs for node in run.children)
+
+
+class _Nesting(HTMLParser):
+    """Checks that every end tag closes the innermost open element."""
+
+    def __init__(self):
+        super().__init__()
+        self.stack, self.ok = [], True
+
+    def handle_starttag(self, tag, attrs):
+        if tag not in ("img", "br", "meta", "link"):
+            self.stack.append(tag)
+
+    def handle_endtag(self, tag):
+        self.ok = self.ok and bool(self.stack) and self.stack.pop() == tag
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_whatever_the_alignment_says_every_tag_comes_back_once_and_well_nested(seed):
+    rng = random.Random(seed)
+    text = "<p>Ein <b>großer <i>roter</i> Hund</b> und <a href='x'>zwei <span>kleine</span> Katzen</a> "
+    text += "<code>x</code>.</p>"
+    markup = parse(text, "html")
+    [run] = markup.runs
+    target = "A big red dog and two small cats, translated."
+
+    def hostile(node):
+        a, b = sorted(rng.randrange(len(target) + 1) for _ in range(2))
+        return (a, a) if isinstance(node, Atom) else (a, b)
+
+    out = render_run(run, target, hostile, markup.write)
+    written = "<p>" + out + "</p>"
+    assert pieces(parse(written, "html")) == pieces(markup)
+    checker = _Nesting()
+    checker.feed(written)
+    assert checker.ok and not checker.stack, written
+    bare = parse(written, "html").runs[0].text
+    assert bare.replace(" ", "") == target.replace(" ", "")  # the text, its words unbroken by the tags
+
+
+def _placement(run, source, target, links):
+    translation = Translation(source, [Candidate(target, [], 0.0, 0.0)])
+    document = split_run(run.text, "de")
+    result = DocumentTranslation(run.text, document, [translation])
+    alignment = Alignment(word_spans(source), word_spans(target), tuple(tuple(x) for x in links))
+    return Placement(run, result, [alignment])
+
+
+def test_tags_go_around_the_aligned_words_punctuation_and_code_where_the_source_had_them():
+    markup = parse("<p>Ein <b>roter</b> <i>Ball</i>, <code>x</code> <a href='y'>liegt</a>.</p>", "html")
+    [run] = markup.runs
+    assert run.text == "Ein roter Ball, liegt."
+    # Ein->A, roter->red, Ball,->ball, liegt.->lies  (target "A red ball lies.": the source word "Ball," has a comma)
+    place = _placement(run, run.text, "A red ball lies.", [[0], [1], [2], [3]])
+    out = markup.render([place.text], [place])
+    assert out == "<p>A <b>red</b> <i>ball</i> <code>x</code> <a href='y'>lies</a>.</p>"
+    # reordered: the tags follow the words; a word aligned twice is held by the first mark only
+    markup = parse("<p><b>Hund</b> <i>Katze</i> Maus.</p>", "html")
+    [run] = markup.runs
+    place = _placement(run, run.text, "mouse cat dog.", [[2], [1], [0]])
+    assert markup.render([place.text], [place]) == "<p>mouse <i>cat</i> <b>dog</b>.</p>"
+    place = _placement(run, run.text, "mouse cat dog.", [[1], [1], [0]])
+    assert markup.render([place.text], [place]) == "<p>mouse <b>cat</b> <i>dog</i>.</p>"  # squeezed: the next free word
+
+
+def test_markdown_delimiters_are_never_left_empty():
+    markup = parse("Ein **großer** *Hund*.\n", "markdown")
+    [run] = markup.runs
+    place = _placement(run, run.text, "A big dog.", [[0], [2], [2]])  # both words aligned to "dog"
+    out = markup.render([place.text], [place])
+    assert pieces(parse(out, "markdown")) == pieces(markup) and "****" not in out and "**" in out
+
+
+def test_pieces_group_into_words_and_both_directions_must_agree():
+    pieces_ = [">>fra<<", "\u2581Ein", "\u2581Hund", "e", "\u2581", "1990", "."]
+    assert piece_words(pieces_, 3) == [None, 0, 1, 1, 2, 2, 2]
+    assert piece_words(["\u2581a", "\u2581b", "\u2581c"], 2) == [0, 0, 1]  # a count that disagrees is spread
+    # rows: "A", "dog", "runs", EOS; columns: "Ein", "Hund", "läuft", EOS. "A" anticipates "Hund".
+    cross = torch.tensor([[0.1, 0.8, 0.05, 0.05], [0.05, 0.9, 0.0, 0.05], [0.0, 0.1, 0.85, 0.05], [0.3, 0.3, 0.3, 0.1]])
+    links = align(cross, [0, 1, 2, None], [0, 1, 2, None], 3)
+    assert links == [{0}, {1}, {2}]  # "Ein": no agreement, its most attending piece ("A"); "Hund" -> "dog", not "A"
+    cross = torch.tensor([[0.1, 0.9, 0.0, 0.0], [0.2, 0.7, 0.1, 0.0], [0.1, 0.1, 0.8, 0.0], [0.3, 0.3, 0.3, 0.1]])
+    assert align(cross, [0, 1, 2, None], [0, 1, 2, None], 3)[1] == {1}  # "is" agreed, "cutting" follows: the run's last
+
+
+@pytest.mark.shared_data
+def test_markup_translates_as_line_mode_and_keeps_every_tag(tmp_path, capsys):
+    from fastapi.testclient import TestClient
+
+    from tests.conftest import write_tiny_model_directory
+    from vaswani import cli
+    from vaswani.decode.align import alignments
+    from vaswani.decode.markup import translate_markup
+    from vaswani.decode.translator import Translator
+    from vaswani.serve.app import Settings, create_app
+
+    (tmp_path / "model").mkdir()
+    model_dir = write_tiny_model_directory(tmp_path / "model", max_len_b=8)
+    translator = Translator.load(model_dir, "cpu")
+    for text, fmt in ((HTML, "html"), (MARKDOWN, "markdown")):
+        [result] = translate_markup(translator, [text], fmt, beam_size=2)
+        sentences = [s.source for r in result.runs for s in r.sentences]
+        assert [s.text for r in result.runs for s in r.sentences] == translator.translate(sentences, beam_size=2)
+        assert pieces(parse(result.text, fmt)) == pieces(parse(text, fmt))
+        record = result.to_dict()
+        assert record["text"] == result.text and record["format"] == fmt and "alignment" in record["sentences"][0]
+    found = translator.translate_with_details(["Ein Hund läuft im Park.", "Zwei Männer.", "Eine Frau."])
+    assert alignments(translator, found, batch=1) == alignments(translator, found, batch=3)  # padding changes nothing
+
+    source, out = tmp_path / "in.html", tmp_path / "out.html"
+    source.write_text(HTML, encoding="utf-8")
+    assert cli.main(["translate", str(model_dir), "-i", str(source), "-o", str(out), "--format", "html"]) == 0
+    assert out.read_text(encoding="utf-8") == translate_markup(translator, [HTML], "html")[0].text
+    assert cli.main(["translate", str(model_dir), "-i", str(source), "--format", "html", "--n-best", "2"]) == 2
+    assert "--n-best applies to plain text" in capsys.readouterr().err
+
+    with TestClient(create_app(translator, model_dir, Settings())) as client:
+        body = {"text": [HTML, "<p>Zwei <b>Hunde</b>.</p>"], "format": "html"}
+        reply = client.post("/v1/translate", json=body).json()["translations"]
+        assert [r["text"] for r in reply] == [r.text for r in translate_markup(translator, body["text"], "html")]
+        response = client.post("/v1/translate", json={**body, "split_sentences": False})
+        assert response.status_code == 422 and "leave split_sentences true" in response.json()["error"]
+        response = client.post("/v1/translate", json={**body, "format": "xml"})
+        assert response.status_code == 422
