@@ -6,7 +6,9 @@
 As Garg et al. (2019) read alignments off a Transformer trained only to translate: the heads of the last layers
 averaged (the penultimate, which they found best, with the last), a source piece aligned to the target piece that
 attends to it most where that target piece also attends to it most of all the source (both directions agree), else
-to that piece alone, so that every source word has a place; pieces grouped into whitespace-separated words.
+to that piece alone, so that every source word has a place; pieces grouped into whitespace-separated words. A
+decoder step looks at the source word it is about to translate, so the agreed word may be the one before its
+translation ("is" before "cutting"): the next word is taken where it looks at the source word nearly as hard.
 Markup uses it to put tags around the right words (decode/markup.py). Chosen by benchmarks/markup.py
 (docs/benchmarks.md, "Markup").
 """
@@ -23,6 +25,7 @@ if TYPE_CHECKING:
     from vaswani.decode.translator import Translation, Translator
 
 Span = tuple[int, int]
+FOLLOW = 0.7  # chosen on Multi30k's validation set, 0.6 to 0.8 alike (benchmarks/markup.py --test val)
 WORD_START = "\u2581"  # SentencePiece's mark of a piece that begins a word
 
 
@@ -81,18 +84,21 @@ def align(cross: torch.Tensor, src_words: list[int | None], tgt_words: list[int 
         return links
     weights = cross[rows][:, columns]  # (rows, columns): the words' pieces only, EOS and language tokens left out
     # A decoder step attends to the source it is about to translate: "A" and "is" look at "Hund" and "schneidet"
-    # before "dog" and "cutting" are written. Where both directions agree on a word, the run of target words after
-    # it that look at the same source word ends with its translation: the run's last word is taken.
+    # before "dog" and "cutting" are written. Where both directions agree on a word and the next target word looks
+    # at the same source word nearly as hard (FOLLOW), the next word is its translation ("is" -> "cutting").
     by_row = weights.argmax(dim=1).tolist()
     by_column = weights.argmax(dim=0).tolist()
     looks_at: dict[int, set[int]] = {}  # target word -> the source words its pieces look at most
+    pieces_of: dict[int, list[int]] = {}  # target word -> its rows in `weights`
     for r, c in enumerate(by_row):
         looks_at.setdefault(tgt_words[rows[r]], set()).add(src_words[columns[c]])
+        pieces_of.setdefault(tgt_words[rows[r]], []).append(r)
     for c, r in enumerate(by_column):
         word, target = src_words[columns[c]], tgt_words[rows[r]]
         if by_row[r] == c:
             if word in looks_at.get(target + 1, ()):
-                target += 1
+                following = max(float(weights[i, c]) for i in pieces_of[target + 1])
+                target += following >= FOLLOW * float(weights[r, c])
             links[word].add(target)
     for c, r in enumerate(by_column):
         word = src_words[columns[c]]
