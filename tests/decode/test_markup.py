@@ -26,7 +26,11 @@ sitzen auf der <span class="x" data-k='1'>Bank</span>&nbsp;&#8212; &copy; 2026.<
 </body></html>
 """
 
-MARKDOWN = """# Ein *Titel* ##
+MARKDOWN = """---
+title: Nicht übersetzen
+---
+
+# Ein *Titel* ##
 
 Ein **Hund** läuft &amp; [der Park](http://x.org "t") `code` \\*x ~~weg~~ __fett__ _kursiv_.\\
 Dritte <b>fett</b> <https://a.b> ![Bild](a.png) und https://example.org/docs.
@@ -83,7 +87,8 @@ def test_a_document_parses_into_runs_and_writes_itself_back_unchanged():
     kept = pieces(markdown)
     for raw in ("`code`", "<https://a.b>", "![Bild](a.png)", '](http://x.org "t")', "][r]", "https://example.org/docs"):
         assert kept[raw] == 1, raw
-    assert not any("nicht" in run.text or "eingerückter" in run.text for run in markdown.runs)
+    assert not any("nicht" in run.text.lower() or "eingerückter" in run.text for run in markdown.runs)
+    assert markdown.parts[0] == "---\ntitle: Nicht übersetzen\n---\n"  # front matter is not Markdown
 
 
 def test_unpaired_and_misnested_tags_are_each_kept_once_as_written():

@@ -50,14 +50,15 @@ def parse_markdown(text: str) -> Markup:
             lines.append(i + 1)
     lines.append(len(source))
     builder = MarkupBuilder(escape)
-    position = 0  # what is written so far
+    position = _front_matter(source)  # what is written so far: YAML front matter is not Markdown
+    builder.raw(source[:position])
     in_cell = False
     for token in _parser().parse(source):
         if token.type in ("th_open", "td_open"):
             in_cell = True
         elif token.type in ("th_close", "td_close"):
             in_cell = False
-        if token.type != "inline" or not token.content or token.map is None:
+        if token.type != "inline" or not token.content or token.map is None or lines[token.map[0]] < position:
             continue
         try:
             start, end = _locate(source, lines, token.map[0], token.content, position, in_cell)
@@ -75,6 +76,17 @@ def parse_markdown(text: str) -> Markup:
     if crlf:
         markup.parts = [p.replace("\n", "\r\n") if isinstance(p, str) else p for p in markup.parts]
     return markup
+
+
+def _front_matter(source: str) -> int:
+    """The length of a leading YAML front matter block (`---` lines around it, as static site generators read it)."""
+    if not source.startswith("---\n"):
+        return 0
+    end = source.find("\n---\n", 3)
+    if end < 0:
+        end = source.find("\n---", 3)
+        return len(source) if end >= 0 and source.endswith("\n---") else 0
+    return end + 5
 
 
 def _locate(source: str, lines: list[int], first: int, content: str, position: int, in_cell: bool) -> tuple[int, int]:
