@@ -219,3 +219,26 @@ def test_markup_translates_as_line_mode_and_keeps_every_tag(tmp_path, capsys):
         assert response.status_code == 422 and "leave split_sentences true" in response.json()["error"]
         response = client.post("/v1/translate", json={**body, "format": "xml"})
         assert response.status_code == 422
+
+
+def test_what_real_documents_hold_is_read_as_a_reader_would():
+    table = parse("| Name | Beschreibung |\n|---|---|\n| eins | zwei **drei** |\n| 42 | ✓ |\n", "markdown")
+    assert [run.text for run in table.runs] == ["Name", "Beschreibung", "eins", "zwei drei", "42", "✓"]
+    assert split_run("42", "de").sentences == () and split_run("✓", "de").sentences == ()  # nothing to translate
+    glued = parse("<p>Eins <img src=x>zwei, <code>x</code>. Drei <!-- c --> vier</p>", "html")
+    assert glued.runs[0].text == "Eins zwei,. Drei vier"  # an atom never glues two words, nor parts a full stop
+    kept = parse(
+        "- [ ] offen\n- [x] Fußnote[^1], [Rust] und [dort][].\n\n[Rust]: http://r\n[dort]: http://d\n", "markdown"
+    )
+    assert [run.text for run in kept.runs] == [" offen", " Fußnote, und."]
+    assert {"[ ]", "[x]", "[^1]", "[Rust]", "[dort][]"} <= set(pieces(kept))  # boxes, footnotes, references kept
+    code = parse("Führe <code>pip *x*</code> aus, drücke <kbd>Strg</kbd>.<br>Neu.\n", "markdown")
+    assert [run.text for run in code.runs] == ["Führe aus, drücke.", "Neu."]
+    for text, fmt in (("<p>&nbsp;</p><p>a &#169; b &lt;c&gt;</p>", "html"), ("1986\\. Ein Jahr.\n", "markdown")):
+        markup = parse(text, fmt)
+        assert markup.source() == text
+    [run] = parse("1986\\. Ein Jahr.\n", "markdown").runs
+    out = parse("1986\\. Ein Jahr.\n", "markdown").render(["1986. A year."], [lambda node: (0, 0)])
+    assert out == "1986\\. A year.\n" and run.text == "1986. Ein Jahr."  # not read back as a list
+    spaced = parse("<p><a><code>a</code> <code>b</code></a> Text</p>", "html")
+    assert spaced.source() == "<p><a><code>a</code> <code>b</code></a> Text</p>"

@@ -29,7 +29,8 @@ if TYPE_CHECKING:
 
 FORMATS = ("text", "html", "markdown")
 _URL_STARTS = ("http://", "https://", "ftp://", "www.", "mailto:")
-_URL_TRAILING = ".,;:!?'\")]}»"
+_URL_TRAILING = ".,;:!?'\")]}»>"
+_URL_LEADING = "(<[{\"'«"
 
 
 @dataclass(eq=False)
@@ -76,6 +77,7 @@ class Markup:
     escape: Callable[[str], str]
     entities: dict[str, str] = field(default_factory=dict)
     kept: list[str] = field(default_factory=list)
+    lead: Callable[[str], str] | None = None  # escapes what would start a block at a run's start (Markdown's "1.")
 
     def write(self, text: str) -> str:
         """Translated text as the format writes it."""
@@ -90,7 +92,7 @@ class Markup:
         out, i = [], 0
         for part in self.parts:
             if isinstance(part, Run):
-                out.append(render_run(part, texts[i], places[i], self.write))
+                out.append(render_run(part, texts[i], places[i], self.write, self.lead))
                 i += 1
             else:
                 out.append(part)
@@ -134,15 +136,19 @@ class MarkupBuilder:
 
     def _new_run(self) -> None:
         self._text: list[str] = []
+        self._raws: list[str] = []  # the run's text as the input wrote it
         self._length = 0
         self._fixed = 0  # text before this position holds a node's place: not taken out for an atom's `before`
         self._root = Mark("", "", 0, 0)
         self._stack = [self._root]
         self._pending: list[tuple[str, str]] = []  # text not yet searched for URLs: (decoded, raw)
+        self._glued: Atom | None = None  # an atom whose `before` was taken out, no text after it yet
+        self._since: list[tuple[Node, str]] = []  # positions recorded since then: (node, "start"/"end"/"at")
 
     def text(self, decoded: str, raw: str | None = None) -> None:
-        """Text to translate; `raw`: how the input wrote it (an entity: written back so)."""
-        if raw is not None and raw.startswith("&") and len(decoded) == 1:
+        """Text to translate; `raw`: how the input wrote it (an entity for a character beyond ASCII, or for one
+        that markup means, is written back so; not a space or a letter, which a translation is full of)."""
+        if raw is not None and raw.startswith("&") and len(decoded) == 1 and _entity_kept(decoded):
             self.markup.entities.setdefault(decoded, raw)
         self._pending.append((decoded, decoded if raw is None else raw))
 
@@ -151,7 +157,7 @@ class MarkupBuilder:
         mark = Mark(raw, "", self._length, self._length, key)
         self._stack[-1].children.append(mark)
         self._stack.append(mark)
-        self._fixed = self._length
+        self._record(mark, "start")
 
     def close(self, raw: str, key: str) -> None:
         """The innermost open pair's end, or (an end without its start) an atom."""
@@ -159,7 +165,7 @@ class MarkupBuilder:
         if len(self._stack) > 1 and self._stack[-1].key == key:
             mark = self._stack.pop()
             mark.close, mark.end = raw, self._length
-            self._fixed = self._length
+            self._record(mark, "end")
         else:
             self.atom(raw)
 
@@ -168,12 +174,22 @@ class MarkupBuilder:
         self._atom(raw)
 
     def _atom(self, raw: str) -> None:
+        """`raw` kept at this point; the whitespace before it leaves the text (the sentence reads as it would
+        without it) unless a word follows it directly (`_add` puts it back: "Eins <img>zwei" is two words)."""
         text = "".join(self._text)
         before = text[max(len(text.rstrip()), self._fixed) :]
+        atom = Atom(raw, self._length - len(before), before)
         if before:
             self._text, self._length = [text[: len(text) - len(before)]], len(text) - len(before)
-        self._stack[-1].children.append(Atom(raw, self._length, before))
+            if self._glued is None:
+                self._glued, self._since = atom, []
+        self._stack[-1].children.append(atom)
+        self._record(atom, "at")
+
+    def _record(self, node: Node, field: str) -> None:
         self._fixed = self._length
+        if self._glued is not None and node is not self._glued:
+            self._since.append((node, field))
 
     def raw(self, raw: str) -> None:
         """Kept as written, outside any run: the run so far ends here."""
@@ -201,7 +217,7 @@ class MarkupBuilder:
         if self._root.children or text.strip():
             self.markup.parts.append(Run(text, tuple(self._root.children)))
         elif text:
-            self.markup.parts.append(text)
+            self.markup.parts.append("".join(self._raws))  # whitespace as written (&nbsp; stays &nbsp;)
         self._new_run()
 
     def _flush(self) -> None:
@@ -211,28 +227,47 @@ class MarkupBuilder:
         decoded = "".join(d for d, _ in self._pending)
         position = 0
         for start, end in url_spans(decoded):
-            self._add(decoded[position:start])
+            self._add(decoded[position:start], _raw_of(self._pending, position, start))
             self._atom(_raw_of(self._pending, start, end))
             position = end
-        self._add(decoded[position:])
+        self._add(decoded[position:], _raw_of(self._pending, position, len(decoded)))
         self._pending = []
 
-    def _add(self, text: str) -> None:
+    def _add(self, text: str, raw: str) -> None:
+        if not text:
+            return
+        glued = self._glued
+        if glued is not None and text[0].isalnum():  # two words, not one: the whitespace goes back, before the atom
+            self._text.append(glued.before)
+            shift = len(glued.before)
+            self._length += shift
+            glued.at += shift
+            for node, field in self._since:
+                setattr(node, field, getattr(node, field) + shift)
+            glued.before = ""
+        self._glued = None
         self._text.append(text)
+        self._raws.append(raw)
         self._length += len(text)
 
 
+def _entity_kept(char: str) -> bool:
+    return char in "&<>\"'" or (ord(char) > 127 and (not char.isspace() or char == "\xa0"))
+
+
 def url_spans(text: str) -> list[tuple[int, int]]:
-    """Where URLs are in `text`: whitespace-separated words that begin as a URL does, without trailing punctuation."""
+    """Where URLs are in `text`: whitespace-separated words that begin as a URL does (after an opening bracket or
+    quote), without trailing punctuation."""
     spans, start = [], None
     for i, char in enumerate(text + " "):
         if char.isspace():
             if start is not None:
                 word = text[start:i]
-                if word.lower().startswith(_URL_STARTS):
+                lead = len(word) - len(word.lstrip(_URL_LEADING))
+                if word[lead:].lower().startswith(_URL_STARTS):
                     end = start + len(word.rstrip(_URL_TRAILING))
-                    if end > start + 4:
-                        spans.append((start, end))
+                    if end > start + lead + 4:
+                        spans.append((start + lead, end))
                 start = None
         elif start is None:
             start = i
@@ -254,7 +289,13 @@ def _in_place(node: Node) -> tuple[int, int]:
     return (node.at, node.at) if isinstance(node, Atom) else (node.start, node.end)
 
 
-def render_run(run: Run, text: str, place: Callable[[Node], tuple[int, int]], write: Callable[[str], str]) -> str:
+def render_run(
+    run: Run,
+    text: str,
+    place: Callable[[Node], tuple[int, int]],
+    write: Callable[[str], str],
+    lead: Callable[[str], str] | None = None,
+) -> str:
     """`text` (a run's translation, or its own text) with the run's marks and atoms put at `place(node)`: each
     node's span clipped into its parent's, siblings in order of place and kept from overlapping, so that the
     output is well nested whatever the alignment said. A mark squeezed out by a sibling that took its words takes
@@ -275,7 +316,11 @@ def render_run(run: Run, text: str, place: Callable[[Node], tuple[int, int]], wr
             spans.append((a, max(b, a), order, node))
             position = max(b, a)
         for i, (a, b, order, node) in enumerate(spans):
-            if a == b and isinstance(node, Mark) and wanted[i][1] > wanted[i][0]:
+            if a < b:  # a clipped span starts and ends on a word, never on the space beside it
+                a += len(text[a:b]) - len(text[a:b].lstrip())
+                b -= len(text[a:b]) - len(text[a:b].rstrip())
+                spans[i] = (a, b, order, node)
+            if a == b and isinstance(node, Mark) and node.end > node.start:
                 taken = [(x, y) for x, y, _, _ in spans if x < y]
                 free = [
                     w for w in words if lo <= w[0] and w[1] <= hi and not any(x < w[1] and w[0] < y for x, y in taken)
@@ -288,15 +333,16 @@ def render_run(run: Run, text: str, place: Callable[[Node], tuple[int, int]], wr
         for a, b, _, node in spans:
             a = max(a, position)
             b = max(b, a)
-            out.append(write(text[position:a]))
+            out.append(write(text[position:a]) if out or lead is None else lead(write(text[position:a])))
             if isinstance(node, Atom):
-                out.append(("" if text[a - 1 : a].isspace() else node.before) + node.raw)
+                written = next((piece for piece in reversed(out) if piece), "")
+                out.append(("" if written[-1:].isspace() else node.before) + node.raw)
             else:
                 out.append(node.open)
                 emit(node.children, a, b)
                 out.append(node.close)
             position = b
-        out.append(write(text[position:hi]))
+        out.append(write(text[position:hi]) if out or lead is None else lead(write(text[position:hi])))
 
     emit(run.children, 0, len(text))
     return "".join(out)
@@ -305,6 +351,8 @@ def render_run(run: Run, text: str, place: Callable[[Node], tuple[int, int]], wr
 def split_run(text: str, language: str | None) -> Document:
     """A run's text cut into sentences as a document's is, line breaks inside the run read as spaces (HTML and
     Markdown wrap their paragraphs' lines; the wrap is not a sentence's end)."""
+    if not any(c.isalpha() for c in text):  # a number, a symbol, a cell of a table: nothing to translate
+        return Document((), (text,))
     flat = "".join(" " if c in "\r\n\u2028\u2029\x85\x0b\x0c" else c for c in text)
     document = split(flat, language)
     bounds, position = [], 0
@@ -347,6 +395,11 @@ class Placement:
         if words is None:
             at = self.point(node.start)
             return at, at
+        wrapped = self.run.text[node.start : node.end]
+        if wrapped.strip() and not any(c.isalnum() for c in wrapped):  # <b>.</b>: the same marks in the target
+            lo, hi = words
+            core = lo + _core_end(self.text[lo:hi])
+            return (core, hi) if core < hi else (hi, hi)
         return words
 
     def point(self, position: int) -> int:

@@ -18,10 +18,11 @@ from typing import Any
 
 from vaswani.decode.markup import Markup, MarkupBuilder
 
-_ESCAPED = "\\`*_[]<"  # what a translation's text may not hold bare without starting markup
+_ESCAPED = "\\`*_[]<~|"  # what a translation's text may not hold bare without starting markup
 _PAIRED = {"em_open": "em", "strong_open": "strong", "s_open": "s"}
 _CLOSING = {"em_close": "em", "strong_close": "strong", "s_close": "s"}
-_INLINE_HTML = frozenset("a abbr b cite del dfn em i ins kbd mark q s small span strong sub sup u".split())  # noqa: SIM905
+_INLINE_HTML = frozenset("a abbr b cite del dfn em i ins mark q s small span strong sub sup u".split())  # noqa: SIM905
+_KEPT_HTML = frozenset({"code", "kbd", "samp", "var"})  # as in HTML (markup_html.py): kept as written
 
 
 class _UnmatchedError(ValueError):
@@ -30,6 +31,17 @@ class _UnmatchedError(ValueError):
 
 def escape(text: str) -> str:
     return "".join("\\" + c if c in _ESCAPED else c for c in text)
+
+
+def lead(text: str) -> str:
+    """A run's first text escaped where it would start a block: a heading, a list item, a quote ("1986. ..." is
+    not a list)."""
+    if text[:1] in ("#", "-", "+", ">", "="):
+        return "\\" + text
+    digits = len(text) - len(text.lstrip("0123456789"))
+    if 0 < digits <= 9 and text[digits : digits + 1] in (".", ")"):
+        return text[:digits] + "\\" + text[digits:]
+    return text
 
 
 @functools.cache
@@ -50,7 +62,7 @@ def parse_markdown(text: str) -> Markup:
             lines.append(i + 1)
     lines.append(len(source))
     builder = MarkupBuilder(escape)
-    position = _front_matter(source)  # what is written so far: YAML front matter is not Markdown
+    position = front = _front_matter(source)  # what is written so far: YAML front matter is not Markdown
     builder.raw(source[:position])
     in_cell = False
     for token in _parser().parse(source):
@@ -58,7 +70,7 @@ def parse_markdown(text: str) -> Markup:
             in_cell = True
         elif token.type in ("th_close", "td_close"):
             in_cell = False
-        if token.type != "inline" or not token.content or token.map is None or lines[token.map[0]] < position:
+        if token.type != "inline" or not token.content or token.map is None or lines[token.map[0]] < front:
             continue
         try:
             start, end = _locate(source, lines, token.map[0], token.content, position, in_cell)
@@ -73,6 +85,7 @@ def parse_markdown(text: str) -> Markup:
         position = end
     builder.raw(source[position:])
     markup = builder.finish()
+    markup.lead = lead
     if crlf:
         markup.parts = [p.replace("\n", "\r\n") if isinstance(p, str) else p for p in markup.parts]
     return markup
@@ -119,7 +132,7 @@ def _inline(builder: MarkupBuilder, children: list[Any], content: str) -> None:
         kind = token.type
         if kind == "text":
             cursor = _expect(content, cursor, token.content)
-            builder.text(token.content)
+            _text(builder, token.content, at_start=cursor == len(token.content))
         elif kind == "text_special":  # an entity or a backslash escape
             cursor = _expect(content, cursor, token.markup)
             builder.text(token.content, token.markup)
@@ -143,6 +156,12 @@ def _inline(builder: MarkupBuilder, children: list[Any], content: str) -> None:
             builder.atom(content[cursor:end])
             cursor, skip_to = end, _closing(children, i, "link_close")
         elif kind == "link_open":
+            label = _label_end(content, cursor)
+            end = _link_tail(content, label)
+            if content[label:end] in ("]", "][]"):  # [label] or [label][]: the text is the reference, kept
+                builder.atom(content[cursor:end])
+                cursor, skip_to = end, _closing(children, i, "link_close")
+                continue
             cursor = _expect(content, cursor, "[")
             builder.open("[", "link")
         elif kind == "link_close":
@@ -160,8 +179,20 @@ def _inline(builder: MarkupBuilder, children: list[Any], content: str) -> None:
             builder.atom(content[cursor:end])
             cursor = end
         elif kind == "html_inline":
+            name = _tag_name(token.content)
+            closing = next(
+                (j for j in range(i + 1, len(children)) if children[j].content.lower() == f"</{name}>"), None
+            )
+            if name in _KEPT_HTML and closing is not None:  # <code>…</code>: kept whole
+                end = content.lower().find(f"</{name}>", cursor) + len(name) + 3
+                builder.atom(content[cursor:end])
+                cursor, skip_to = end, closing
+                continue
             cursor = _expect(content, cursor, token.content)
-            _html_tag(builder, token.content)
+            if name == "br":
+                builder.raw(token.content)  # a line ends: the sentence before it too
+            else:
+                _html_tag(builder, token.content)
         else:
             raise _UnmatchedError(f"a {kind} token")
     if content[cursor:].strip():
@@ -258,14 +289,32 @@ def _code_end(content: str, cursor: int, ticks: str) -> int:
         i = end
 
 
-def _html_tag(builder: MarkupBuilder, raw: str) -> None:
-    """An inline HTML tag: an inline element's start or end is a mark's, anything else stays where it is."""
-    closing = raw.startswith("</")
+def _tag_name(raw: str) -> str:
     name = ""
-    for char in raw[2 if closing else 1 :]:
+    for char in raw[2 if raw.startswith("</") else 1 :]:
         if not char.isalnum():
             break
         name += char.lower()
+    return name
+
+
+def _text(builder: MarkupBuilder, text: str, at_start: bool) -> None:
+    """Text, with what GitHub reads in it kept as written: a task list's box at the start ([ ], [x]) and footnote
+    references ([^1])."""
+    if at_start and text[:4] in ("[ ] ", "[x] ", "[X] "):
+        builder.atom(text[:3])
+        text = text[3:]
+    while (start := text.find("[^")) >= 0 and (end := text.find("]", start)) > start + 2:
+        builder.text(text[:start])
+        builder.atom(text[start : end + 1])
+        text = text[end + 1 :]
+    builder.text(text)
+
+
+def _html_tag(builder: MarkupBuilder, raw: str) -> None:
+    """An inline HTML tag: an inline element's start or end is a mark's, anything else stays where it is."""
+    closing = raw.startswith("</")
+    name = _tag_name(raw)
     if name in _INLINE_HTML and not raw.endswith("/>"):
         if closing:
             builder.close(raw, "<" + name)
