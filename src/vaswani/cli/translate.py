@@ -103,10 +103,7 @@ def _translate(args: argparse.Namespace) -> None:
     report_precision(translator, request, console)
     if args.source_language is not None and not re.fullmatch(r"[a-z]{2,3}", args.source_language):
         raise ValueError(f"--source-language {args.source_language!r}: give an ISO 639 code such as de or en")
-    if args.format != "text":
-        _translate_markup(args, translator, request, console)
-        return
-    if args.document:
+    if args.document or args.format != "text":
         _translate_document(args, translator, request, console)
         return
     with (
@@ -131,76 +128,45 @@ def _translate_document(
     args: argparse.Namespace, translator: Translator, request: DecodeRequest, console: Console
 ) -> None:
     """`--document`: the whole input is one text, split into sentences and put back together (decode/document.py);
-    with --scores or --n-best, one JSON record of the text and each of its sentences instead."""
+    `--format html|markdown`: one document whose text is translated so and whose tags go back around the aligned
+    words (decode/markup.py). With --scores (or --n-best, plain text only), one JSON record of the text and each of
+    its sentences instead."""
     import json
 
     from vaswani.console import progress_bar
-    from vaswani.decode.document import split, translate_documents
+    from vaswani.decode import document as plain
+    from vaswani.decode import markup
 
+    marked = args.format != "text"
+    if marked and args.n_best > 1:
+        raise ValueError(f"--n-best applies to plain text: --format {args.format} writes one translation")
     with Lines(args.input, args.output, console) as lines:
         text = lines.text()
         language = args.source_language or translator.config.data.languages()[0]
-        document = split(text, language)
-        sentences = len(document.sentences)
+        if marked:
+            parsed = markup.parse(text, args.format)
+            documents = markup.split_runs([parsed], language)
+            for reason in parsed.kept:
+                console.print(f"vaswani: warning: {reason}")
+        else:
+            documents = [plain.split(text, language)]
+        sentences = sum(len(d.sentences) for d in documents)
         with progress_bar(console, "translating", sentences, enabled=sentences > 0) as advance:
 
             def warn(index: int, message: str) -> None:
                 console.print(f"vaswani: warning: sentence {index + 1}: {message}")
 
-            [result] = translate_documents(
-                translator,
-                [text],
-                target_language=args.target_language,
-                request=request,
-                warn=warn,
-                progress=advance,
-                documents=[document],
-            )
+            common = dict(target_language=args.target_language, request=request, warn=warn, progress=advance)
+            if marked:
+                [result] = markup.translate_markup(
+                    translator, [text], args.format, language, parsed=[parsed], documents=documents, **common
+                )
+            else:
+                [result] = plain.translate_documents(translator, [text], documents=documents, **common)
         if args.n_best > 1 or args.scores:
             lines.write([json.dumps(result.to_dict(), ensure_ascii=False)])
         else:
             lines.output.write(result.text)  # the text's own line ends, its last one included
-
-
-def _translate_markup(
-    args: argparse.Namespace, translator: Translator, request: DecodeRequest, console: Console
-) -> None:
-    """`--format html|markdown`: the whole input is one document, its text translated as --document translates
-    text and its tags put back around the aligned words (decode/markup.py); with --scores, one JSON record."""
-    import json
-
-    from vaswani.console import progress_bar
-    from vaswani.decode.markup import parse, split_run, translate_markup
-
-    if args.n_best > 1:
-        raise ValueError(f"--n-best applies to plain text: --format {args.format} writes one translation")
-    with Lines(args.input, args.output, console) as lines:
-        text = lines.text()
-        markup = parse(text, args.format)
-        language = args.source_language or translator.config.data.languages()[0]
-        sentences = sum(len(split_run(run.text, language).sentences) for run in markup.runs)
-        for reason in markup.kept:
-            console.print(f"vaswani: warning: {reason}")
-        with progress_bar(console, "translating", sentences, enabled=sentences > 0) as advance:
-
-            def warn(index: int, message: str) -> None:
-                console.print(f"vaswani: warning: sentence {index + 1}: {message}")
-
-            [result] = translate_markup(
-                translator,
-                [text],
-                args.format,
-                language,
-                args.target_language,
-                request,
-                warn,
-                advance,
-                parsed=[markup],
-            )
-        if args.scores:
-            lines.write([json.dumps(result.to_dict(), ensure_ascii=False)])
-        else:
-            lines.output.write(result.text)
 
 
 def _evaluate(args: argparse.Namespace) -> None:

@@ -526,14 +526,16 @@ def translate_markup(
     warn: Warn | None = None,
     progress: Callable[[int], None] | None = None,
     parsed: Sequence[Markup] | None = None,
+    documents: Sequence[Document] | None = None,
     **options: Any,
 ) -> list[MarkupTranslation]:
     """Each text parsed as `format`, every sentence of every run translated in one call, as document mode
     translates them (`language`, `target_language`, `request` or `options`, `warn(index, message)` counting
     sentences), with their word alignments, and each text written back with its markup in place. `parsed`: the
-    texts' `parse`, where the caller has it."""
+    texts' `parse`, and `documents`: their `split_runs`, where the caller has them."""
     markups = list(parsed) if parsed is not None else [parse(text, format) for text in texts]
-    documents = split_runs(markups, language or translator.config.data.languages()[0])
+    if documents is None:
+        documents = split_runs(markups, language or translator.config.data.languages()[0])
     request = (request or translator.request(**options)).replace(alignment=True)
     results = translate_documents(
         translator,
