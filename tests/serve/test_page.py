@@ -168,4 +168,12 @@ def test_a_glossary_typed_in_the_page_puts_its_terms_in_the_translation(server):
         page.click("#translate")
         page.locator("#error").wait_for(state="visible")
         assert "Glossary line 1" in page.inner_text("#error") and len(bodies) == sent
+        # HTML in, HTML out: the tags stay as written, shown as the markup it is
+        page.fill("#glossary", "")
+        page.select_option("#format", "html")
+        page.fill("#source", '<p>Ein <b>Mann</b> fährt <a href="/x">Fahrrad</a>.</p>')
+        page.click("#translate")
+        page.wait_for_function("document.getElementById('translation').textContent.includes('</a>')")
+        text = page.inner_text("#translation")
+        assert bodies[-1]["format"] == "html" and text.startswith("<p>") and text.count('<a href="/x">') == 1
         browser.close()

@@ -12,7 +12,7 @@
     translation: $("translation"), alternatives: $("alternatives"), error: $("error"),
     canvas: $("heatmap"), wrap: $("heatmap-wrap"), layer: $("layer"), head: $("head"), sentence: $("sentence"),
     tooltip: $("tooltip"), hint: $("hint"), counter: $("counter"), apikey: $("apikey"), auth: $("auth"),
-    glossary: $("glossary"),
+    glossary: $("glossary"), format: $("format"),
   };
   let maxBeam = 16, defaultBeam = 4, maxChars = null, maxAttention = null, busy = false;
   let sentences = []; // [{source, attention}] of the shown translation, one per sentence with attention
@@ -190,6 +190,7 @@
         text: [text], beam, n_best: nBest, attention: withAttention,
         ...(els.targetLanguageField.hidden ? {} : { target_language: els.targetLanguage.value }),
         ...(glossary.length ? { glossary } : {}),
+        ...(els.format.value !== "text" ? { format: els.format.value } : {}),
       }),
     });
     try {
