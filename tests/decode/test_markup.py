@@ -242,3 +242,10 @@ def test_what_real_documents_hold_is_read_as_a_reader_would():
     assert out == "1986\\. A year.\n" and run.text == "1986. Ein Jahr."  # not read back as a list
     spaced = parse("<p><a><code>a</code> <code>b</code></a> Text</p>", "html")
     assert spaced.source() == "<p><a><code>a</code> <code>b</code></a> Text</p>"
+
+
+def test_two_atoms_put_side_by_side_stay_two():
+    markup = parse("Nimm `a` oder `b`.\n", "markdown")
+    [run] = markup.runs
+    out = markup.render([run.text], [lambda node: (4, 4)])  # both code spans placed after "Nimm"
+    assert pieces(parse(out, "markdown")) == pieces(markup) and "`a` `b`" in out

@@ -41,6 +41,7 @@ class Atom:
     raw: str
     at: int
     before: str = ""
+    joined: bool = False  # written right after another atom in the source (two code spans side by side)
 
 
 @dataclass(eq=False)
@@ -143,6 +144,7 @@ class MarkupBuilder:
         self._stack = [self._root]
         self._pending: list[tuple[str, str]] = []  # text not yet searched for URLs: (decoded, raw)
         self._glued: Atom | None = None  # an atom whose `before` was taken out, no text after it yet
+        self._after_atom = False  # nothing but an atom since the last text or tag
         self._since: list[tuple[Node, str]] = []  # positions recorded since then: (node, "start"/"end"/"at")
 
     def text(self, decoded: str, raw: str | None = None) -> None:
@@ -178,16 +180,18 @@ class MarkupBuilder:
         without it) unless a word follows it directly (`_add` puts it back: "Eins <img>zwei" is two words)."""
         text = "".join(self._text)
         before = text[max(len(text.rstrip()), self._fixed) :]
-        atom = Atom(raw, self._length - len(before), before)
+        atom = Atom(raw, self._length - len(before), before, self._after_atom and not before)
         if before:
             self._text, self._length = [text[: len(text) - len(before)]], len(text) - len(before)
             if self._glued is None:
                 self._glued, self._since = atom, []
         self._stack[-1].children.append(atom)
         self._record(atom, "at")
+        self._after_atom = True
 
     def _record(self, node: Node, field: str) -> None:
         self._fixed = self._length
+        self._after_atom = False
         if self._glued is not None and node is not self._glued:
             self._since.append((node, field))
 
@@ -246,6 +250,7 @@ class MarkupBuilder:
                 setattr(node, field, getattr(node, field) + shift)
             glued.before = ""
         self._glued = None
+        self._after_atom = False
         self._text.append(text)
         self._raws.append(raw)
         self._length += len(text)
@@ -302,6 +307,7 @@ def render_run(
     the nearest word no sibling holds (an empty pair of Markdown delimiters would not read back as one)."""
     out: list[str] = []
     words = word_spans(text)
+    after_atom = [False]  # the last thing written was an atom
 
     def emit(nodes: Sequence[Node], lo: int, hi: int) -> None:
         wanted = []
@@ -334,13 +340,18 @@ def render_run(
             a = max(a, position)
             b = max(b, a)
             out.append(write(text[position:a]) if out or lead is None else lead(write(text[position:a])))
+            after_atom[0] = after_atom[0] and a == position
             if isinstance(node, Atom):
                 written = next((piece for piece in reversed(out) if piece), "")
-                out.append(("" if written[-1:].isspace() else node.before) + node.raw)
+                # two atoms the placement put side by side, apart in the source: a space keeps them two
+                before = node.before or (" " if after_atom[0] and not node.joined else "")
+                out.append(("" if written[-1:].isspace() else before) + node.raw)
+                after_atom[0] = True
             else:
                 out.append(node.open)
                 emit(node.children, a, b)
                 out.append(node.close)
+                after_atom[0] = False
             position = b
         out.append(write(text[position:hi]) if out or lead is None else lead(write(text[position:hi])))
 
