@@ -124,7 +124,8 @@ def alignments(
     translator's model (the torch model, whatever engine found the translation), `batch` sentences at a time.
     `encoded`: the sources' ids as they were translated (default: encoded here, with `target_language`)."""
     model, tokenizer = translator.model, translator.tokenizer
-    pad, layers = model.config.pad_id, layers_of(len(model.decoder.layers))
+    c, device = model.config, next(model.parameters()).device
+    layers = layers_of(len(model.decoder.layers))
     if encoded is None:
         encoded = translator.encode_sources([t.source for t in translations], target_language)
     pairs = []
@@ -135,9 +136,8 @@ def alignments(
     todo = sorted((i for i, (s, t) in enumerate(pairs) if s and t), key=lambda i: len(pairs[i][0]))
     for first in range(0, len(todo), batch):
         chosen = todo[first : first + batch]
-        inputs = [translator.pair(*pairs[i]) for i in chosen]
-        src = _padded([x[0][0] for x in inputs], pad)  # (B, S + 1)
-        tgt_in = _padded([x[1][0] for x in inputs], pad)  # (B, T + 1)
+        src = _padded([[*pairs[i][0], c.eos_id] for i in chosen], c.pad_id, device)  # (B, S + 1)
+        tgt_in = _padded([[c.bos_id, *pairs[i][1]] for i in chosen], c.pad_id, device)  # (B, T + 1)
         weights = model.attention_weights(src, tgt_in).cross
         cross = torch.stack([weights[i] for i in layers]).float().mean(dim=(0, 2)).cpu()  # (B, T + 1, S + 1)
         for row, i in enumerate(chosen):
@@ -161,6 +161,9 @@ def alignments(
     return out
 
 
-def _padded(rows: list[torch.Tensor], pad: int) -> torch.Tensor:
-    """Rows of ids padded to one length. Shape: (B, longest)"""
-    return torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=pad)
+def _padded(rows: list[list[int]], pad: int, device: torch.device) -> torch.Tensor:
+    """Rows of ids padded to one length, as the teacher-forced pass reads them. Shape: (B, longest)"""
+    out = torch.full((len(rows), max(map(len, rows))), pad, dtype=torch.long)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.tensor(row)
+    return out.to(device)

@@ -329,8 +329,7 @@ class Translator:
         candidate = Candidate(target, tgt_ids, log_prob, log_prob)
         return self._with_attention(Translation(source, [candidate], truncated=truncated), src_ids, tgt_ids)
 
-    def pair(self, src_ids: list[int], tgt_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """A teacher-forced pass's input: the source with EOS and the target after BOS. Shape: (1, S + 1), (1, T + 1)"""
+    def _pair(self, src_ids: list[int], tgt_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         c, device = self.model.config, next(self.model.parameters()).device
         return (
             torch.tensor([[*src_ids, c.eos_id]], device=device),
@@ -342,7 +341,7 @@ class Translator:
         """log P(target [+ EOS] | source) as the search scores it: PAD and BOS are never generated, their
         probability spread over the other tokens, or lost with decode.ban_after_softmax."""
         c = self.model.config
-        src, tgt_in = self.pair(src_ids, tgt_ids)
+        src, tgt_in = self._pair(src_ids, tgt_ids)
         tgt_out = torch.tensor([[*tgt_ids, c.eos_id]], device=src.device)
         logits = self.model(src, tgt_in).float()  # (1, T + 1, V)
         scores = banned_log_probs(logits, [c.pad_id, c.bos_id], self.config.decode.ban_after_softmax)
@@ -353,7 +352,7 @@ class Translator:
     def _with_attention(self, translation: Translation, src_ids: list[int], tgt_ids: list[int]) -> Translation:
         # A hypothesis cut at the length limit may fill every position: BOS + it must fit max_positions.
         tgt_ids = tgt_ids[: self.model.config.max_positions - 1]
-        weights = self.model.attention_weights(*self.pair(src_ids, tgt_ids))
+        weights = self.model.attention_weights(*self._pair(src_ids, tgt_ids))
         groups = (weights.encoder, weights.decoder_self, weights.cross)
         weights = AttentionWeights(*([w[0].float().cpu() for w in group] for group in groups))
         pieces = self.tokenizer
