@@ -46,6 +46,12 @@ class ModelConfig:
     scale_embeddings: bool = True  # §3.4: token embeddings times sqrt(d_model); GPT-2 and BERT do not scale
     # A bias added to the logits (Marian's final_logits_bias); §3.4's pre-softmax projection has none.
     output_bias: bool = False
+    # The words the output layer can produce. all: the whole target vocabulary (§3.4). target: the pieces the
+    # training targets use (a joint vocabulary's target side: 4,269 of Multi30k's 8,000 for English), set by
+    # `vaswani train` from the prepared data; the softmax of the loss covers those only, and decoding gives the
+    # others a logit of -10,000 (`Transformer.logit_bias`). A smaller output projection: the quick recipe trains
+    # 1.2x faster (docs/benchmarks.md, "Every CPU speed").
+    output_words: Literal["all", "target"] = "all"
     layer_norm_eps: float = 1e-6  # the tensor2tensor reference value
     # BERT's additions (Devlin et al. 2019), off in the paper: a LayerNorm over the summed embeddings, before
     # their dropout; the masked-LM head's transform (dense, activation, LayerNorm) between the last layer and
@@ -123,6 +129,13 @@ class ModelConfig:
             raise ConfigError(
                 f"model.output_transform applies to a language model ({' or '.join(fitting('classify'))}); "
                 f"remove it for {self.type}"
+            )
+        if self.output_words not in ("all", "target"):
+            raise ConfigError(f"model.output_words must be all or target, got {self.output_words!r}")
+        if self.output_words == "target" and self.type != "encoder_decoder":
+            raise ConfigError(
+                f"model.output_words target applies to a translation model (encoder_decoder), whose targets are "
+                f"another language; a {self.type} model predicts its own vocabulary: set model.output_words: all"
             )
         if not isinstance(self.segments, int) or isinstance(self.segments, bool) or self.segments < 0:
             raise ConfigError(f"model.segments must be 0 (none) or more, got {self.segments!r}")

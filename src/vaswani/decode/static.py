@@ -88,7 +88,7 @@ class StaticDecoding:
         projection's weight and bias copied into rows padded to one, in place (the graphs read them), at the start of
         each batch so that they are the model's current ones. A product whose output rows are not aligned to 16
         bytes runs on a slow kernel (cuBLAS: docs/benchmarks.md, "Decoding with CUDA graphs")."""
-        weight, bias = self.model.output_weight, self.model.output_bias
+        weight, bias = self.model.output_weight, self.model.logit_bias
         V, D = weight.shape
         if not self.pad_output or V % self.pad_vocab == 0:
             return

@@ -113,7 +113,7 @@ def build_spec(model: Transformer, tokenizer: Tokenizer):
     spec.decoder.embeddings.weight = _array(decoder.embed.tokens.weight)
     spec.decoder.scale_embeddings = c.scale_embeddings
     spec.decoder.position_encodings.encodings = _positions(decoder, c)
-    _linear(spec.decoder.projection, model.output_weight, model.output_bias)
+    _linear(spec.decoder.projection, model.output_weight, model.logit_bias)
     for layer_spec, layer in zip(spec.decoder.layer, decoder.layers, strict=True):
         _attention_self(layer_spec.self_attention, layer.self_attn)
         _norm(layer_spec.self_attention.layer_norm, layer.norms[0])

@@ -11,7 +11,8 @@ pre-softmax weights) with four differences this exporter removes:
 - Special ids: Marian starts decoding with `decoder_start_token_id`, which we set to our BOS (Marian's
   own models use PAD, and so do theirs imported: model.bos_id = pad_id); PAD and BOS are never generated
   (`bad_words_ids`), as in our search.
-- Marian adds `final_logits_bias` to the logits: our `output_bias` (model.output_bias), else zeros.
+- Marian adds `final_logits_bias` to the logits: our `logit_bias` (model.output_bias, and -10,000 on the words a
+  model.output_words target model does not produce), else zeros.
 - Marian's LayerNorm epsilon is fixed at 1e-5 in its code; ours is `model.layer_norm_eps` (1e-6,
   tensor2tensor's). LayerNorm(s z, 1e-5) equals LayerNorm(z, 1e-6) for s = sqrt(10), so every LayerNorm
   that can be fed s times our input is: the gains and biases of the LayerNorms before it, and of the
@@ -171,7 +172,7 @@ def marian_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
     out["model.encoder.embed_tokens.weight"] = src_embed
     out["model.decoder.embed_tokens.weight"] = tgt_embed
     out["lm_head.weight"] = reads(model.output_weight, 1.0)
-    bias = model.output_bias
+    bias = model.logit_bias
     out["final_logits_bias"] = torch.zeros(1, c.tgt_vocab_size) if bias is None else bias.detach()[None].clone()
     return out
 

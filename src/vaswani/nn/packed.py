@@ -48,7 +48,7 @@ class PackedLinear(nn.Module):
 
 def replace_linears(model: nn.Module, make: Callable[[Tensor, Tensor | None, Parts], nn.Module]) -> nn.Module:
     """Every nn.Linear of `model` replaced, in place, by `make(weight, bias, parts)`, and its output projection
-    (`logits`) by `make(output_weight, output_bias, ())`; `parts` are attention's W^Q and W^K W^V rows, which
+    (`logits`) by `make(output_weight, logit_bias, ())` (output_bias where the model has no logit_bias); `parts` are attention's W^Q and W^K W^V rows, which
     cross-attention uses apart. Returns `model`."""
     from vaswani.nn.attention import MultiHeadAttention
 
@@ -61,7 +61,8 @@ def replace_linears(model: nn.Module, make: Callable[[Tensor, Tensor | None, Par
                 parts = ((0, d), (d, 3 * d)) if isinstance(module, MultiHeadAttention) and name == "in_proj" else ()
                 setattr(module, name, make(child.weight, child.bias, parts))
         if hasattr(model, "output_weight"):
-            model.output_projection = make(model.output_weight, model.output_bias, ())
+            bias = getattr(model, "logit_bias", model.output_bias)
+            model.output_projection = make(model.output_weight, bias, ())
     return model
 
 

@@ -15,6 +15,10 @@ from vaswani.nn.embedding import Embeddings, LearnedPositions, SinusoidalPositio
 from vaswani.nn.layers import TransformerLayer
 from vaswani.nn.masks import padding_mask
 
+# The logit of a word the output layer does not produce (model.output_words target): finite, so that a forced
+# word (a glossary's, a scored reference's) still has a score, and representable in float16; exp(-10,000) is 0.
+NEVER = -1e4
+
 
 def _positions(config: ModelConfig) -> nn.Module:
     if config.positions == "learned":
@@ -154,6 +158,10 @@ class Transformer(nn.Module):
         self._parameters["output_weight"] = own
         # model.output_bias: a bias on the logits (Marian's final_logits_bias), zero until trained or imported.
         self.output_bias = nn.Parameter(torch.zeros(config.tgt_vocab_size)) if config.output_bias else None
+        # model.output_words target: which target words the output layer can produce (set by `vaswani train`
+        # from the training targets, saved with the weights); None: all of them.
+        words = torch.ones(config.tgt_vocab_size, dtype=torch.bool) if config.output_words == "target" else None
+        self.register_buffer("output_words", words)
         self.output_projection: nn.Module | None = None  # what `logits` runs instead, where set (int8 decoding)
         init_weights(self)
 
@@ -162,6 +170,20 @@ class Transformer(nn.Module):
         """The pre-softmax matrix: the target embedding when tied, else its own. Shape: (V_tgt, D)"""
         own = self._parameters["output_weight"]
         return self.decoder.embed.tokens.weight if own is None else own
+
+    @property
+    def logit_bias(self) -> Tensor | None:
+        """What decoding and exports add to the logits: output_bias, and NEVER on the words the output layer does
+        not produce (model.output_words target). Shape: (V_tgt,) or None"""
+        if self.output_words is None:
+            return self.output_bias
+        bias = self.output_bias if self.output_bias is not None else self.output_weight.new_zeros(len(self.output_words))
+        return bias.masked_fill(~self.output_words, NEVER)
+
+    def output_ids(self) -> Tensor | None:
+        """The ids of the words the output layer produces, ascending (the training loss's softmax covers these
+        only); None: every word. Shape: (W,)"""
+        return None if self.output_words is None else self.output_words.nonzero().squeeze(1)
 
     def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
         """Shape: src (B, S) -> memory (B, S, D), memory_mask (B, 1, 1, S)"""
@@ -193,7 +215,7 @@ class Transformer(nn.Module):
         """Shape: hidden (..., D) -> logits (..., V)"""
         if self.output_projection is not None:  # int8 decoding (nn/int8.py)
             return self.output_projection(hidden)
-        return F.linear(hidden, self.output_weight, self.output_bias)
+        return F.linear(hidden, self.output_weight, self.logit_bias)
 
     def decode_step(
         self, tokens: Tensor, memory: Tensor, memory_mask: Tensor, cache: KVCache | None = None

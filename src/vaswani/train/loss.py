@@ -17,6 +17,7 @@ def label_smoothed_cross_entropy(
     pad_id: int = 0,
     chunk_rows: int | None = None,
     bias: Tensor | None = None,
+    words: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Summed label-smoothed cross-entropy of `softmax(hidden @ weight.T + bias)`, and how many tokens it sums.
 
@@ -29,7 +30,10 @@ def label_smoothed_cross_entropy(
     runs in the autocast dtype and the softmax in float32, as autocast would run them.
 
     `bias`: the logits' bias (model.output_bias: Marian's final_logits_bias, BERT's MLM head), or None.
-    Shape: hidden (B, T, D), weight (V, D), target (B, T), bias (V,) -> loss (), tokens ()
+    `words`: the ids the softmax covers (Transformer.output_ids(), model.output_words target), else every row of
+    `weight`: only those rows are projected, ε is spread over them, and a target outside them (a dev set's piece
+    the training targets never had) is left out of the loss and of the count.
+    Shape: hidden (B, T, D), weight (V, D), target (B, T), bias (V,), words (W,) -> loss (), tokens ()
     """
     if hidden.shape[:-1] != target.shape or hidden.size(-1) != weight.size(-1):
         raise ValueError(
@@ -41,6 +45,12 @@ def label_smoothed_cross_entropy(
     if chunk_rows <= 0:
         raise ValueError(f"chunk_rows must be positive, got {chunk_rows}")
     real = target != pad_id  # (B, T)
+    if words is not None:  # the targets renumbered among `words`; -1 outside them
+        position = torch.full((weight.size(0),), -1, dtype=torch.long, device=target.device)
+        position[words] = torch.arange(len(words), device=target.device)
+        target = position[target]
+        real &= target >= 0
+        weight, bias = weight[words], None if bias is None else bias[words]
     device = hidden.device.type
     dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else hidden.dtype
     with_grad = torch.is_grad_enabled() and (

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 from rich.console import Console
 
-from vaswani.config import Config, ConfigError
+from vaswani.config import Config, ConfigError, ModelConfig
 from vaswani.console import format_duration, progress_bar, stderr_console
 from vaswani.data import store
 from vaswani.flops import peak_flops
@@ -75,6 +75,7 @@ class Trainer:
         self.model_dir = Path(model_dir)
         self.init_from = Path(init_from) if init_from else None
         self.origin = origin
+        self._flops_model: ModelConfig | None = None  # the model the FLOP count sees, where not config.model
         self.rank = dist.get_rank() if dist.is_initialized() else 0
         self.world = dist.get_world_size() if dist.is_initialized() else 1
         self.console = console or stderr_console()
@@ -205,6 +206,22 @@ class Trainer:
         self.log(f"resuming {self.model_dir} from step {state.step} (epoch {state.epoch + 1})")
         return state
 
+    def _output_words(self, data, fresh: bool) -> None:
+        """model.output_words target: a new run's output layer produces the words its training targets use; a
+        fine-tuned model's, those and the ones it produced before; a resumed run's, those it saved. The FLOP
+        count then projects onto those words only."""
+        words = getattr(self.model, "output_words", None)
+        if words is None:
+            return
+        if fresh:
+            seen = torch.from_numpy(self.task.target_words(data)).to(words.device)
+            with torch.no_grad():
+                words.copy_(seen | words if self.init_from is not None else seen)
+        n = int(words.sum())
+        # as the FLOP count sees it (flops.py): a projection onto n words; it reads nothing of the sharing
+        self._flops_model = dataclasses.replace(self.config.model, tgt_vocab_size=n, share_embeddings=False)
+        self.log(f"output words: {n:,} of the {len(words):,} target pieces, those the training targets use")
+
     # -- the loop ------------------------------------------------------------------------------
     def _next_batches(self, stream, state: TrainState) -> list:
         """This rank's `accumulate` batches of the next optimizer step, from the loader's stream;
@@ -223,7 +240,8 @@ class Trainer:
         tokens of the whole global batch, so any split over ranks and micro-batches gives the same update.
         Returns the summed loss, this rank's tokens and its model FLOPs (flops.py, counted on the host)."""
         local_tokens = sum(self.task.count(b) for b in batches)  # counted by the loader: no device sync here
-        local_flops = sum(self.task.flops(b, self.config.model) for b in batches)
+        counted = self._flops_model or self.config.model
+        local_flops = sum(self.task.flops(b, counted) for b in batches)
         tokens = summed(torch.tensor(float(local_tokens), device=self.device), self.world)
         total = torch.zeros((), device=self.device)
         for i, batch in enumerate(batches):
@@ -267,6 +285,7 @@ class Trainer:
             "attention kernels: " + ", ".join(f"{kind} {kernel}" for kind, kernel in kernels.items())
         )
         state = self._resume()
+        self._output_words(data, fresh=state.step == 0)
         stream = self.task.stream(data, state.epoch, state.position)
         try:
             self._loop(data, state, stream)

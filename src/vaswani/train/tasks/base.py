@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from rich.console import Console
 from torch import Tensor
@@ -140,6 +141,11 @@ class Task:
 
     def build_model(self, config: ModelConfig) -> torch.nn.Module:
         return build_model(config)
+
+    def target_words(self, data: Any) -> np.ndarray:
+        """Which target ids the training data predicts, as a mask over the target vocabulary (model.output_words
+        target; a translation task's)."""
+        raise NotImplementedError
 
     def count(self, batch: Any) -> int:
         return batch.count

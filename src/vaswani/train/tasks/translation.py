@@ -10,10 +10,11 @@ import dataclasses
 import math
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from vaswani.allocator import release_freed_memory
-from vaswani.config import ModelConfig
+from vaswani.config import ConfigError, ModelConfig
 from vaswani.data import store
 from vaswani.data.batching import collate, epoch_order, padding_fraction, token_batches, with_replay
 from vaswani.data.parallel import ParallelRecipe
@@ -100,6 +101,24 @@ class Translation(Task):
             tgt_vocab_size=data.tokenizer.tgt_vocab_size,
         )
 
+    def target_words(self, data: RunData) -> np.ndarray:
+        """The target pieces of the prepared training data and EOS, which ends every target (with fine-tuning's
+        original data, its targets too). Shape: (V_tgt,) bool"""
+        c = self.config
+        if c.data.tgt_sampling_alpha:
+            raise ConfigError(
+                "model.output_words target keeps the pieces the prepared targets use, but data.tgt_sampling_alpha "
+                "segments each batch's targets afresh (other pieces); set one of them back: output_words: all, or "
+                "tgt_sampling_alpha: 0"
+            )
+        seen = np.zeros(c.model.tgt_vocab_size, dtype=bool)
+        for run in (data, *(() if self.original is None else (self.original[0],))):
+            flat = run.prepared.train.tgt.values
+            for start in range(0, len(flat), 1 << 24):  # bincount's int64 copy, 128 MB at a time
+                seen[np.flatnonzero(np.bincount(flat[start : start + (1 << 24)], minlength=len(seen)))] = True
+        seen[c.model.eos_id] = True
+        return seen
+
     def describe(self, data: RunData) -> None:
         d = self.config.data
         batches = self.plan.batches(0)
@@ -170,6 +189,7 @@ class Translation(Task):
         their loss per token, scaled by the in-domain tokens so that the trainer's division leaves the means."""
         hidden = wrapped(batch.src, batch.tgt_in)
         n = batch.src.size(0) - batch.replay
+        words = model.output_ids()
 
         def loss_of(rows: slice) -> torch.Tensor:
             loss, _ = label_smoothed_cross_entropy(
@@ -179,6 +199,7 @@ class Translation(Task):
                 self.config.train.label_smoothing,
                 self.config.model.pad_id,
                 bias=model.output_bias,
+                words=words,
             )
             return loss
 
@@ -195,6 +216,7 @@ class Translation(Task):
         c, device = self.config, self.context.device
         lengths = [(len(s), len(t)) for s, t in data.valid]
         total = tokens = 0.0
+        words = model.output_ids()
         for indices in token_batches(lengths, c.data.max_tokens, seed=0):
             batch = collate([data.valid[i] for i in indices], c.model.pad_id, c.model.bos_id, c.model.eos_id)
             batch = batch.to(device)
@@ -205,6 +227,7 @@ class Translation(Task):
                 0.0,
                 c.model.pad_id,
                 bias=model.output_bias,
+                words=words,
             )
             total, tokens = total + loss.item(), tokens + n.item()
         result = {"loss": total / tokens, "ppl": math.exp(min(total / tokens, 50))}
