@@ -5,9 +5,12 @@ held-out strings, which it reverses partly right: varied outputs and many near-t
 a harder test of equality than a model that is sure of every token.
 """
 
+import dataclasses
 import json
+import shutil
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -20,7 +23,7 @@ from vaswani.data.toy import toy_pairs
 from vaswani.decode.request import DecodeRequest
 from vaswani.decode.search import search_ids
 from vaswani.export import ExportError, export
-from vaswani.model_dir import WEIGHTS, load_model, save_weights, weights_of, write_model_directory
+from vaswani.model_dir import WEIGHTS, load_model, load_weights, save_weights, weights_of, write_model_directory
 from vaswani.nn import Transformer
 
 pytestmark = [
@@ -327,3 +330,43 @@ def test_marian_of_a_model_with_two_vocabularies_gives_our_logits(trained, held_
         expected = model(src, tgt)
         got = hf(input_ids=src, attention_mask=(src != 0).long(), decoder_input_ids=tgt).logits
     assert (expected - got)[tgt != 0].abs().max() < 1e-4
+
+
+def _restricted_model_dir(directory: Path, trained: Path, left_out: list[int]) -> Path:
+    """The trained model as model.output_words target, never writing the characters `left_out`."""
+    shutil.copytree(trained, directory, ignore=shutil.ignore_patterns("checkpoints", "prepared*", "*.png"))
+    config = Config.load(directory / "config.yaml")
+    config = dataclasses.replace(config, model=dataclasses.replace(config.model, output_words="target"))
+    write_model_directory(directory, config)
+    model = Transformer(config.model)
+    model.load_state_dict(load_weights(trained / WEIGHTS), strict=False)
+    model.output_words[left_out] = False
+    save_weights(weights_of(model), directory / WEIGHTS)
+    return directory
+
+
+def test_a_model_of_the_target_words_exports_them_only(trained, held_out, tmp_path):
+    """CTranslate2 and Marian carry model.output_words target as a bias of -10,000 on the words left out: the
+    same ids and logits as ours, and none of those words, where the unrestricted model writes them often."""
+    transformers = pytest.importorskip("transformers")
+    before = _ours(trained, held_out, 1, 40)
+    common = Counter(t for x in before for t in x).most_common(2)
+    left_out = [t for t, _ in common]
+    directory = _restricted_model_dir(tmp_path / "model", trained, left_out)
+    ours = _ours(directory, held_out, 1, 40)
+    assert not {t for x in ours for t in x} & set(left_out)
+    for beam in (1, 4):
+        out = export(directory, tmp_path / f"ct2-{beam}", "ctranslate2")
+        expected = ours if beam == 1 else _ours(directory, held_out, beam, 40)
+        assert _ct2(out, directory, held_out, beam, 40) == expected
+    hf = transformers.MarianMTModel.from_pretrained(str(export(directory, tmp_path / "hf", "huggingface"))).eval()
+    model, _ = load_model(directory)
+    rows = range(50)
+    src = torch.nn.utils.rnn.pad_sequence([torch.tensor([*held_out[i], 2]) for i in rows], batch_first=True)
+    tgt = torch.nn.utils.rnn.pad_sequence([torch.tensor([1, *ours[i]]) for i in rows], batch_first=True)
+    with torch.no_grad():
+        expected = model(src, tgt)
+        got = hf(input_ids=src, attention_mask=(src != 0).long(), decoder_input_ids=tgt).logits
+    real, kept = tgt != 0, model.output_words
+    assert (expected - got)[real][:, kept].abs().max() < 1e-4
+    assert (got[real][:, ~kept] < -5000).all()

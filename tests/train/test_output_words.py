@@ -16,6 +16,7 @@ from vaswani import Transformer
 from vaswani.config import Config, ConfigError
 from vaswani.data import store
 from vaswani.decode import search
+from vaswani.decode.constrained import constrained_beam_search
 from vaswani.decode.request import DecodeRequest
 from vaswani.model_dir import WEIGHTS, load_model, load_weights
 from vaswani.nn.int8 import int8_available, quantize_int8
@@ -73,6 +74,21 @@ def test_decoding_gives_the_words_outside_never_and_produces_none_of_them():
         unrestricted.output_words.fill_(True)
         theirs = {t for hyps in search.beam_search(unrestricted, src, request) for h in hyps for t in h.tokens}
         assert theirs & set(outside.nonzero().flatten().tolist())  # the test can fail: without the mask they come
+
+
+def test_a_glossary_still_forces_a_word_outside():
+    model = _restricted(2)
+    src = random_ids([6, 5, 7], vocab=60)
+    terms = [[[10, 11]], [[12]], [[20, 5]]]  # 10, 12 and 20 are outside
+    request = DecodeRequest.of(beam_size=4, max_len_a=1.0, max_len_b=8)
+    for wanted, hyps in zip(terms, constrained_beam_search(model, src, terms, request), strict=True):
+        tokens = hyps[0].tokens
+        term = wanted[0]
+        assert any(tokens[i : i + len(term)] == term for i in range(len(tokens))), (tokens, term)
+        outside = set((~model.output_words).nonzero().flatten().tolist())
+        forced = sum(t in outside for t in term)
+        assert abs(hyps[0].log_prob - forced * NEVER) < 200  # finite: -10,000 for each forced word outside
+        assert not (set(tokens) - set(term)) & outside
 
 
 @pytest.mark.parametrize("kind", ["packed", "int8"])

@@ -48,8 +48,8 @@ class PackedLinear(nn.Module):
 
 def replace_linears(model: nn.Module, make: Callable[[Tensor, Tensor | None, Parts], nn.Module]) -> nn.Module:
     """Every nn.Linear of `model` replaced, in place, by `make(weight, bias, parts)`, and its output projection
-    (`logits`) by `make(output_weight, logit_bias, ())` (output_bias where the model has no logit_bias); `parts` are attention's W^Q and W^K W^V rows, which
-    cross-attention uses apart. Returns `model`."""
+    (`logits`) by `make(output_weight, logit_bias, ())` (output_bias where the model has no logit_bias); `parts`
+    are attention's W^Q and W^K W^V rows, which cross-attention uses apart. Returns `model`."""
     from vaswani.nn.attention import MultiHeadAttention
 
     with torch.no_grad():

@@ -177,7 +177,9 @@ class Transformer(nn.Module):
         not produce (model.output_words target). Shape: (V_tgt,) or None"""
         if self.output_words is None:
             return self.output_bias
-        bias = self.output_bias if self.output_bias is not None else self.output_weight.new_zeros(len(self.output_words))
+        bias = self.output_bias
+        if bias is None:
+            bias = self.output_weight.new_zeros(len(self.output_words))
         return bias.masked_fill(~self.output_words, NEVER)
 
     def output_ids(self) -> Tensor | None:
