@@ -21,7 +21,7 @@ from safetensors.torch import load_file, save_file
 
 from vaswani import __version__
 from vaswani.config import Config, ConfigError
-from vaswani.nn import build_model
+from vaswani.nn import build_empty
 
 FORMAT_VERSION = 1
 WEIGHTS = "model.safetensors"
@@ -67,10 +67,20 @@ def untied_missing(missing: list[str]) -> list[str]:
     return [name for name in missing if not name.endswith("embed.tokens.weight")]
 
 
-def load_into(model: torch.nn.Module, weights: dict[str, torch.Tensor], source: Path) -> None:
-    missing, unexpected = model.load_state_dict(weights, strict=False)
+def load_into(model: torch.nn.Module, weights: dict[str, torch.Tensor], source: Path, assign: bool = False) -> None:
+    """`weights` copied into `model`, or (`assign`, a model from nn.build_empty) made its tensors, in float32
+    where they are floating point; CheckpointError where they do not fit it."""
+    if assign:
+        weights = {k: v.float() if v.is_floating_point() else v for k, v in weights.items()}
+    try:
+        missing, unexpected = model.load_state_dict(weights, strict=False, assign=assign)
+    except RuntimeError as error:  # a shape that differs
+        detail = str(error).split("\n\t")[1] if "\n\t" in str(error) else str(error)
+        raise CheckpointError(f"{source} does not fit this model ({detail.strip()})") from None
     missing = untied_missing(missing)
-    if missing or unexpected:
+    empty = [name for name, t in (*model.named_parameters(), *model.named_buffers()) if t.is_meta]
+    if missing or unexpected or empty:
+        missing = list(dict.fromkeys([*missing, *empty]))
         raise CheckpointError(f"{source} does not fit this model (missing {missing[:3]}, unexpected {unexpected[:3]})")
 
 
@@ -98,6 +108,7 @@ def load_model(directory: str | Path, device: str | torch.device = "cpu") -> tup
         config = Config.load(directory / "config.yaml")
     except ConfigError as error:
         raise CheckpointError(f"{directory}/config.yaml: {error}") from None
-    model = build_model(config.model)
-    load_into(model, load_weights(directory / WEIGHTS), directory / WEIGHTS)
+    weights = load_weights(directory / WEIGHTS)
+    model = build_empty(config.model)
+    load_into(model, weights, directory / WEIGHTS, assign=True)
     return model.to(device).eval(), config

@@ -49,16 +49,22 @@ class PackedLinear(nn.Module):
 def replace_linears(model: nn.Module, make: Callable[[Tensor, Tensor | None, Parts], nn.Module]) -> nn.Module:
     """Every nn.Linear of `model` replaced, in place, by `make(weight, bias, parts)`, and its output projection
     (`logits`) by `make(output_weight, logit_bias, ())` (output_bias where the model has no logit_bias); `parts`
-    are attention's W^Q and W^K W^V rows, which cross-attention uses apart. Returns `model`."""
+    are attention's W^Q and W^K W^V rows, which encoder-decoder attention uses apart (a layer's `cross_attn`, and
+    a MultiHeadAttention on its own; self-attention never does, and its layers get no copy of them).
+    Returns `model`."""
     from vaswani.nn.attention import MultiHeadAttention
 
+    self_attention = {id(m.self_attn) for m in model.modules() if isinstance(getattr(m, "self_attn", None), nn.Module)}
     with torch.no_grad():
         for module in list(model.modules()):
             for name, child in list(module.named_children()):
                 if not isinstance(child, nn.Linear):
                     continue
                 d = child.in_features
-                parts = ((0, d), (d, 3 * d)) if isinstance(module, MultiHeadAttention) and name == "in_proj" else ()
+                apart = (
+                    isinstance(module, MultiHeadAttention) and name == "in_proj" and id(module) not in self_attention
+                )
+                parts = ((0, d), (d, 3 * d)) if apart else ()
                 setattr(module, name, make(child.weight, child.bias, parts))
         if hasattr(model, "output_weight"):
             bias = getattr(model, "logit_bias", model.output_bias)
