@@ -12,6 +12,8 @@ import sys
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
+_GLIBC_DEFAULT = 128 * 1024  # both thresholds' starting values in glibc
+_keeping = False  # keep_freed_memory is in effect
 
 
 def keep_freed_memory() -> bool:
@@ -21,14 +23,37 @@ def keep_freed_memory() -> bool:
     step page-faults its largest tensors (logits, their gradients) into existence again: on a 2-core
     CPU that was a third of the step's time. Returns False where the C library is not glibc.
     """
+    global _keeping
+    _keeping = _thresholds(1 << 30, (1 << 31) - 1)
+    return _keeping
+
+
+def _thresholds(mmap: int, trim: int) -> bool:
     if not sys.platform.startswith("linux"):
         return False
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
+        mallopt = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
     except (OSError, AttributeError):
         return False
-    return bool(mallopt(_M_MMAP_THRESHOLD, 1 << 30)) and bool(mallopt(_M_TRIM_THRESHOLD, (1 << 31) - 1))
+    return bool(mallopt(_M_MMAP_THRESHOLD, mmap)) and bool(mallopt(_M_TRIM_THRESHOLD, trim))
+
+
+@contextlib.contextmanager
+def freed_memory_returned():
+    """Within: glibc's own rule for large blocks (each mapped apart, and given back when freed), where
+    keep_freed_memory is in effect; kept again after. For loading a model and then replacing its weights (packed
+    or int8 copies, nn/packed.py): each weight freed is given back at once, where kept freed memory was not reused
+    for the copies, which are laid out otherwise (an OPUS-MT-sized model, float32 packed: peak 822 against 706
+    MiB, docs/benchmarks.md "int8 on the CPU")."""
+    if not _keeping:
+        yield
+        return
+    _thresholds(_GLIBC_DEFAULT, _GLIBC_DEFAULT)
+    try:
+        yield
+    finally:
+        release_freed_memory()
+        keep_freed_memory()
 
 
 def release_freed_memory() -> None:

@@ -16,12 +16,13 @@ import os
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from vaswani import __version__
+from vaswani.allocator import freed_memory_returned
 from vaswani.config import Config, ConfigError
-from vaswani.nn import build_empty
+from vaswani.nn import build_model
 
 FORMAT_VERSION = 1
 WEIGHTS = "model.safetensors"
@@ -67,21 +68,49 @@ def untied_missing(missing: list[str]) -> list[str]:
     return [name for name in missing if not name.endswith("embed.tokens.weight")]
 
 
-def load_into(model: torch.nn.Module, weights: dict[str, torch.Tensor], source: Path, assign: bool = False) -> None:
-    """`weights` copied into `model`, or (`assign`, a model from nn.build_empty) made its tensors, in float32
-    where they are floating point; CheckpointError where they do not fit it."""
-    if assign:
-        weights = {k: v.float() if v.is_floating_point() else v for k, v in weights.items()}
+def load_into(model: torch.nn.Module, weights: dict[str, torch.Tensor], source: Path) -> None:
+    """`weights` copied into `model`; CheckpointError where they do not fit it."""
     try:
-        missing, unexpected = model.load_state_dict(weights, strict=False, assign=assign)
+        missing, unexpected = model.load_state_dict(weights, strict=False)
     except RuntimeError as error:  # a shape that differs
         detail = str(error).split("\n\t")[1] if "\n\t" in str(error) else str(error)
         raise CheckpointError(f"{source} does not fit this model ({detail.strip()})") from None
+    _check_fit(missing, unexpected, source)
+
+
+def _check_fit(missing: list[str], unexpected: list[str], source: Path) -> None:
     missing = untied_missing(missing)
-    empty = [name for name, t in (*model.named_parameters(), *model.named_buffers()) if t.is_meta]
-    if missing or unexpected or empty:
-        missing = list(dict.fromkeys([*missing, *empty]))
+    if missing or unexpected:
         raise CheckpointError(f"{source} does not fit this model (missing {missing[:3]}, unexpected {unexpected[:3]})")
+
+
+def read_weights_into(model: torch.nn.Module, path: Path) -> None:
+    """The weights saved at `path` copied into `model`'s own tensors one at a time, the file opened afresh for
+    each, so that no second copy of the model (a state dict, or the file's pages mapped and read) is held while it
+    loads: an OPUS-MT-sized model peaked at 796 MiB loading through load_weights, 311 MiB this way (docs/benchmarks.md,
+    "int8 on the CPU"). CheckpointError where the file is corrupt or does not fit."""
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            names = list(f.keys())
+        own = model.state_dict()
+        _check_fit([n for n in own if n not in names], [n for n in names if n not in own], path)
+        with torch.no_grad():
+            for name in names:
+                with safe_open(str(path), framework="pt") as f:
+                    saved = f.get_tensor(name)
+                    if saved.shape != own[name].shape:
+                        raise CheckpointError(
+                            f"{path} does not fit this model ({name} has shape {tuple(saved.shape)} there, "
+                            f"{tuple(own[name].shape)} in the model)"
+                        )
+                    own[name].copy_(saved)
+                    del saved
+    except FileNotFoundError:
+        raise CheckpointError(f"{path} not found") from None
+    except (SafetensorError, OSError, ValueError) as error:
+        if isinstance(error, CheckpointError):
+            raise
+        raise CheckpointError(f"{path} is corrupt or incomplete ({error}); delete it or restore a copy") from None
 
 
 def write_model_directory(directory: Path, config: Config, origin: dict | None = None) -> None:
@@ -108,7 +137,7 @@ def load_model(directory: str | Path, device: str | torch.device = "cpu") -> tup
         config = Config.load(directory / "config.yaml")
     except ConfigError as error:
         raise CheckpointError(f"{directory}/config.yaml: {error}") from None
-    weights = load_weights(directory / WEIGHTS)
-    model = build_empty(config.model)
-    load_into(model, weights, directory / WEIGHTS, assign=True)
+    with freed_memory_returned():  # the weights mapped apart: freed at once when packed or made int8 (nn/packed.py)
+        model = build_model(config.model)
+        read_weights_into(model, directory / WEIGHTS)
     return model.to(device).eval(), config

@@ -47,23 +47,20 @@ def test_corrupt_weights_give_a_clear_error(tmp_path):
     ],
     ids=["tied", "untied-with-bias", "learned-target-words", "decoder-only"],
 )
-def test_a_model_built_empty_and_given_the_saved_weights_is_the_saved_model(tmp_path, config):
-    """load_model's path (nn.build_empty, assign): the same state, the same outputs, the ties kept, and the
-    sinusoid tables, which are not saved, made again."""
-    from vaswani.nn import build_empty, build_model
+def test_weights_read_a_tensor_at_a_time_are_the_saved_model(tmp_path, config):
+    """load_model's path (model_dir.read_weights_into): the same state and outputs, the ties kept."""
+    from vaswani.nn import build_model
 
     model = build_model(config).eval()
     if config.output_words == "target":
         model.output_words[5:9] = False
     ckpt.save_weights(ckpt.weights_of(model), tmp_path / "w.safetensors")
-    other = build_empty(config)
-    ckpt.load_into(other, ckpt.load_weights(tmp_path / "w.safetensors"), tmp_path, assign=True)
-    other.eval()
+    torch.manual_seed(1)
+    other = build_model(config).eval()
+    ckpt.read_weights_into(other, tmp_path / "w.safetensors")
     assert model.state_dict().keys() == other.state_dict().keys()
     for (name, a), b in zip(model.state_dict().items(), other.state_dict().values(), strict=True):
         assert torch.equal(a, b), name
-    for name, buffer in model.named_buffers():
-        assert torch.equal(buffer, dict(other.named_buffers())[name]), name
     ids = torch.randint(3, 40, (2, 7))
     with torch.no_grad():
         expected = model(ids, ids) if config.type == "encoder_decoder" else model(ids)
@@ -74,13 +71,20 @@ def test_a_model_built_empty_and_given_the_saved_weights_is_the_saved_model(tmp_
 
 
 def test_saved_weights_that_do_not_fit_are_one_clear_error(tmp_path):
-    from vaswani.nn import build_empty
-
     weights = ckpt.weights_of(Transformer(tiny_config()))
     for name, broken in (
         ("missing", {k: v for k, v in weights.items() if not k.startswith("decoder.layers.1.")}),
         ("shape", {**weights, "encoder.embed.tokens.weight": torch.ones(7, 32)}),
+        ("unexpected", {**weights, "encoder.extra": torch.ones(3)}),
     ):
-        with pytest.raises(ckpt.CheckpointError, match="does not fit this model") as error:
-            ckpt.load_into(build_empty(tiny_config()), broken, tmp_path / "w.safetensors", assign=True)
-        assert "\n" not in str(error.value), name
+        path = tmp_path / f"{name}.safetensors"
+        ckpt.save_weights(broken, path)
+        for from_file in (True, False):
+            model = Transformer(tiny_config())
+            with pytest.raises(ckpt.CheckpointError, match="does not fit this model") as error:
+                ckpt.read_weights_into(model, path) if from_file else ckpt.load_into(model, broken, path)
+            assert "\n" not in str(error.value), name
+    path = tmp_path / "garbage.safetensors"
+    path.write_bytes(b"\x00garbage")
+    with pytest.raises(ckpt.CheckpointError, match="corrupt or incomplete"):
+        ckpt.read_weights_into(Transformer(tiny_config()), path)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from vaswani.allocator import freed_memory_returned
 from vaswani.config import Config
 from vaswani.data.labelled import Text, classifier_inputs, pad
 from vaswani.data.tokenizer import Tokenizer
@@ -31,7 +32,8 @@ class Classifier:
         if precision == "int8":
             from vaswani.nn.int8 import quantize_int8
 
-            quantize_int8(model)
+            with freed_memory_returned():  # each float32 weight given back as its int8 copy is made
+                quantize_int8(model)
         self.precision = "fp32" if precision == "auto" else precision
         self.model, self.tokenizer, self.config = model.eval(), tokenizer, config
         self.labels = [str(x) for x in config.finetune.labels]

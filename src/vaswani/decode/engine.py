@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
+from vaswani.allocator import freed_memory_returned
+
 if TYPE_CHECKING:  # imported where used: the CLI reads CT2_TYPES and ENGINES without loading torch
     import torch
 
@@ -68,14 +70,17 @@ class TorchEngine:
         from vaswani.precision import check
 
         check(precision, decoding=True)
+        # each float32 weight given back as its copy is made (allocator.py; load_model allocated them that way)
         if precision == "int8":  # the linear layers made int8 once, here (nn/int8.py)
             from vaswani.nn.int8 import quantize_int8
 
-            quantize_int8(model)
+            with freed_memory_returned():
+                quantize_int8(model)
         elif owned and precision in ("auto", "fp32"):  # a model only this engine runs: its float32 layers packed
             from vaswani.nn.packed import pack_fp32
 
-            pack_fp32(model)
+            with freed_memory_returned():
+                pack_fp32(model)
         self.model, self.precision = model, precision
         self._choices: dict[int, Choice] = {}
         self._prepared: set[DecodeRequest] = set()

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from vaswani.allocator import freed_memory_returned
 from vaswani.config import Config
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.decode.request import DecodeRequest
@@ -36,7 +37,8 @@ class Generator:
         if precision == "int8":  # nn/int8.py: the linear layers made int8, in place
             from vaswani.nn.int8 import quantize_int8
 
-            quantize_int8(model)
+            with freed_memory_returned():  # each float32 weight given back as its int8 copy is made
+                quantize_int8(model)
         family(config.model.type).check(GENERATE, "this model directory")
         self.model, self.tokenizer, self.config = model.eval(), tokenizer, config
         self.precision = "fp32" if precision == "auto" else precision

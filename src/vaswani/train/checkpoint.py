@@ -24,6 +24,7 @@ from vaswani.model_dir import (  # noqa: F401
     load_into,
     load_model,
     load_weights,
+    read_weights_into,
     save_weights,
     weights_of,
     write_model_directory,
