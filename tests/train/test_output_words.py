@@ -168,6 +168,27 @@ def test_training_keeps_the_pieces_of_the_training_targets_and_a_resumed_run_its
     resumed.train()
     assert np.array_equal(resumed.model.output_words.numpy(), expected)
 
+    # fine-tuning on other text: the pretrained model's words and those of the new targets
+    from vaswani.train.finetune import finetune
+
+    with (
+        gzip.open(MULTI30K / "raw/test_2016_flickr.de.gz", "rt") as de,
+        gzip.open(MULTI30K / "raw/test_2016_flickr.en.gz", "rt") as en,
+    ):
+        (tmp_path / "domain.de").write_text("".join(itertools.islice(de, 200)))
+        (tmp_path / "domain.en").write_text("".join(itertools.islice(en, 200)))
+    recipe = tmp_path / "finetune.yaml"
+    recipe.write_text(
+        f"data: {{train_src: {tmp_path / 'domain.de'}, train_tgt: {tmp_path / 'domain.en'}, max_tokens: 400}}\n"
+        "train: {max_steps: 2, valid_every: 2, warmup_steps: 10, precision: fp32}\n"
+    )
+    finetune(model_dir, recipe, tmp_path / "tuned", console=quiet())
+    new = np.zeros(500, dtype=bool)
+    new[np.unique(store.PreparedData.open(tmp_path / "tuned" / "prepared").train.tgt.values)] = True
+    assert (new & ~expected).any()  # the test can fail: the new text has pieces the old targets never had
+    tuned, _ = load_model(tmp_path / "tuned")
+    assert np.array_equal(tuned.output_words.numpy(), expected | new)
+
 
 @pytest.mark.shared_data
 def test_target_subword_sampling_is_refused_in_one_line(tmp_path):
