@@ -87,7 +87,7 @@ def _check_fit(missing: list[str], unexpected: list[str], source: Path) -> None:
 def read_weights_into(model: torch.nn.Module, path: Path) -> None:
     """The weights saved at `path` copied into `model`'s own tensors one at a time, the file opened afresh for
     each, so that no second copy of the model (a state dict, or the file's pages mapped and read) is held while it
-    loads: an OPUS-MT-sized model peaked at 796 MiB loading through load_weights, 311 MiB this way (docs/benchmarks.md,
+    loads: an OPUS-MT-sized model peaked at 796 MiB loading through load_weights, 628 MiB this way (docs/benchmarks.md,
     "int8 on the CPU"). CheckpointError where the file is corrupt or does not fit."""
     try:
         with safe_open(str(path), framework="pt") as f:
