@@ -104,12 +104,12 @@ def read_weights_into(model: torch.nn.Module, path: Path) -> None:
                             f"{tuple(own[name].shape)} in the model)"
                         )
                     own[name].copy_(saved)
-                    del saved
+                    del saved  # its pages unmapped before the next tensor's are read
+    except CheckpointError:
+        raise
     except FileNotFoundError:
         raise CheckpointError(f"{path} not found") from None
     except (SafetensorError, OSError, ValueError) as error:
-        if isinstance(error, CheckpointError):
-            raise
         raise CheckpointError(f"{path} is corrupt or incomplete ({error}); delete it or restore a copy") from None
 
 

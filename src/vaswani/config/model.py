@@ -47,7 +47,7 @@ class ModelConfig:
     # A bias added to the logits (Marian's final_logits_bias); §3.4's pre-softmax projection has none.
     output_bias: bool = False
     # The words the output layer can produce. all: the whole target vocabulary (§3.4). target: the pieces the
-    # training targets use (a joint vocabulary's target side: 4,269 of Multi30k's 8,000 for English), set by
+    # training targets use (a joint vocabulary's target side with EOS: 4,270 of Multi30k's 8,000 for English), set by
     # `vaswani train` from the prepared data; the softmax of the loss covers those only, and decoding gives the
     # others a logit of -10,000 (`Transformer.logit_bias`). A smaller output projection: the quick recipe makes
     # 1.1x the updates in its time (docs/benchmarks.md, "Every CPU speed").
