@@ -72,11 +72,12 @@ def test_the_compiled_step_compiles_a_few_graphs_that_later_batches_reuse(model)
         return backend.graphs
 
     # Variants: an empty cache, one position, more; one row or several; sources of one token (an empty line's EOS)
-    # or more. Each is compiled once, whatever the lengths and numbers of rows that come later.
+    # or more; a beam's rows sharing their source's keys or one row per source. Each is compiled once, whatever the
+    # lengths and numbers of rows that come later.
     warm = decode([3, 7, 5, 2, 8], [6, 1, 4], [5], [1], [1, 1])
     later = decode([9, 9, 2, 5, 3, 7, 4], [2, 6], [4], [8, 1], [1, 1, 1])
     assert later == warm, "recompiled as rows or lengths changed"
-    assert warm <= 16, f"{warm} graphs"
+    assert warm <= 20, f"{warm} graphs"
     backend.check()
 
 
@@ -96,7 +97,7 @@ def test_a_language_models_compiled_step_compiles_a_few_graphs_too():
 
     warm = generate((2, 4), (5, 6), (1, 3), (3, 1), (1, 1))
     assert generate((4, 5), (2, 9), (1, 7)) == warm, "recompiled as rows or lengths changed"
-    assert warm <= 16, f"{warm} graphs"
+    assert warm <= 20, f"{warm} graphs"
     backend.check()
 
 

@@ -221,3 +221,24 @@ def test_min_len_forbids_early_eos(model):
         assert len(hyps[0].tokens) == 7
     assert all(len(h.tokens) == 7 for h in greedy(model, src, DecodeRequest.of(max_len_a=0.0, max_len_b=7, min_len=7)))
     assert all(len(h.tokens) >= 4 for h in greedy(model, src, DecodeRequest.of(max_len_a=0.0, max_len_b=9, min_len=4)))
+
+
+@pytest.mark.parametrize("after_softmax", [False, True])
+def test_the_scores_written_in_place_are_log_softmax_exactly(after_softmax):
+    torch.manual_seed(0)
+    for shape in [(128, 58101), (3, 7), (1, 1000)]:
+        logits = torch.randn(shape) * 4
+        banned = [0, 1]
+        expected = logits.clone()
+        if after_softmax:
+            expected = F.log_softmax(expected, -1)
+            expected[:, banned] = float("-inf")
+        else:
+            expected[:, banned] = float("-inf")
+            expected = F.log_softmax(expected, -1)
+        written = logits.clone()
+        scores = search.banned_log_probs(written, torch.tensor(banned), after_softmax)
+        assert torch.equal(scores, expected)
+        assert scores.data_ptr() == written.data_ptr()  # no second (rows, V) tensor on a CPU
+    strided = torch.randn(8, 6).t()  # not contiguous: a new tensor, the same values
+    assert torch.equal(search.log_softmax_(strided), F.log_softmax(strided, -1))

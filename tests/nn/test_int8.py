@@ -31,6 +31,8 @@ def test_an_int8_linear_is_the_float_product_within_quantization_error():
         assert relative_error(q.part(32, 96)(x), linear(x)[..., 32:]) < 0.02
         # and not the float product exactly: the weights are int8
         assert not torch.allclose(q(x), linear(x), atol=1e-6)
+    assert q._packed is None  # its parts cover every row: no whole copy
+    assert Int8Linear.of(linear, parts=((32, 96),))._packed is not None
 
 
 def test_an_int8_model_keeps_its_interface_and_its_translations_close():

@@ -57,6 +57,6 @@ def test_a_cache_without_an_encoder_part():
     _, kv, _ = layer(torch.randn(3, 4, 32), causal=True)
     cache = KVCache((kv, kv))
     assert cache.cross_kv is None and cache.batch_size == 3 and cache.length == 4
-    assert cache.expand(2).batch_size == 6 and cache.expand(2).cross_kv is None
+    assert cache.expand(2).batch_size == 6 and cache.expand(2).cross_kv is None and cache.expand(2).group == 1
     picked = cache.reorder(torch.tensor([2, 0]))
     assert torch.equal(picked.self_kv[0][0], kv[0][[2, 0]]) and picked.cross_kv is None

@@ -10,7 +10,7 @@ from tests.conftest import random_ids, tiny_config
 from vaswani import Transformer
 from vaswani.decode import search
 from vaswani.decode.request import DecodeRequest
-from vaswani.nn.packed import PackedLinear, pack_fp32, packed_available
+from vaswani.nn.packed import PackedLinear, covers, pack_fp32, packed_available
 
 pytestmark = pytest.mark.skipif(not packed_available(), reason="this torch has no oneDNN prepacked linear")
 
@@ -19,10 +19,20 @@ def test_a_packed_linear_is_the_float_product():
     torch.manual_seed(0)
     linear = nn.Linear(96, 48)
     x = torch.randn(3, 5, 96)
-    packed = PackedLinear(linear.weight, linear.bias, parts=((0, 16), (16, 48)))
-    with torch.no_grad():
-        torch.testing.assert_close(packed(x), linear(x), rtol=1e-5, atol=1e-5)
-        torch.testing.assert_close(packed.part(16, 48)(x), linear(x)[..., 16:], rtol=1e-5, atol=1e-5)
+    for parts in ((), ((0, 16), (16, 48)), ((16, 48),)):
+        packed = PackedLinear(linear.weight, linear.bias, parts=parts)
+        # parts that cover every row are all a layer keeps; else the whole is packed too
+        assert (packed._weight is None) == covers(parts, 48)
+        with torch.no_grad():
+            torch.testing.assert_close(packed(x), linear(x), rtol=1e-5, atol=1e-5)
+            if parts:
+                torch.testing.assert_close(packed.part(16, 48)(x), linear(x)[..., 16:], rtol=1e-5, atol=1e-5)
+
+
+def test_parts_cover_the_rows_only_side_by_side_in_order():
+    assert covers(((0, 4), (4, 12)), 12) and covers(((0, 12),), 12)
+    assert not covers((), 12) and not covers(((0, 4), (4, 11)), 12) and not covers(((4, 12), (0, 4)), 12)
+    assert not covers(((0, 4), (3, 12)), 12) and not covers(((0, 0), (0, 12)), 12)
 
 
 def test_a_packed_model_translates_as_the_model_does():

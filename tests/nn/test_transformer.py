@@ -4,6 +4,7 @@ import torch
 from tests.conftest import random_ids, tiny_config
 from tests.nn.torch_reference import LAYER_NAMES, torch_attention_weights
 from vaswani import ModelConfig, Transformer
+from vaswani.nn.cache import KVCache
 from vaswani.nn.masks import target_mask
 
 
@@ -85,14 +86,26 @@ def test_expanded_and_reordered_cache_equals_decoding_the_repeated_batch():
     memory, memory_mask = model.encode(src)
     _, cache = model.decode_step(tgt_in[:, :2], memory, memory_mask)
     beams = cache.expand(3)  # rows 0,1,2 are sentence 0; rows 3,4,5 sentence 1
+    assert beams.group == 3 and beams.cross_kv is cache.cross_kv  # one copy of the encoder's keys per sentence
     order = torch.tensor([2, 0, 0, 4, 5, 3])
-    beams = beams.reorder(order, cross=False)
-    mask = memory_mask.repeat_interleave(3, dim=0)
+    beams = beams.reorder(order)
     step = tgt_in[:, 2].repeat_interleave(3)
-    logits, _ = model.decode_step(step, memory.repeat_interleave(3, dim=0), mask, beams)
     expected, _ = model.decode_step(tgt_in[:, 2], memory, memory_mask, cache)
-    torch.testing.assert_close(logits, expected.repeat_interleave(3, dim=0), atol=1e-5, rtol=1e-5)
-    assert beams.reorder(torch.tensor([1, 4])).batch_size == 2
+    # the mask per sentence, or per row as the memory would be repeated: the same logits
+    for mask in (memory_mask, memory_mask.repeat_interleave(3, dim=0)):
+        logits, _ = model.decode_step(step, None, mask, beams)
+        torch.testing.assert_close(logits, expected.repeat_interleave(3, dim=0), atol=1e-5, rtol=1e-5)
+    # against the cache copied to every row, keys of the encoder too (no group)
+    copied = KVCache(
+        beams.self_kv, tuple((k.repeat_interleave(3, 0), v.repeat_interleave(3, 0)) for k, v in cache.cross_kv)
+    )
+    full, _ = model.decode_step(step, None, memory_mask.repeat_interleave(3, dim=0), copied)
+    torch.testing.assert_close(logits, full, atol=1e-6, rtol=1e-6)
+    # the second sentence alone, its rows widened to 2: one row of keys, two hypotheses
+    alone = beams.reorder(torch.tensor([4, 4]), kept=torch.tensor([1]))
+    assert alone.batch_size == 2 and alone.group == 2 and alone.cross_kv[0][0].size(0) == 1
+    logits, _ = model.decode_step(tgt_in[1:, 2].repeat(2), None, memory_mask[1:], alone)
+    torch.testing.assert_close(logits, expected[1:].repeat(2, 1), atol=1e-5, rtol=1e-5)
 
 
 def test_appended_padding_and_batch_neighbours_do_not_change_real_outputs():

@@ -102,7 +102,7 @@ def constrained_beam_search(
         if unmet:  # EOS only once every term is in
             log_probs[torch.tensor(unmet, device=log_probs.device), eos] = float("-inf")
         candidates = _candidates(log_probs, rows, active, terms, k)
-        kept_rows, kept_tokens, still = [], [], []
+        kept_rows, kept_tokens, still, positions = [], [], [], []
         for i, s in enumerate(active):
             new_live, origins, words = [], [], []
             for position, (origin, hyp, token) in enumerate(_allocated(candidates[i], live[s], terms[s])):
@@ -130,12 +130,14 @@ def constrained_beam_search(
                 continue
             live[s] = new_live
             still.append(s)
+            positions.append(i)
             # rows of no hypothesis: copies of the first, never expanded (their score is -inf)
             kept_rows += origins + origins[:1] * (k - len(origins))
             kept_tokens += words + words[:1] * (k - len(words))
         if not still:
             break
-        steps.reorder(torch.tensor(kept_rows, device=src.device), same_sentences=False)
+        kept = None if len(still) == len(active) else torch.tensor(positions, device=src.device)
+        steps.reorder(torch.tensor(kept_rows, device=src.device), kept)
         tokens = torch.tensor(kept_tokens, device=src.device)
         active = still
     out = []

@@ -76,11 +76,23 @@ def length_penalty(length: int | Tensor, alpha: float, rule: str = "gnmt") -> fl
 
 def banned_log_probs(logits: Tensor, banned: Sequence[int] | Tensor, after_softmax: bool = False) -> Tensor:
     """log-softmax of `logits` with the `banned` tokens at -inf: banned before the softmax (their probability
-    spread over the others), or after it (lost: decode.ban_after_softmax). `logits` is written over.
-    Shape: (..., V) -> (..., V)"""
-    scores = F.log_softmax(logits, dim=-1) if after_softmax else logits
-    scores[..., banned] = float("-inf")
-    return scores if after_softmax else F.log_softmax(scores, dim=-1)
+    spread over the others), or after it (lost: decode.ban_after_softmax). `logits` is written over, and on a CPU
+    it is the result (log_softmax_). Shape: (..., V) -> (..., V)"""
+    if after_softmax:
+        scores = log_softmax_(logits)
+        scores[..., banned] = float("-inf")
+        return scores
+    logits[..., banned] = float("-inf")
+    return log_softmax_(logits)
+
+
+def log_softmax_(x: Tensor) -> Tensor:
+    """log_softmax over the last dimension, written into `x` on a CPU (its kernel reads each row whole before it
+    writes it: the same values, tests/decode/test_search.py), a new tensor elsewhere: a beam step's (rows, V)
+    float32 scores are 30 MB at 128 rows of 58k words, allocated afresh at every step otherwise."""
+    if x.device.type == "cpu" and x.is_contiguous():
+        return torch.log_softmax(x, -1, out=x)
+    return F.log_softmax(x, dim=-1)
 
 
 class Steps:
@@ -133,9 +145,10 @@ class Steps:
             repetition.ban(log_probs, histories)
         return log_probs
 
-    def reorder(self, index: Tensor, same_sentences: bool) -> None:
-        """Keep rows `index`, in that order. `same_sentences`: only rows of the same input were swapped
-        (a beam step), so per-input state (the encoder's) needs no copy."""
+    def reorder(self, index: Tensor, kept: Tensor | None) -> None:
+        """Keep rows `index`, in that order; `kept`: the inputs that go on (their positions among those still
+        running), None when all do, so per-input state (the encoder's) needs no copy. Each input's rows stay
+        consecutive and as many per input (a beam step, the first step's widening, finished inputs dropped)."""
         raise NotImplementedError
 
 
@@ -147,16 +160,15 @@ def additive_mask(mask: Tensor, keys: Tensor) -> Tensor:
 
 
 class EncoderDecoderSteps(Steps):
-    """The paper's model: each source is encoded once, its encoder-decoder keys/values copied to its rows;
-    the first step feeds BOS."""
+    """The paper's model: each source is encoded once, its encoder-decoder keys/values shared by its rows (one
+    copy per sentence, nn/cache.py); the first step feeds BOS."""
 
     def __init__(self, model: Transformer, src: Tensor, beam: int, cache: bool, step: DecodeStep | None = None) -> None:
         super().__init__(model, cache, step)
         memory, mask = model.encode(src)  # (B, S, D), (B, 1, 1, S)
         self.cache: KVCache | None = model.decoder.start_cache(memory).expand(beam) if cache else None
-        if self.cache is not None:
-            mask = additive_mask(mask, self.cache.cross_kv[0][0])
-        self.mask = mask.repeat_interleave(beam, dim=0)
+        # with the cache, per source (B, 1, 1, S); without it, per row as the memory (the uncached reference)
+        self.mask = additive_mask(mask, self.cache.cross_kv[0][0]) if cache else mask.repeat_interleave(beam, dim=0)
         self.memory = None if cache else memory.repeat_interleave(beam, dim=0)
         self.first = torch.full((src.size(0) * beam,), model.config.bos_id, dtype=torch.long, device=src.device)
         self.prefix: Tensor | None = None  # (rows, t): without the cache, every token fed so far
@@ -174,17 +186,16 @@ class EncoderDecoderSteps(Steps):
         self.prefix = step if self.prefix is None else torch.cat([self.prefix, step], dim=1)
         return self.decode_step(self.prefix, self.memory, self.mask)[0][:, -1]
 
-    def reorder(self, index: Tensor, same_sentences: bool) -> None:
+    def reorder(self, index: Tensor, kept: Tensor | None) -> None:
+        if self.cache is not None:
+            self.cache = self.cache.reorder(index, kept)
+            if kept is not None:
+                self.mask = self.mask.index_select(0, kept)
+            return
         if self.prefix is not None:
             self.prefix = self.prefix.index_select(0, index)
-        if same_sentences and self.cache is not None:
-            self.cache = self.cache.reorder(index, cross=False)
-            return
+        self.memory = self.memory.index_select(0, index)
         self.mask = self.mask.index_select(0, index)
-        if self.cache is not None:
-            self.cache = self.cache.reorder(index)
-        else:
-            self.memory = self.memory.index_select(0, index)
 
 
 class DecoderOnlySteps(Steps):
@@ -233,7 +244,7 @@ class DecoderOnlySteps(Steps):
         logits, self.cache = self.decode_step(tokens, self.cache)
         return logits
 
-    def reorder(self, index: Tensor, same_sentences: bool) -> None:
+    def reorder(self, index: Tensor, kept: Tensor | None) -> None:
         self.history = self.history.index_select(0, index)
         if self.cache is not None:
             self.cache = self.cache.reorder(index)
@@ -345,7 +356,7 @@ def _token_by_token(
             active = active[keep]
             keep = keep.to(src.device)
             tokens = tokens.index_select(0, keep)
-            steps.reorder(keep, same_sentences=False)
+            steps.reorder(keep, kept=keep)
     return [
         Hypothesis(
             out[i, : lengths[i]].tolist(),
@@ -531,7 +542,7 @@ def beam_search(
         scores = scores_c.to(src.device)
         tokens = word_c.gather(1, live_c)[keep].view(-1).to(src.device)
         rows = (keep[:, None] * width + new_origin).view(-1).to(src.device)  # (n'*k,)
-        steps.reorder(rows, same_sentences=keep.numel() == n and width == k)
+        steps.reorder(rows, kept=None if keep.numel() == n else keep.to(src.device))
         active, width = active[keep], k
     return [sorted(hyps, key=lambda h: -h.score)[:n_best] for hyps in finished]
 
@@ -549,10 +560,11 @@ def _best_continuations(scores: Tensor, log_probs: Tensor, n: int, width: int, m
     """The m best continuations of each sentence's `width` hypotheses: their summed log-probabilities, the
     hypothesis each extends and its next token, best first, copied to the host at once. Each row's m best first,
     then the best of those (the same m as over all width x V at once, at less cost: a GPU's top-k over 232k
-    candidates per sentence took 15% of a beam step). Shape: scores (n, width), log_probs (n*width, V) ->
+    candidates per sentence took 15% of a beam step). `log_probs` is written over (the sums, in place).
+    Shape: scores (n, width), log_probs (n*width, V) ->
     3 x (n, m') on the CPU, m' = min(m, width * min(m, V))"""
     per_row = min(m, log_probs.size(-1))
-    row_scores, row_words = (scores.view(n * width, 1) + log_probs).topk(per_row, dim=1)  # (n*width, per_row)
+    row_scores, row_words = log_probs.add_(scores.view(n * width, 1)).topk(per_row, dim=1)  # (n*width, per_row)
     top_scores, pick = row_scores.view(n, width * per_row).topk(min(m, width * per_row), dim=1)
     origin, word = pick // per_row, row_words.view(n, width * per_row).gather(1, pick)
     # one copy to the host (a synchronisation on a GPU); ids < 2^24 are exact in float32

@@ -164,6 +164,7 @@ class StaticSteps(EncoderDecoderSteps):
         )
         self.source_length = src.size(1)
         self.first = torch.full((src.size(0) * beam,), model.config.bos_id, dtype=torch.long, device=src.device)
+        self.rows = self.first.numel()  # rows the last step fed
         self.source_lengths = (src != model.config.pad_id).sum(1).cpu()
         self.cache, self.prefix, self.written, self.shape = None, None, 0, None
 
@@ -186,11 +187,13 @@ class StaticSteps(EncoderDecoderSteps):
         self.written += 1
         return logits
 
-    def reorder(self, index: Tensor, same_sentences: bool) -> None:
-        cache = self.static.cache
+    def reorder(self, index: Tensor, kept: Tensor | None) -> None:
+        cache, rows = self.static.cache, self.rows
+        self.rows = index.numel()
         if index.numel() > cache.rows:  # more rows than the buffers hold (beam search's first step widened)
             self.static.rows = index.numel()
             self.static.prepare(index.numel(), self.shape[0], self.shape[1], cache.cross_mask)
             self.static.cache.reorder(index, self.written, self.shape[1], source=cache)
             return
-        cache.reorder(index, self.written, self.shape[1], cross=not same_sentences)
+        # the encoder-decoder keys/values are per row here: copied where inputs left or a beam widened
+        cache.reorder(index, self.written, self.shape[1], cross=kept is not None or index.numel() != rows)

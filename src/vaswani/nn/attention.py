@@ -172,15 +172,35 @@ class MultiHeadAttention(nn.Module):
     ) -> tuple[Tensor, Tensor | None]:
         """Attention of projected heads, concatenated and projected by W^O.
 
-        Shape: q (B, H, T, Dh), k and v (B, H, S, Dh) -> output (B, T, D), weights (B, H, T, S) or None
+        Keys and values may serve groups of query rows: with B = n * g queries over n rows of keys, g consecutive
+        query rows share one row of keys/values (a beam's hypotheses of one source: encoder-decoder attention
+        keeps one copy of its keys per sentence). Their queries are attended to as one row of g * T, which is
+        the same arithmetic per query; `mask` then has a row per key row, or one per query row (the first of each
+        group is read). Not with `causal`.
+
+        Shape: q (B, H, T, Dh), k and v (B or n, H, S, Dh) -> output (B, T, D), weights (B, H, T, S) or None
         """
         dropout_p = self.dropout if self.training else 0.0
+        B, H, T, Dh = q.shape
+        n = k.size(0)
+        grouped = n != B
+        if grouped:
+            if causal or B % n:
+                raise ValueError(f"{B} query rows cannot share {n} rows of keys" + (" causally" if causal else ""))
+            g = B // n
+            q = q.view(n, g, H, T, Dh).transpose(1, 2).reshape(n, H, g * T, Dh)
+            if mask is not None and mask.size(0) == B:
+                mask = mask[::g]
         if need_weights:
             out, weights = reference_attention(q, k, v, mask, causal, dropout_p)
         else:
             out, weights = fused_attention(q, k, v, mask, causal, dropout_p), None
-        B, H, T, Dh = out.shape
-        out = out.transpose(1, 2).reshape(B, T, H * Dh)  # (B, T, D)
+        if grouped:
+            out = out.view(n, H, g, T, Dh).permute(0, 2, 3, 1, 4).reshape(B, T, H * Dh)  # (B, T, D)
+            if weights is not None:
+                weights = weights.view(n, H, g, T, -1).transpose(1, 2).reshape(B, H, T, -1)
+        else:
+            out = out.transpose(1, 2).reshape(B, T, H * Dh)  # (B, T, D)
         return self.out_proj(out), weights
 
     def forward(

@@ -15,7 +15,11 @@ class KVCache:
     """Per decoder layer: self-attention keys/values of the positions decoded so far, and (for a decoder
     that attends to an encoder) the encoder-decoder keys/values, computed once per source sentence.
 
-    Shape: self_kv[i] 2 x (B, H, t, Dh), cross_kv[i] 2 x (B, H, S, Dh) or cross_kv None (decoder-only)
+    The encoder-decoder keys/values have a row per source, the self-attention ones a row per hypothesis: g
+    consecutive rows (a sentence's beam, `group`) share their source's row (MultiHeadAttention.attend), so a beam
+    of k holds one copy of them, not k.
+
+    Shape: self_kv[i] 2 x (B, H, t, Dh), cross_kv[i] 2 x (B / g, H, S, Dh) or cross_kv None (decoder-only)
     """
 
     self_kv: tuple[KeyValue, ...]
@@ -28,7 +32,13 @@ class KVCache:
 
     @property
     def batch_size(self) -> int:
-        return (self.cross_kv or self.self_kv)[0][0].size(0)
+        """Rows of hypotheses (B)."""
+        return self.self_kv[0][0].size(0)
+
+    @property
+    def group(self) -> int:
+        """Consecutive hypothesis rows per source row (g): 1, or a beam's width."""
+        return 1 if self.cross_kv is None else self.batch_size // self.cross_kv[0][0].size(0)
 
     def _map(self, fn, cross: bool = True) -> KVCache:
         self_kv = tuple((fn(k), fn(v)) for k, v in self.self_kv)
@@ -43,16 +53,19 @@ class KVCache:
         return self._map(dense)
 
     def expand(self, beam: int) -> KVCache:
-        """Each sentence repeated `beam` times, consecutively: rows b*beam ... b*beam+beam-1 are sentence b."""
-        return self._map(lambda t: t.repeat_interleave(beam, dim=0))
+        """Each hypothesis repeated `beam` times, consecutively: rows b*beam ... b*beam+beam-1 are row b's copies;
+        they share its source's encoder-decoder keys/values (one copy)."""
+        return self._map(lambda t: t.repeat_interleave(beam, dim=0), cross=False)
 
-    def reorder(self, index: Tensor, cross: bool = True) -> KVCache:
-        """Row i of the new cache is row index[i] of this one (beam reordering, dropping finished rows).
-
-        `cross=False` leaves the encoder-decoder keys/values alone, valid when `index` only moves rows
-        between hypotheses of the same sentence (the usual beam step), and saves copying them.
-        """
-        return self._map(lambda t: t.index_select(0, index), cross=cross)
+    def reorder(self, index: Tensor, kept: Tensor | None = None) -> KVCache:
+        """Row i of the new cache is row index[i] of this one (beam reordering, dropping finished rows); the
+        sources `kept` (their positions among this cache's source rows) keep their encoder-decoder keys/values,
+        all of them when None. Each source's rows stay consecutive and as many per source: `index` moves rows
+        between hypotheses of the same sentence, widens a beam, or drops the rows of sentences not kept."""
+        self_kv = tuple((k.index_select(0, index), v.index_select(0, index)) for k, v in self.self_kv)
+        if kept is None or self.cross_kv is None:
+            return KVCache(self_kv, self.cross_kv)
+        return KVCache(self_kv, tuple((k.index_select(0, kept), v.index_select(0, kept)) for k, v in self.cross_kv))
 
     @staticmethod
     def empty_self_kv(like: Tensor, n_layers: int) -> tuple[KeyValue, ...]:

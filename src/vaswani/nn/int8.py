@@ -16,7 +16,7 @@ import warnings
 import torch
 from torch import Tensor, nn
 
-from vaswani.nn.packed import Parts, replace_linears
+from vaswani.nn.packed import Parts, covers, replace_linears
 
 KERNEL = "fbgemm's dynamic int8 linear (per-channel weights)"
 
@@ -35,7 +35,8 @@ def _engines() -> list[str]:
 
 class Int8Linear(nn.Module):
     """y = x W^T + b, W stored as int8 with one float scale per output row (symmetric); `parts` are row ranges
-    (start, stop) also packed on their own, for a projection used in parts (attention's W^Q and W^K W^V).
+    (start, stop) also packed on their own, for a projection used in parts (attention's W^Q and W^K W^V); parts
+    that cover every row are all it keeps (the whole is their outputs side by side).
 
     Shape: (..., in_features) -> (..., out_features)
     """
@@ -43,8 +44,8 @@ class Int8Linear(nn.Module):
     def __init__(self, weight: Tensor, bias: Tensor | None, parts: Parts = ()) -> None:
         super().__init__()
         self.out_features, self.in_features = weight.shape
-        self._packed = _pack(weight, bias)
         self._parts = {(a, b): Int8Linear(weight[a:b], None if bias is None else bias[a:b]) for a, b in parts}
+        self._packed = None if covers(parts, self.out_features) else _pack(weight, bias)
 
     @classmethod
     def of(cls, linear: nn.Linear, parts: Parts = ()) -> Int8Linear:
@@ -55,6 +56,8 @@ class Int8Linear(nn.Module):
         return self._parts[(start, stop)]
 
     def forward(self, x: Tensor) -> Tensor:
+        if self._packed is None:  # used in parts: the whole is theirs side by side
+            return torch.cat([part(x) for part in self._parts.values()], dim=-1)
         y = torch.ops.quantized.linear_dynamic(x.reshape(-1, self.in_features).float(), self._packed, True)
         return y.view(*x.shape[:-1], self.out_features)
 

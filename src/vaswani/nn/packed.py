@@ -33,17 +33,31 @@ class PackedLinear(nn.Module):
         super().__init__()
         self.out_features, self.in_features = weight.shape
         weight = weight.detach().float().contiguous()
-        self._weight = torch.ops.mkldnn._reorder_linear_weight(weight, rows)
-        self._bias = None if bias is None else bias.detach().float().contiguous()
         self._parts = {(a, b): PackedLinear(weight[a:b], None if bias is None else bias[a:b]) for a, b in parts}
+        whole = not covers(parts, self.out_features)
+        self._weight = torch.ops.mkldnn._reorder_linear_weight(weight, rows) if whole else None
+        self._bias = None if bias is None or self._weight is None else bias.detach().float().contiguous()
 
     def part(self, start: int, stop: int) -> PackedLinear:
         return self._parts[(start, stop)]
 
     def forward(self, x: Tensor) -> Tensor:
+        if self._weight is None:  # used in parts: the whole is theirs side by side
+            return torch.cat([part(x) for part in self._parts.values()], dim=-1)
         flat = x.reshape(-1, self.in_features)
         y = torch.ops.mkldnn._linear_pointwise(flat, self._weight, self._bias, "none", [], "")
         return y.view(*x.shape[:-1], self.out_features)
+
+
+def covers(parts: Parts, rows: int) -> bool:
+    """Whether `parts` are the rows 0..rows-1 in order, side by side: a layer used in parts then needs no copy of
+    its whole weight (encoder-decoder attention's in_proj: 3 MB a layer at d_model 512)."""
+    ends = [0]
+    for a, b in parts:
+        if a != ends[-1] or b <= a:
+            return False
+        ends.append(b)
+    return len(ends) > 1 and ends[-1] == rows
 
 
 def replace_linears(model: nn.Module, make: Callable[[Tensor, Tensor | None, Parts], nn.Module]) -> nn.Module:
