@@ -214,6 +214,7 @@ def profile(model_dir: Path, batches, precision: str, steps: int) -> None:
     from vaswani.decode.request import DecodeRequest
     from vaswani.decode.search import beam_search, decoding
 
+    keep_freed_memory()  # as the command line does (else the logits' fresh pages show as the log-softmax's time)
     tokenizer = Tokenizer.load(model_dir)
     model = Translator.load(model_dir, "cpu", precision).model
     c = model.config

@@ -24,7 +24,7 @@ from vaswani.decode.repetition import Repetition
 from vaswani.decode.request import DecodeRequest
 from vaswani.families import GENERATE, TRANSLATE, family
 from vaswani.nn import KVCache, Transformer
-from vaswani.nn.cache import dense
+from vaswani.nn.cache import GrowingKVCache, dense
 from vaswani.runtime import autocast, compiling
 
 DEFAULT = DecodeRequest()  # the paper's search (§6.1): beam 4, α 0.6, input length + 50
@@ -166,7 +166,9 @@ class EncoderDecoderSteps(Steps):
     def __init__(self, model: Transformer, src: Tensor, beam: int, cache: bool, step: DecodeStep | None = None) -> None:
         super().__init__(model, cache, step)
         memory, mask = model.encode(src)  # (B, S, D), (B, 1, 1, S)
-        self.cache: KVCache | None = model.decoder.start_cache(memory).expand(beam) if cache else None
+        self.cache: KVCache | GrowingKVCache | None = model.decoder.start_cache(memory).expand(beam) if cache else None
+        if cache and step is None:  # the model's own step: its keys written in place (a compiled one takes values)
+            self.cache = GrowingKVCache(self.cache)
         # with the cache, per source (B, 1, 1, S); without it, per row as the memory (the uncached reference)
         self.mask = additive_mask(mask, self.cache.cross_kv[0][0]) if cache else mask.repeat_interleave(beam, dim=0)
         self.memory = None if cache else memory.repeat_interleave(beam, dim=0)

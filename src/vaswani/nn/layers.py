@@ -14,7 +14,7 @@ from torch import Tensor, nn
 
 from vaswani.config import ModelConfig
 from vaswani.nn.attention import MultiHeadAttention
-from vaswani.nn.cache import KeyValue, StaticSlot
+from vaswani.nn.cache import GrowingSlot, KeyValue, StaticSlot
 from vaswani.nn.dropout import Dropout
 
 ACTIVATIONS = {
@@ -87,10 +87,15 @@ class TransformerLayer(nn.Module):
         return x if self.norm_first else self.norms[i](x)
 
     def _sa_block(
-        self, x: Tensor, mask: Tensor | None, causal: bool, past: KeyValue | StaticSlot | None, need_weights: bool
+        self,
+        x: Tensor,
+        mask: Tensor | None,
+        causal: bool,
+        past: KeyValue | StaticSlot | GrowingSlot | None,
+        need_weights: bool,
     ) -> tuple[Tensor, Tensor | None, KeyValue]:
         q, k, v = self.self_attn.project_self(x)
-        if isinstance(past, StaticSlot):  # written in place; `mask` hides the positions not yet written
+        if isinstance(past, (StaticSlot, GrowingSlot)):  # written in place (a static cache's `mask` hides the rest)
             k, v = past.write(k, v)
         elif past is not None:
             k = torch.cat([past[0], k], dim=2)  # (B, H, t + T, Dh)
@@ -112,7 +117,7 @@ class TransformerLayer(nn.Module):
         x: Tensor,
         mask: Tensor | None = None,
         causal: bool = False,
-        past: KeyValue | StaticSlot | None = None,
+        past: KeyValue | StaticSlot | GrowingSlot | None = None,
         memory_kv: KeyValue | None = None,
         memory_mask: Tensor | None = None,
         need_weights: bool = False,

@@ -10,7 +10,7 @@ from torch import Tensor, nn
 
 from vaswani.config import ModelConfig
 from vaswani.nn.attention import MultiHeadAttention
-from vaswani.nn.cache import KVCache, StaticView
+from vaswani.nn.cache import GrowingKVCache, KVCache, StaticView
 from vaswani.nn.embedding import Embeddings, LearnedPositions, SinusoidalPositions, TokenEmbedding
 from vaswani.nn.layers import TransformerLayer
 from vaswani.nn.masks import padding_mask
@@ -107,30 +107,34 @@ class Decoder(nn.Module):
         self,
         tgt: Tensor,
         memory_mask: Tensor,
-        cache: KVCache,
+        cache: KVCache | GrowingKVCache,
         self_mask: Tensor | None = None,
         need_weights: bool = False,
     ) -> tuple[Tensor, KVCache, list[tuple[Tensor | None, Tensor | None]]]:
-        """Decode `tgt` as the positions after the `cache.length` already in the cache.
+        """Decode `tgt` as the positions after the `cache.length` already in the cache (a KVCache, or a
+        GrowingKVCache, written in place and returned).
 
         Shape: tgt (B, T), memory_mask (B, 1, 1, S) -> hidden (B, T, D), cache of length t + T, weights
         """
         x = self.embed(tgt, start=cache.length)
         self_kv, weights = [], []
         cross = cache.cross_kv or (None,) * len(self.layers)
-        for layer, past, cross_kv in zip(self.layers, cache.self_kv, cross, strict=True):
+        growing = isinstance(cache, GrowingKVCache)
+        pasts = [cache.slot(i) for i in range(len(self.layers))] if growing else cache.self_kv
+        for layer, past, cross_kv in zip(self.layers, pasts, cross, strict=True):
             x, kv, w = layer(
                 x,
                 mask=self_mask,
                 causal=self_mask is None,
-                past=past if cache.length else None,
+                past=past if cache.length or growing else None,
                 memory_kv=cross_kv,
                 memory_mask=memory_mask,
                 need_weights=need_weights,
             )
             self_kv.append(kv)
             weights.append(w)
-        return self.norm(x), KVCache(tuple(self_kv), cache.cross_kv), weights if need_weights else []
+        cache = cache.advance(tgt.size(1)) if growing else KVCache(tuple(self_kv), cache.cross_kv)
+        return self.norm(x), cache, weights if need_weights else []
 
 
 class Transformer(nn.Module):
@@ -220,8 +224,8 @@ class Transformer(nn.Module):
         return F.linear(hidden, self.output_weight, self.logit_bias)
 
     def decode_step(
-        self, tokens: Tensor, memory: Tensor, memory_mask: Tensor, cache: KVCache | None = None
-    ) -> tuple[Tensor, KVCache]:
+        self, tokens: Tensor, memory: Tensor, memory_mask: Tensor, cache: KVCache | GrowingKVCache | None = None
+    ) -> tuple[Tensor, KVCache | GrowingKVCache]:
         """Incremental decoding: feed the next token(s), get their logits and the extended cache.
 
         Pass `cache=None` on the first step; the encoder-decoder keys/values are computed then, once.
