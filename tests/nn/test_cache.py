@@ -43,7 +43,7 @@ def test_the_growing_cache_gives_the_value_caches_logits_exactly():
     assert growing.keys[0].size(2) == -(-steps // GrowingKVCache.CHUNK) * GrowingKVCache.CHUNK  # room, not more
 
 
-def test_a_search_with_the_growing_cache_finds_what_the_value_cache_finds(monkeypatch):
+def test_a_search_with_the_growing_cache_finds_what_the_value_cache_finds():
     from vaswani.decode import search
     from vaswani.decode.request import DecodeRequest
 
@@ -51,15 +51,35 @@ def test_a_search_with_the_growing_cache_finds_what_the_value_cache_finds(monkey
     model = Transformer(tiny_config()).eval()
     src = random_ids([6, 2, 9, 4])
     request = DecodeRequest.of(beam_size=4, max_len_b=20)
+    step = model.decode_step  # a step given (a compiled one) takes the value cache
     with torch.inference_mode():
-        growing = search.beam_search(model, src, request)
-        greedy = search.greedy(model, src, request)
-        monkeypatch.setattr(search, "GrowingKVCache", lambda cache: cache)
-        assert isinstance(search.start_steps(model, src, 4).cache, KVCache)
-        value = search.beam_search(model, src, request)
-        assert [[(h.tokens, h.score) for h in hyps] for hyps in growing] == [
-            [(h.tokens, h.score) for h in hyps] for hyps in value
-        ]
-        assert [(h.tokens, h.score) for h in greedy] == [
-            (h.tokens, h.score) for h in search.greedy(model, src, request)
-        ]
+        assert isinstance(search.start_steps(model, src, 4).cache, GrowingKVCache)
+        assert isinstance(search.start_steps(model, src, 4, step=step).cache, KVCache)
+        for search_ in (search.beam_search, search.greedy):
+            growing, value = search_(model, src, request), search_(model, src, request, step=step)
+            if search_ is search.greedy:
+                growing, value = [[h] for h in growing], [[h] for h in value]
+            assert [[(h.tokens, h.score) for h in hyps] for hyps in growing] == [
+                [(h.tokens, h.score) for h in hyps] for hyps in value
+            ]
+
+
+def test_a_language_model_generates_the_same_with_the_growing_cache():
+    from vaswani.decode import search
+    from vaswani.decode.request import DecodeRequest
+    from vaswani.nn import CausalLM
+
+    torch.manual_seed(2)
+    lm = CausalLM(tiny_config(type="decoder_only")).eval()
+    prompts = random_ids([5, 5, 5])
+    request = DecodeRequest.of(max_len_a=0.0, max_len_b=30, beam_size=3)
+    runs = []
+    for step in (None, lm.decode_step):  # a step given (a compiled one) takes the value cache
+        with torch.inference_mode():  # 30 tokens past a context of 6: the window moves, the cache is made again
+            greedy = search.greedy(lm, prompts, request, stop_at_eos=False, context=6, step=step)
+            beams = search.beam_search(lm, prompts, request, step=step)
+            steps = search.start_steps(lm, prompts, 1, step=step)
+            steps.step(steps.first)
+        runs.append(([(h.tokens, h.score) for h in greedy], [[(h.tokens, h.score) for h in b] for b in beams]))
+        assert isinstance(steps.cache, GrowingKVCache) == (step is None)
+    assert runs[0] == runs[1]

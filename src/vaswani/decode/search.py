@@ -22,6 +22,7 @@ from vaswani.config import ModelConfig
 from vaswani.data.batching import collate
 from vaswani.decode.repetition import Repetition
 from vaswani.decode.request import DecodeRequest
+from vaswani.decode.top_words import row_argmax, row_topk
 from vaswani.families import GENERATE, TRANSLATE, family
 from vaswani.nn import KVCache, Transformer
 from vaswani.nn.cache import GrowingKVCache, dense
@@ -225,7 +226,8 @@ class DecoderOnlySteps(Steps):
         self.first = prompts[:, -1]
         self.history = prompts[:, :-1]  # every token fed so far, and the prompt's
         self.start = 0 if self.context is None else max(0, self.prompt_length - self.context)  # first one seen
-        self.cache: KVCache | None = None
+        self.cache: KVCache | GrowingKVCache | None = None
+        self.grow = step is None
         if cache and self.history.size(1) > self.start:
             _, self.cache = self.decode_step(self.history[:, self.start :])
 
@@ -244,6 +246,8 @@ class DecoderOnlySteps(Steps):
         if moved:
             self.cache = None if t - 1 == self.start else self.decode_step(self.history[:, self.start : -1])[1]
         logits, self.cache = self.decode_step(tokens, self.cache)
+        if self.grow and not isinstance(self.cache, GrowingKVCache):  # the model's own step: keys written in place
+            self.cache = GrowingKVCache(self.cache)
         return logits
 
     def reorder(self, index: Tensor, kept: Tensor | None) -> None:
@@ -387,9 +391,7 @@ def greedy(
     token (a language model's line break) and runs to the limit; `on_step(tokens)` sees each step's picks (rows
     still running, in input order); `context`: a language model's window; `step`: see start_steps.
     Shape: src (B, S) -> B hypotheses"""
-    return _token_by_token(
-        model, src, request, lambda logits: logits.argmax(-1), cache, stop_at_eos, on_step, context, step
-    )
+    return _token_by_token(model, src, request, row_argmax, cache, stop_at_eos, on_step, context, step)
 
 
 @torch.no_grad()
@@ -562,11 +564,11 @@ def _best_continuations(scores: Tensor, log_probs: Tensor, n: int, width: int, m
     """The m best continuations of each sentence's `width` hypotheses: their summed log-probabilities, the
     hypothesis each extends and its next token, best first, copied to the host at once. Each row's m best first,
     then the best of those (the same m as over all width x V at once, at less cost: a GPU's top-k over 232k
-    candidates per sentence took 15% of a beam step). `log_probs` is written over (the sums, in place).
-    Shape: scores (n, width), log_probs (n*width, V) ->
+    candidates per sentence took 15% of a beam step). Shape: scores (n, width), log_probs (n*width, V) ->
     3 x (n, m') on the CPU, m' = min(m, width * min(m, V))"""
     per_row = min(m, log_probs.size(-1))
-    row_scores, row_words = log_probs.add_(scores.view(n * width, 1)).topk(per_row, dim=1)  # (n*width, per_row)
+    row_log_probs, row_words = row_topk(log_probs, per_row)  # (n*width, per_row): a row's order is its sums' order
+    row_scores = row_log_probs + scores.view(n * width, 1)
     top_scores, pick = row_scores.view(n, width * per_row).topk(min(m, width * per_row), dim=1)
     origin, word = pick // per_row, row_words.view(n, width * per_row).gather(1, pick)
     # one copy to the host (a synchronisation on a GPU); ids < 2^24 are exact in float32

@@ -235,27 +235,31 @@ class GrowingKVCache:
         t, n, T = self.length, self.rows, k.size(2)
         if k.size(0) != n:
             raise ValueError(f"{k.size(0)} rows of keys for a cache of {n} rows")
-        if t + T > self.keys[layer].size(2):
-            room = -(-(t + T) // self.CHUNK) * self.CHUNK
-            self.keys[layer] = self._moved(self.keys[layer], room)
-            self.values[layer] = self._moved(self.values[layer], room)
+        if t + T > self.keys[layer].size(2) or self.keys[layer].dtype != k.dtype:  # no room, or bf16 keys came
+            room = max(-(-(t + T) // self.CHUNK) * self.CHUNK, self.keys[layer].size(2))
+            self.keys[layer] = self._moved(self.keys[layer], room, dtype=k.dtype)
+            self.values[layer] = self._moved(self.values[layer], room, dtype=v.dtype)
         keys, values = self.keys[layer], self.values[layer]
         keys[:n, :, t : t + T] = k
         values[:n, :, t : t + T] = v
         return keys[:n, :, : t + T], values[:n, :, : t + T]
 
-    def _moved(self, buffer: Tensor, capacity: int, index: Tensor | None = None, into: Tensor | None = None) -> Tensor:
+    def _moved(
+        self,
+        buffer: Tensor,
+        capacity: int,
+        index: Tensor | None = None,
+        into: Tensor | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> Tensor:
         """The held positions of `buffer`'s rows (rows `index` of them, in that order) in a buffer of as many rows
-        and `capacity` positions, gathered straight into it: `into` where it has that shape, else a new one.
-        Shape: (R, H, L, Dh) -> (rows, H, capacity, Dh)"""
+        and `capacity` positions (in `dtype`, by default the buffer's), gathered straight into it: `into` where it
+        has that shape, else a new one. Shape: (R, H, L, Dh) -> (rows, H, capacity, Dh)"""
         _, H, _, Dh = buffer.shape
         held = buffer[: self.rows, :, : self.length]
         rows = self.rows if index is None else index.numel()
-        new = (
-            into
-            if into is not None and into.shape == (rows, H, capacity, Dh)
-            else buffer.new_empty(rows, H, capacity, Dh)
-        )
+        shape, dtype = (rows, H, capacity, Dh), dtype or buffer.dtype
+        new = into if into is not None and into.shape == shape else buffer.new_empty(shape, dtype=dtype)
         if index is None:
             new[:, :, : self.length] = held
         else:
