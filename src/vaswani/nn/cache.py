@@ -38,7 +38,7 @@ class KVCache:
     @property
     def group(self) -> int:
         """Consecutive hypothesis rows per source row (g): 1, or a beam's width."""
-        return 1 if self.cross_kv is None else self.batch_size // self.cross_kv[0][0].size(0)
+        return group(self.batch_size, self.cross_kv)
 
     def _map(self, fn, cross: bool = True) -> KVCache:
         self_kv = tuple((fn(k), fn(v)) for k, v in self.self_kv)
@@ -73,6 +73,11 @@ class KVCache:
         B, H, _, Dh = like.shape
         empty = torch.empty(B, H, 0, Dh, dtype=like.dtype, device=like.device)
         return tuple((empty, empty) for _ in range(n_layers))
+
+
+def group(rows: int, cross_kv: tuple[KeyValue, ...] | None) -> int:
+    """Consecutive hypothesis rows per row of encoder-decoder keys: 1 without them."""
+    return 1 if cross_kv is None else rows // cross_kv[0][0].size(0)
 
 
 def dense(t: Tensor) -> Tensor:
@@ -214,7 +219,7 @@ class GrowingKVCache:
 
     @property
     def group(self) -> int:
-        return 1 if self.cross_kv is None else self.rows // self.cross_kv[0][0].size(0)
+        return group(self.rows, self.cross_kv)
 
     @property
     def self_kv(self) -> tuple[KeyValue, ...]:
@@ -232,9 +237,7 @@ class GrowingKVCache:
 
     def write(self, layer: int, k: Tensor, v: Tensor) -> KeyValue:
         """Shape: k, v (rows, H, T, Dh) -> 2 x (rows, H, length + T, Dh), views of the buffers"""
-        t, n, T = self.length, self.rows, k.size(2)
-        if k.size(0) != n:
-            raise ValueError(f"{k.size(0)} rows of keys for a cache of {n} rows")
+        t, n, T = self.length, self.rows, k.size(2)  # decode_step checked the rows
         if t + T > self.keys[layer].size(2) or self.keys[layer].dtype != k.dtype:  # no room, or bf16 keys came
             room = max(-(-(t + T) // self.CHUNK) * self.CHUNK, self.keys[layer].size(2))
             self.keys[layer] = self._moved(self.keys[layer], room, dtype=k.dtype)
