@@ -2,8 +2,8 @@
 
 Each module registers its family of verbs next to the code that runs them:
 train.py (model, train, prepare, finetune, average), lm.py (generate, classify),
-translate.py (translate, evaluate, attention), serve.py (serve), export.py (export), pretrained.py (import);
-lines.py is what they share.
+translate.py (translate, evaluate, attention), shortlist.py (shortlist), serve.py (serve), export.py (export),
+pretrained.py (import); lines.py is what they share.
 Nothing here imports torch: the command functions import the library when they run."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import argparse
 import sys
 
 from vaswani.allocator import keep_freed_memory
-from vaswani.cli import export, lm, pretrained, serve, train, translate
+from vaswani.cli import export, lm, pretrained, serve, shortlist, train, translate
 from vaswani.config import ConfigError
 
 
@@ -20,7 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vaswani", description="The Transformer of 'Attention Is All You Need'.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
-    for family in (train, lm, translate, serve, export, pretrained):
+    for family in (train, lm, translate, shortlist, serve, export, pretrained):
         family.register(commands)
     return parser
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from vaswani.cli.lines import stderr_console
-from vaswani.cli.translate import report_precision
+from vaswani.cli.translate import add_shortlist_option, report_precision
 from vaswani.config import DECODING_PRECISIONS
 
 
@@ -26,7 +26,7 @@ def _serve(args: argparse.Namespace) -> None:
     # Loading, measuring and decoding on one thread, never the event loop's: serve/compute.py says why.
     compute = ComputeThread()
     started = time.perf_counter()
-    translator = compute.call(Translator.load, args.model_dir, args.device, args.precision)
+    translator = compute.call(Translator.load, args.model_dir, args.device, args.precision, shortlist=args.shortlist)
     defaults = translator.request(compile=args.compile)  # what every HTTP request starts from
     console = stderr_console()
     compute.call(report_precision, translator, defaults, console)  # prepares the engine for it: Engine.prepare
@@ -102,6 +102,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     serve.add_argument("--no-batching", action="store_true", help="translate one request at a time")
     serve.add_argument("--device", default="auto", help="cpu, cuda, ... (default: the GPU if any)")
     serve.add_argument("--precision", choices=DECODING_PRECISIONS, default="auto", help="as for vaswani translate")
+    add_shortlist_option(serve)
     serve.add_argument(
         "--compile",
         action=argparse.BooleanOptionalAction,

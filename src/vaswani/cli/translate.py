@@ -67,7 +67,9 @@ def _load_translator(args: argparse.Namespace) -> Translator:
         from vaswani.export.ctranslate2 import converted
 
         converted(args.model_dir)
-    return Translator.load(args.model_dir, args.device, _precision(args), args.engine, args.compute_type or "float32")
+    return Translator.load(
+        args.model_dir, args.device, _precision(args), args.engine, args.compute_type or "float32", args.shortlist
+    )
 
 
 def report_precision(translator: Translator, request: DecodeRequest, console: Console) -> None:
@@ -86,6 +88,9 @@ def report_precision(translator: Translator, request: DecodeRequest, console: Co
     choice = translator.engine.prepare(request)
     if choice.measurement is not None or choice.reason:
         console.print(f"vaswani: {choice.describe()}")
+    shortlist = getattr(translator.engine, "shortlist", None)
+    if shortlist is not None:
+        console.print(f"vaswani: {shortlist.describe()}")
     if choice.warning():
         console.print(f"vaswani: warning: {choice.warning()}")
 
@@ -290,6 +295,7 @@ def _add_decode_options(parser: argparse.ArgumentParser) -> None:
         help="a multilingual model's target language, e.g. fra: its >>fra<< token goes before every sentence "
         "(line and document mode)",
     )
+    add_shortlist_option(group)
     group.add_argument("--bf16", action="store_true", help=argparse.SUPPRESS)  # old spelling of --precision bf16
     group.add_argument(
         "--engine",
@@ -302,6 +308,18 @@ def _add_decode_options(parser: argparse.ArgumentParser) -> None:
         "--compute-type",
         choices=CT2_TYPES,
         help="with --engine ctranslate2: float32 (default, our outputs), int8 (faster), ...",
+    )
+
+
+def add_shortlist_option(group) -> None:
+    group.add_argument(
+        "--shortlist",
+        nargs="?",
+        const=True,
+        metavar="FILE",
+        help="compute each batch's output layer over the target words its source words can turn into (learned by "
+        "vaswani shortlist; default file MODEL_DIR/shortlist.safetensors): faster on large vocabularies, may change "
+        "some outputs",
     )
 
 

@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # imported where used: the CLI reads CT2_TYPES and ENGINES wi
 
     from vaswani.decode.request import DecodeRequest
     from vaswani.decode.search import Hypothesis
+    from vaswani.decode.shortlist import Shortlist
     from vaswani.precision import Choice
 
 ENGINES = ("torch", "ctranslate2")
@@ -64,9 +65,13 @@ class TorchEngine:
     linear layers made int8 in place, nn/int8.py). `owned`: the model is the engine's alone (Translator.load's), so
     in fp32 on a CPU its linear layers are packed for oneDNN in place (nn/packed.py); a model passed in by its
     owner is left as it is. With decode.compile the
-    decoder's step runs through torch.compile (search.compiled_step), compiled once for the engine's life."""
+    decoder's step runs through torch.compile (search.compiled_step), compiled once for the engine's life.
+    `shortlist` (decode/shortlist.py): each batch's output layer covers the words its sources may produce; it runs
+    on the model's own eager step, so not with decode.compile or decode.static_cache true."""
 
-    def __init__(self, model: torch.nn.Module, precision: str = "auto", owned: bool = False) -> None:
+    def __init__(
+        self, model: torch.nn.Module, precision: str = "auto", owned: bool = False, shortlist: Shortlist | None = None
+    ) -> None:
         from vaswani.precision import check
 
         check(precision, decoding=True)
@@ -81,7 +86,7 @@ class TorchEngine:
 
             with freed_memory_returned():
                 pack_fp32(model)
-        self.model, self.precision = model, precision
+        self.model, self.precision, self.shortlist = model, precision, shortlist
         self._choices: dict[int, Choice] = {}
         self._prepared: set[DecodeRequest] = set()
         self._compiled = None
@@ -114,11 +119,18 @@ class TorchEngine:
 
         precision = self.choose_precision(request).precision if sources else "fp32"
         step = self._step(request)
-        return search_ids(self.model, sources, request, precision, progress, step, constraints)
+        return search_ids(self.model, sources, request, precision, progress, step, constraints, self.shortlist)
 
     def _step(self, request: DecodeRequest):
         """The decoder's step the search runs: with decode.compile, compiled once for this engine's life; with
         decode.static_cache (auto: on a GPU), on buffers allocated once and, on a GPU, as CUDA graphs."""
+        if self.shortlist is not None:
+            if request.decode.compile or request.decode.static_cache is True:
+                setting = "--compile (decode.compile)" if request.decode.compile else "decode.static_cache: true"
+                raise ValueError(
+                    f"a shortlist changes the output layer at every batch, which {setting} cannot: leave out one"
+                )
+            return None
         if not request.decode.compile:
             return self._static(request)
         if self._compiled is None:

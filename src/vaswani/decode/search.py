@@ -22,10 +22,12 @@ from vaswani.config import ModelConfig
 from vaswani.data.batching import collate
 from vaswani.decode.repetition import Repetition
 from vaswani.decode.request import DecodeRequest
+from vaswani.decode.shortlist import Shortlist
 from vaswani.decode.top_words import row_argmax, row_topk
 from vaswani.families import GENERATE, TRANSLATE, family
 from vaswani.nn import KVCache, Transformer
 from vaswani.nn.cache import GrowingKVCache, dense
+from vaswani.nn.transformer import OutputRows
 from vaswani.runtime import autocast, compiling
 
 DEFAULT = DecodeRequest()  # the paper's search (§6.1): beam 4, α 0.6, input length + 50
@@ -168,7 +170,7 @@ class EncoderDecoderSteps(Steps):
         super().__init__(model, cache, step)
         memory, mask = model.encode(src)  # (B, S, D), (B, 1, 1, S)
         self.cache: KVCache | GrowingKVCache | None = model.decoder.start_cache(memory).expand(beam) if cache else None
-        if cache and step is None:  # the model's own step: its keys written in place (a compiled one takes values)
+        if cache and own_step(step):  # the model's own step: its keys written in place (a compiled one takes values)
             self.cache = GrowingKVCache(self.cache)
         # with the cache, per source (B, 1, 1, S); without it, per row as the memory (the uncached reference)
         self.mask = additive_mask(mask, self.cache.cross_kv[0][0]) if cache else mask.repeat_interleave(beam, dim=0)
@@ -227,7 +229,7 @@ class DecoderOnlySteps(Steps):
         self.history = prompts[:, :-1]  # every token fed so far, and the prompt's
         self.start = 0 if self.context is None else max(0, self.prompt_length - self.context)  # first one seen
         self.cache: KVCache | GrowingKVCache | None = None
-        self.grow = step is None
+        self.grow = own_step(step)
         if cache and self.history.size(1) > self.start:
             _, self.cache = self.decode_step(self.history[:, self.start :])
 
@@ -278,6 +280,23 @@ def start_steps(
         steps = DecoderOnlySteps(model, src, beam, cache, context, step)
     steps.ban_after_softmax = ban_after_softmax
     return steps
+
+
+def own_step(step: DecodeStep | None) -> bool:
+    """Whether `step` is the model's own eager step (None, or it over a shortlist), whose cache a search may write in
+    place; a compiled step's guards want values."""
+    return step is None or isinstance(step, ShortlistStep)
+
+
+class ShortlistStep:
+    """`model.decode_step` with its output layer over one batch's shortlisted words (decode/shortlist.py,
+    nn/transformer.py OutputRows): the same step, a smaller product, NEVER for the other words."""
+
+    def __init__(self, model: Transformer, words: Tensor) -> None:
+        self.model, self.rows = model, OutputRows(model, words)
+
+    def __call__(self, *args, **kwargs) -> tuple[Tensor, KVCache | GrowingKVCache]:
+        return self.model.decode_step(*args, rows=self.rows, **kwargs)
 
 
 def compiled_step(model, backend: str = "inductor") -> DecodeStep:
@@ -626,6 +645,7 @@ def search_ids(
     progress: Callable[[int], None] | None = None,
     step: DecodeStep | None = None,
     constraints: Sequence[Sequence[Sequence[int]]] | None = None,
+    shortlist: Shortlist | None = None,
 ) -> list[list[Hypothesis]]:
     """Translate tokenized sources (without EOS) in batches of similar length; results in input order.
 
@@ -633,9 +653,16 @@ def search_ids(
     `n_best` samples per sentence. `constraints`: per source, the token ids of each term its output must hold (a
     glossary's, decode/glossary.py); a source with any is searched by decode/constrained.py in the same batch, one
     without exactly as with none. `progress(n)` is called after each batch with the number of sentences done in it.
-    `step`: see start_steps.
+    `step`: see start_steps. `shortlist`: each batch's output layer covers the words its sources may produce
+    (decode/shortlist.py; with the model's own step, `step` None), a glossary's terms included.
     """
     c, d, device = model.config, request.decode, next(model.parameters()).device
+
+    def step_for(src: Tensor, terms: Sequence[Sequence[Sequence[int]]] = ()) -> DecodeStep | None:
+        if shortlist is None:
+            return step
+        return ShortlistStep(model, shortlist.words(src, [i for term_ids in terms for ids in term_ids for i in ids]))
+
     out: list[list[Hypothesis]] = [[] for _ in sources]
     generator = torch.Generator(device).manual_seed(d.seed) if d.sampling else None
     for chunk in length_batches(sources, d.batch_size):
@@ -644,13 +671,14 @@ def search_ids(
         with decoding(device, precision):
             if free:
                 src = collate([(sources[i], []) for i in free], c.pad_id, c.bos_id, c.eos_id).src.to(device)
+                batch_step = step_for(src)
                 if d.sampling:
-                    draws = [sample(model, src, request, generator, step=step) for _ in range(request.n_best)]
+                    draws = [sample(model, src, request, generator, step=batch_step) for _ in range(request.n_best)]
                     results = [sorted(hyps, key=lambda h: -h.score) for hyps in zip(*draws, strict=True)]
                 elif request.greedy:
-                    results = [[h] for h in greedy(model, src, request, step=step)]
+                    results = [[h] for h in greedy(model, src, request, step=batch_step)]
                 else:
-                    results = beam_search(model, src, request, step=step)
+                    results = beam_search(model, src, request, step=batch_step)
                 for i, hyps in zip(free, results, strict=True):
                     out[i] = hyps
             if bound:
@@ -658,7 +686,8 @@ def search_ids(
 
                 src = collate([(sources[i], []) for i in bound], c.pad_id, c.bos_id, c.eos_id).src.to(device)
                 terms = [constraints[i] for i in bound]
-                for i, hyps in zip(bound, constrained_beam_search(model, src, terms, request, step=step), strict=True):
+                found = constrained_beam_search(model, src, terms, request, step=step_for(src, terms))
+                for i, hyps in zip(bound, found, strict=True):
                     out[i] = hyps
         if progress is not None:
             progress(len(chunk))

@@ -28,6 +28,9 @@ from vaswani.decode.glossary import Glossary
 from vaswani.decode.glossary import missing as glossary_missing
 from vaswani.decode.request import DecodeRequest
 from vaswani.decode.search import Hypothesis, banned_log_probs
+from vaswani.decode.shortlist import FILE as SHORTLIST_FILE
+from vaswani.decode.shortlist import FREQUENT, TOP, Shortlist
+from vaswani.decode.shortlist import learn as learn_shortlist
 from vaswani.families import TRANSLATE, family
 from vaswani.model_dir import load_model
 from vaswani.nn import Transformer
@@ -144,20 +147,27 @@ class Translator:
         precision: str = "auto",
         engine: str = "torch",
         compute_type: str = "float32",
+        shortlist: str | Path | bool | None = None,
     ) -> Translator:
         """The model in `model_dir` (written by `vaswani train`, or averaged by `vaswani average`).
 
+        `shortlist` (engine torch; decode/shortlist.py): True reads `model_dir`/shortlist.safetensors (written by
+        `vaswani shortlist`), a path reads that file; each batch's output layer then covers only the target words
+        its sources may produce.
         `precision` (engine torch): "auto" (fp32), "fp32", "bf16" or "int8" (a CPU's: nn/int8.py).
         `engine="ctranslate2"` decodes with CTranslate2 in `compute_type` (float32 gives our outputs;
         int8 is faster) the model converted into `model_dir`/ctranslate2 (vaswani.export.ctranslate2.converted)."""
         check_engine(engine, precision)
+        if shortlist and engine != "torch":
+            raise ValueError("--shortlist applies to --engine torch (our own search)")
         device = pick_device(device)
         # With CTranslate2 the torch model only answers attention requests: it stays on the CPU.
         model, config = load_model(model_dir, device if engine == "torch" else "cpu")
         family(config.model.type).check(TRANSLATE, str(model_dir))
         tokenizer = Tokenizer.load(model_dir)
         if engine == "torch":
-            return cls(model, tokenizer, config, TorchEngine(model, precision, owned=True))
+            words = _shortlist(model_dir, shortlist, config)
+            return cls(model, tokenizer, config, TorchEngine(model, precision, owned=True, shortlist=words))
         ct2 = CTranslate2Engine(model_dir, config.model, tokenizer, device, compute_type)
         return cls(model, tokenizer, config, ct2)
 
@@ -314,6 +324,39 @@ class Translator:
             return []
         return [ids for ids in self.tokenizer.encode_tgt(terms) if ids]
 
+    def learn_shortlist(
+        self,
+        sources: Sequence[str],
+        targets: Sequence[str] | None = None,
+        top: int = TOP,
+        frequent: int = FREQUENT,
+        progress: Callable[[int], None] | None = None,
+    ) -> Shortlist:
+        """A vocabulary shortlist for this model (decode/shortlist.py) from parallel lines, or, without `targets`,
+        from the model's own greedy translations of `sources` (an imported model without its training data).
+        `progress(n)`: n sentences translated, then one per pass over the lines."""
+        if targets is not None and len(targets) != len(sources):
+            raise ValueError(f"{len(sources)} source lines but {len(targets)} target lines")
+        src_ids = self.encode_sources(sources)
+        if targets is None:
+            found = self.translate_with_details(sources, self.request(beam_size=1, sampling=False), progress=progress)
+            tgt_ids = [t.candidates[0].tokens if t.candidates else [] for t in found]
+        else:
+            tgt_ids = self.tokenizer.encode_tgt([self._normalise(t) for t in targets])
+        c = self.model.config
+        return learn_shortlist(
+            src_ids,
+            tgt_ids,
+            c.src_vocab_size,
+            c.tgt_vocab_size,
+            c.eos_id,
+            copy=self.tokenizer.joint,
+            top=top,
+            frequent=frequent,
+            progress=progress,
+            origin="data" if targets is not None else "model",
+        )
+
     def attention(self, source: str, target: str | None = None, **options: Any) -> Translation:
         """The attention weights of every layer and head for `source` and `target`, or (without a target)
         the model's own best translation, found with `options` (DecodeConfig fields). A given target is
@@ -369,6 +412,16 @@ def _round(value: float, decimals: int) -> float | None:
 def _one_line(text: str) -> str:
     """Translations are written one per line: no line breaks inside one."""
     return " ".join(text.splitlines()) if text else text
+
+
+def _shortlist(model_dir: str | Path, given: str | Path | bool | None, config: Config) -> Shortlist | None:
+    """The shortlist asked for (True: the model directory's own), checked against the model's vocabularies."""
+    if given is None or given is False:
+        return None
+    path = Path(model_dir) / SHORTLIST_FILE if given is True else Path(given)
+    shortlist = Shortlist.load(path)
+    shortlist.check(config.model.src_vocab_size, config.model.tgt_vocab_size, str(path))
+    return shortlist
 
 
 def check_engine(engine: str, precision: str) -> None:

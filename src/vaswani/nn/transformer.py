@@ -217,18 +217,27 @@ class Transformer(nn.Module):
         """Shape: src (B, S), tgt_in (B, T) -> logits (B, T, V)"""
         return self.logits(self.hidden_states(src, tgt_in))
 
-    def logits(self, hidden: Tensor) -> Tensor:
-        """Shape: hidden (..., D) -> logits (..., V)"""
+    def logits(self, hidden: Tensor, rows: OutputRows | None = None) -> Tensor:
+        """`rows`: the output layer over some words only (a shortlist), NEVER for the others.
+        Shape: hidden (..., D) -> logits (..., V)"""
+        if rows is not None:
+            return rows(hidden)
         if self.output_projection is not None:  # int8 decoding (nn/int8.py)
             return self.output_projection(hidden)
         return F.linear(hidden, self.output_weight, self.logit_bias)
 
     def decode_step(
-        self, tokens: Tensor, memory: Tensor, memory_mask: Tensor, cache: KVCache | GrowingKVCache | None = None
+        self,
+        tokens: Tensor,
+        memory: Tensor,
+        memory_mask: Tensor,
+        cache: KVCache | GrowingKVCache | None = None,
+        rows: OutputRows | None = None,
     ) -> tuple[Tensor, KVCache | GrowingKVCache]:
         """Incremental decoding: feed the next token(s), get their logits and the extended cache.
 
-        Pass `cache=None` on the first step; the encoder-decoder keys/values are computed then, once.
+        Pass `cache=None` on the first step; the encoder-decoder keys/values are computed then, once. `rows`: the
+        output layer over a shortlist's words (`OutputRows`), the others' logits NEVER.
         Shape: tokens (B,) -> logits (B, V); tokens (B, t) -> logits (B, t, V); memory (B, S, D)
         """
         one = tokens.dim() == 1
@@ -239,7 +248,7 @@ class Transformer(nn.Module):
         if cache.batch_size != tokens.size(0):
             raise ValueError(f"tokens has batch size {tokens.size(0)} but the cache holds {cache.batch_size} rows")
         hidden, cache, _ = self.decoder(tokens, memory_mask, cache)
-        logits = self.logits(hidden[:, -1] if one else hidden)
+        logits = self.logits(hidden[:, -1] if one else hidden, rows)
         return logits, cache
 
     def static_step(self, tokens: Tensor, cache: StaticView) -> Tensor:
@@ -260,6 +269,29 @@ class Transformer(nn.Module):
     def num_parameters(self) -> int:
         """Distinct trainable parameters (a shared matrix counts once)."""
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+
+class OutputRows(nn.Module):
+    """The output layer over the words `ids` only (a vocabulary shortlist, decode/shortlist.py): their logits as the
+    whole layer computes them (the same kind of layer, packed or int8, over their rows of the matrix: each row's
+    arithmetic is its own), NEVER for every other word. Made once per batch; the step's product shrinks from V
+    words to W. Shape: hidden (..., D) -> logits (..., V)"""
+
+    def __init__(self, model: Transformer, ids: Tensor) -> None:
+        super().__init__()
+        self.ids, self.vocab = ids, model.config.tgt_vocab_size
+        with torch.no_grad():
+            weight = model.output_weight.index_select(0, ids)  # (W, D)
+            bias = model.logit_bias
+            bias = None if bias is None else bias.index_select(0, ids)
+            whole = model.output_projection  # PackedLinear or Int8Linear: one of its kind, over these rows
+            self.layer = type(whole)(weight, bias, ()) if whole is not None else None
+        self.weight, self.bias = (weight, bias) if self.layer is None else (None, None)
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        some = self.layer(hidden) if self.layer is not None else F.linear(hidden, self.weight, self.bias)  # (..., W)
+        logits = some.new_full((*some.shape[:-1], self.vocab), NEVER)  # (..., V)
+        return logits.index_copy_(logits.dim() - 1, self.ids, some)
 
 
 def own_output_weight(config: ModelConfig) -> nn.Parameter | None:

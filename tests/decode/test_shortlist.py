@@ -1,0 +1,162 @@
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import write_tiny_model_directory
+from tests.decode.models import random_model
+from vaswani.decode.request import DecodeRequest
+from vaswani.decode.search import search_ids
+from vaswani.decode.shortlist import Shortlist, learn
+from vaswani.nn.int8 import int8_available, quantize_int8
+from vaswani.nn.packed import pack_fp32, packed_available
+from vaswani.nn.transformer import NEVER, OutputRows
+
+LAYERS = {
+    "plain": lambda m: m,
+    "packed": pytest.param(pack_fp32, marks=pytest.mark.skipif(not packed_available(), reason="no oneDNN packing")),
+    "int8": pytest.param(quantize_int8, marks=pytest.mark.skipif(int8_available() is not None, reason="no int8")),
+}
+SOURCES = [[5, 9, 3, 17], [4], [30, 31, 32, 8, 8, 12, 40], [22, 7]]
+
+
+def _every_word(vocab: int) -> Shortlist:
+    return Shortlist(torch.arange(vocab)[:, None].repeat(1, vocab), torch.arange(vocab), vocab, False)
+
+
+def _tokens(results):
+    return [[h.tokens for h in hyps] for hyps in results]
+
+
+def test_model_1_finds_each_source_pieces_translation_among_reordered_noisy_lines():
+    rng = random.Random(0)
+    sources, targets = [], []
+    for _ in range(3000):  # target piece = source piece + 40, reversed, with a function word (99) half the time
+        s = [rng.randrange(3, 40) for _ in range(rng.randint(1, 8))]
+        t = [x + 40 for x in reversed(s)] + ([99] if rng.random() < 0.5 else [])
+        sources.append(s)
+        targets.append(t)
+    shortlist = learn(sources, targets, 50, 100, eos_id=2, top=3, frequent=4)
+    assert shortlist.translations[3:40, 0].tolist() == list(range(43, 80))  # each piece's best is its translation
+    assert not set(shortlist.translations[3:40, 1:].flatten().tolist()) & set(range(43, 80))  # no others: noise < 1e-3
+    assert (shortlist.translations[40:] == -1).all()  # never seen: no candidates
+    assert {2, 99} <= set(shortlist.frequent.tolist())  # EOS, and the function word (NULL's and the most frequent)
+    assert len(shortlist.frequent) <= 4 + 3 + 1
+
+
+def test_a_batch_gets_its_pieces_translations_the_frequent_ones_its_copies_and_the_extra_words():
+    translations = torch.full((10, 2), -1)
+    translations[4] = torch.tensor([11, 12])
+    translations[5, 0] = 13
+    shortlist = Shortlist(translations, torch.tensor([2, 7]), 20, copy=False)
+    src = torch.tensor([[4, 5, 2], [4, 0, 0]])
+    assert shortlist.words(src).tolist() == [2, 7, 11, 12, 13]
+    assert shortlist.words(src, extra=[19, 7]).tolist() == [2, 7, 11, 12, 13, 19]
+    copying = Shortlist(translations, torch.tensor([2, 7]), 20, copy=True)
+    assert copying.words(src).tolist() == [0, 2, 4, 5, 7, 11, 12, 13]
+
+
+@pytest.mark.parametrize("layer", LAYERS.values(), ids=LAYERS.keys())
+def test_output_rows_give_the_whole_layers_logits_on_their_words_and_never_elsewhere(layer):
+    model = layer(random_model(50, seed=1))
+    ids = torch.tensor([2, 5, 6, 20, 49])
+    hidden = torch.randn(7, model.config.d_model)
+    with torch.no_grad():
+        whole, some = model.logits(hidden), OutputRows(model, ids)(hidden)
+    torch.testing.assert_close(some[:, ids], whole[:, ids], rtol=1e-5, atol=1e-5)
+    others = torch.ones(50, dtype=torch.bool)
+    others[ids] = False
+    assert (some[:, others] == NEVER).all()
+
+
+@pytest.mark.parametrize("layer", LAYERS.values(), ids=LAYERS.keys())
+@pytest.mark.parametrize("beam", [1, 4])
+def test_a_shortlist_of_every_word_gives_the_searchs_own_output(layer, beam):
+    model = layer(random_model(50, seed=4))
+    request = DecodeRequest.of(beam_size=beam, n_best=min(beam, 2), max_len_a=1.0, max_len_b=5, batch_size=3)
+    plain = search_ids(model, SOURCES, request)
+    listed = search_ids(model, SOURCES, request, shortlist=_every_word(50))
+    assert _tokens(listed) == _tokens(plain)
+    assert [h.score for hyps in listed for h in hyps] == pytest.approx([h.score for hyps in plain for h in hyps])
+
+
+def test_greedy_with_the_words_it_chose_anyway_chooses_them_again():
+    model = random_model(50, seed=4)
+    request = DecodeRequest.of(beam_size=1, max_len_a=1.0, max_len_b=5)
+    plain = _tokens(search_ids(model, SOURCES, request))
+    chosen = sorted({t for hyps in plain for tokens in hyps for t in tokens} | {model.config.eos_id})
+    shortlist = Shortlist(torch.full((50, 1), -1), torch.tensor(chosen), 50, copy=False)
+    assert len(chosen) < 40  # a real restriction
+    assert _tokens(search_ids(model, SOURCES, request, shortlist=shortlist)) == plain
+    narrow = Shortlist(torch.full((50, 1), -1), torch.tensor([2, 33, 34]), 50, copy=False)
+    outputs = {t for hyps in search_ids(model, SOURCES, request, shortlist=narrow) for h in hyps for t in h.tokens}
+    assert outputs <= {33, 34}
+
+
+def test_a_glossarys_terms_are_produced_whatever_the_shortlist():
+    model = random_model(50, seed=4)
+    request = DecodeRequest.of(beam_size=3, max_len_a=1.0, max_len_b=6)
+    narrow = Shortlist(torch.full((50, 1), -1), torch.tensor([2, 33]), 50, copy=False)
+    constraints = [[[11, 12]], [], [[40]], []]
+    found = search_ids(model, SOURCES, request, constraints=constraints, shortlist=narrow)
+    assert found[0][0].tokens[found[0][0].tokens.index(11) + 1] == 12
+    assert 40 in found[2][0].tokens
+    assert set(found[1][0].tokens) <= {33}
+
+
+def test_a_shortlist_is_saved_and_read_back_and_a_wrong_file_is_named(tmp_path):
+    shortlist = Shortlist(torch.tensor([[3, -1], [4, 5]]), torch.tensor([2]), 9, copy=True, lines=7, origin="model")
+    shortlist.save(tmp_path / "s.safetensors")
+    back = Shortlist.load(tmp_path / "s.safetensors")
+    assert back.translations.tolist() == [[3, -1], [4, 5]] and back.frequent.tolist() == [2]
+    assert (back.tgt_vocab_size, back.copy, back.lines, back.origin) == (9, True, 7, "model")
+    with pytest.raises(ValueError, match="learned for vocabularies of 2 source and 9 target pieces"):
+        back.check(50, 50, "s.safetensors")
+    (tmp_path / "bad").write_bytes(b"not a shortlist")
+    with pytest.raises(ValueError, match="not a readable shortlist"):
+        Shortlist.load(tmp_path / "bad")
+    with pytest.raises(FileNotFoundError):
+        Shortlist.load(tmp_path / "absent")
+
+
+@pytest.mark.shared_data
+def test_shortlist_command_then_translate_with_it(tmp_path, capsys):
+    from vaswani import cli
+
+    (tmp_path / "model").mkdir()
+    model_dir = write_tiny_model_directory(tmp_path / "model")
+    raw = Path(__file__).resolve().parents[2] / "../shared/data/multi30k/raw"
+    learn_args = ["shortlist", str(model_dir), "--src", str(raw / "val.de.gz"), "--tgt", str(raw / "val.en.gz")]
+    assert cli.main([*learn_args, "--max-lines", "300"]) == 0
+    assert "learned from 300 parallel lines" in capsys.readouterr().err
+    source = tmp_path / "in.de"
+    source.write_text("Ein Mann fährt Fahrrad.\n\nZwei Hunde spielen im Schnee.\n", encoding="utf-8")
+    out = tmp_path / "out.en"
+    assert cli.main(["translate", str(model_dir), "-i", str(source), "-o", str(out), "--shortlist"]) == 0
+    assert "vaswani: shortlist: each batch's output layer covers" in capsys.readouterr().err
+    lines = out.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 3 and lines[1] == ""
+    # from the model's own translations, to a file of one's choosing
+    own = tmp_path / "own.safetensors"
+    assert cli.main(["shortlist", str(model_dir), "--src", str(source), "-o", str(own)]) == 0
+    assert Shortlist.load(own).origin == "model"
+    assert cli.main(["translate", str(model_dir), "-i", str(source), "-o", str(out), "--shortlist", str(own)]) == 0
+    # one-line errors
+    short = tmp_path / "short.en"
+    short.write_text("one line\n", encoding="utf-8")
+    assert cli.main(["shortlist", str(model_dir), "--src", str(source), "--tgt", str(short)]) == 2
+    assert "has 3 lines but" in capsys.readouterr().err
+    assert cli.main(["translate", str(model_dir), "--shortlist", str(tmp_path / "absent")]) == 2
+    assert "no shortlist here" in capsys.readouterr().err
+    assert cli.main(["translate", str(model_dir), "--shortlist", "--engine", "ctranslate2"]) == 2
+    assert "--shortlist applies to --engine torch" in capsys.readouterr().err
+
+
+def test_every_output_keeps_to_its_own_sources_words_when_searched_alone():
+    model = random_model(50, seed=4)
+    shortlist = Shortlist(torch.randint(3, 50, (50, 4)), torch.tensor([2, 3, 4]), 50, copy=True)
+    request = DecodeRequest.of(beam_size=2, max_len_a=1.0, max_len_b=5, batch_size=1)
+    for source, hyps in zip(SOURCES, search_ids(model, SOURCES, request, shortlist=shortlist), strict=True):
+        allowed = set(shortlist.words(torch.tensor([source])).tolist())
+        assert hyps[0].tokens and set(hyps[0].tokens) <= allowed
