@@ -6,10 +6,15 @@ shape's), saved in OPUS-MT's layout and brought in by `vaswani import`. A random
 itself, so every engine decodes exactly --steps tokens per sentence (EOS forbidden before, the end there):
 equal work, about a Multi30k sentence's length. The same test_2016_flickr sources, the same batches.
 
-    python benchmarks/imported_speed.py              # ~6 minutes on 2 cores
+    python benchmarks/imported_speed.py                    # ~7 minutes a round on 2 cores
+    python benchmarks/imported_speed.py --rounds 3         # each engine 3 times, in turns: medians and ratios per round
+    python benchmarks/imported_speed.py --engines "vaswani (fp32),CTranslate2 float32"
 
-Each engine runs alone in a fresh process (its peak resident memory is its own). Prints a Markdown table for
-docs/benchmarks.md (sentences/s, peak memory; CPU named), the ratios, and how many outputs int8 changes.
+Each engine runs alone in a fresh process (its peak resident memory is its own); a round runs every engine once,
+greedy then beam 4, so the engines of one round meet the same machine. "shortlist" engines decode with a
+vocabulary shortlist learned from Multi30k's training pairs (decode/shortlist.py; `vaswani shortlist`), the others
+over all 58,101 words. Prints a Markdown table for docs/benchmarks.md (sentences/s and peak memory, medians over
+the rounds; CPU named), the ratios (median and range of the per-round ratios), and how many outputs int8 changes.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import json
 import tempfile
 import time
 from pathlib import Path
+from statistics import median
 
 import torch
 
@@ -75,6 +81,8 @@ def opus_shaped(out: Path) -> Path:
 ENGINES = (
     "vaswani (fp32)",
     "vaswani (int8)",
+    "vaswani (fp32) shortlist",
+    "vaswani (int8) shortlist",
     "transformers generate (fp32)",
     "CTranslate2 float32",
     "CTranslate2 int8",
@@ -86,25 +94,21 @@ def _engine_worker(name: str, hf_dir: str, model_dir: str, batches, beam: int, s
     """(seconds for `batches` after one warm-up batch, peak resident memory in MiB, outputs): one engine alone in
     a fresh process, so that its memory is its own and two OpenMP runtimes (torch's, CTranslate2's) do not meet.
     The peak includes loading (vaswani int8 holds the float32 weights until they are made int8)."""
-    from vaswani.data.batching import collate
     from vaswani.decode.request import DecodeRequest
-    from vaswani.decode.search import beam_search, decoding, greedy
 
     torch.set_num_threads(THREADS)
     keep_freed_memory()  # as the command line does, for every engine alike
     tokenizer = Tokenizer.load(model_dir)
     if name.startswith("vaswani"):
         precision = "int8" if "int8" in name else "fp32"
-        model = Translator.load(model_dir, "cpu", precision).model
-        c = model.config
+        shortlist = name.endswith("shortlist") or None
+        engine = Translator.load(model_dir, "cpu", precision, shortlist=shortlist).engine
 
         def run(batch):
-            src = collate([(x, []) for x in tokenizer.encode_src(batch)], c.pad_id, c.bos_id, c.eos_id).src
-            request = DecodeRequest.of(beam_size=beam, max_len_a=0, max_len_b=steps, min_len=steps)
-            with decoding(torch.device("cpu"), precision):
-                if beam == 1:
-                    return [h.tokens for h in greedy(model, src, request)]
-                return [h[0].tokens for h in beam_search(model, src, request)]
+            request = DecodeRequest.of(
+                beam_size=beam, max_len_a=0, max_len_b=steps, min_len=steps, batch_size=len(batch)
+            )  # fmt: skip
+            return [hyps[0].tokens for hyps in engine(tokenizer.encode_src(batch), request)]
 
     elif name.startswith("transformers"):
         import transformers
@@ -156,7 +160,13 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--steps", type=int, default=24)
     parser.add_argument("--profile", action="store_true", help="instead: where vaswani's beam 4 step spends its time")
+    parser.add_argument("--rounds", type=int, default=1, help="every engine this many times, in turns")
+    parser.add_argument("--engines", help=f"comma-separated, of: {', '.join(ENGINES)} (default: all)")
     args = parser.parse_args()
+    engines = ENGINES if not args.engines else [e.strip() for e in args.engines.split(",")]
+    unknown = sorted(set(engines) - set(ENGINES))
+    if unknown:
+        parser.error(f"unknown engine(s) {', '.join(unknown)}; choose among {', '.join(ENGINES)}")
     import concurrent.futures
     import multiprocessing
 
@@ -169,6 +179,8 @@ def main() -> None:
         hf_dir = opus_shaped(Path(tmp) / "hf")
         model_dir = import_pretrained(hf_dir, Path(tmp) / "model")
         converted(model_dir)
+        if any(name.endswith("shortlist") for name in engines):
+            learn_shortlist(model_dir)
         lengths = [len(x) for x in Tokenizer.load(model_dir).encode_src(sources)]
         order = sorted(range(len(sources)), key=lambda i: -lengths[i])  # sorted by length, as every engine does
         batches = [[sources[i] for i in order[j : j + args.batch]] for j in range(0, len(order), args.batch)]
@@ -176,33 +188,71 @@ def main() -> None:
             for precision in ("fp32", "int8"):
                 profile(model_dir, batches[:2], precision, args.steps)
             return
-        results, memory, outputs = {}, {}, {}
+        results: dict = {}  # (engine, beam) -> sentences/s of each round
+        memory: dict = {}
+        outputs: dict = {}
         spawn = multiprocessing.get_context("spawn")
-        for beam in (1, 4):
-            for name in ENGINES:
-                with concurrent.futures.ProcessPoolExecutor(1, mp_context=spawn) as pool:
-                    job = pool.submit(_engine_worker, name, str(hf_dir), str(model_dir), batches, beam, args.steps)
-                    seconds, rss, out = job.result()
-                key = (name, beam)
-                results[key], memory[key], outputs[key] = len(sources) / seconds, rss, out
-                print(f"{name}, beam {beam}: {results[key]:.1f} sentences/s, peak {rss:,.0f} MiB", flush=True)
+        for round_ in range(args.rounds):
+            for beam in (1, 4):
+                for name in engines:
+                    with concurrent.futures.ProcessPoolExecutor(1, mp_context=spawn) as pool:
+                        job = pool.submit(_engine_worker, name, str(hf_dir), str(model_dir), batches, beam, args.steps)
+                        seconds, rss, out = job.result()
+                    key = (name, beam)
+                    results.setdefault(key, []).append(len(sources) / seconds)
+                    memory.setdefault(key, []).append(rss)
+                    outputs.setdefault(key, out)
+                    print(f"round {round_ + 1}, {name}, beam {beam}: {results[key][-1]:.1f} sentences/s, peak "
+                          f"{rss:,.0f} MiB", flush=True)  # fmt: skip
     print(f"\nCPU: {cpu_name()}, {THREADS} threads; torch {torch.__version__}, transformers "
           f"{transformers.__version__}, ctranslate2 {ctranslate2.__version__}; {len(sources)} sentences in "
           f"batches of {args.batch} sorted by length, {args.steps} tokens each; each engine alone in a fresh "
-          "process\n")  # fmt: skip
+          f"process; median of {args.rounds} round(s)\n")  # fmt: skip
     print("| engine | greedy (sentences/s) | beam 4 (sentences/s) | peak memory, beam 4 (MiB) |")
     print("|---|---|---|---|")
-    for name in ENGINES:
-        print(f"| {name} | {results[(name, 1)]:.1f} | {results[(name, 4)]:.1f} | {memory[(name, 4)]:,.0f} |")
+    for name in engines:
+        greedy_, beam_ = median(results[(name, 1)]), median(results[(name, 4)])
+        print(f"| {name} | {greedy_:.1f} | {beam_:.1f} | {median(memory[(name, 4)]):,.0f} |")
     print()
-    for ours, theirs in (("vaswani (int8)", "CTranslate2 int8"), ("vaswani (fp32)", "CTranslate2 float32")):
-        ratios = [results[(ours, b)] / results[(theirs, b)] for b in (1, 4)]
-        print(f"{ours} vs {theirs}: greedy {ratios[0]:.2f}x, beam 4 {ratios[1]:.2f}x, memory "
-              f"{memory[(ours, 4)] / memory[(theirs, 4)]:.2f}x")  # fmt: skip
+    pairs = (
+        ("vaswani (int8)", "CTranslate2 int8"),
+        ("vaswani (fp32)", "CTranslate2 float32"),
+        ("vaswani (int8) shortlist", "CTranslate2 int8"),
+        ("vaswani (fp32) shortlist", "CTranslate2 float32"),
+        ("vaswani (fp32) shortlist", "vaswani (fp32)"),
+    )
+    for ours, theirs in pairs:
+        if ours not in engines or theirs not in engines:
+            continue
+        shown = []
+        for beam, what in ((1, "greedy"), (4, "beam 4")):
+            ratios = [a / b for a, b in zip(results[(ours, beam)], results[(theirs, beam)], strict=True)]
+            shown.append(f"{what} {_spread(ratios)}")
+        memory_ratios = [a / b for a, b in zip(memory[(ours, 4)], memory[(theirs, 4)], strict=True)]
+        print(f"{ours} vs {theirs}: {', '.join(shown)}, memory {_spread(memory_ratios)}")
     for a, b in (("vaswani (fp32)", "vaswani (int8)"), ("CTranslate2 float32", "CTranslate2 int8")):
+        if a not in engines or b not in engines:
+            continue
         for beam in (1, 4):
             same = sum(x == y for x, y in zip(outputs[(a, beam)], outputs[(b, beam)], strict=True))
             print(f"{b} output = {a} output: {same}/{len(sources)} sentences, beam {beam}")
+
+
+def _spread(ratios: list[float]) -> str:
+    """The median of per-round ratios, and their range where there are several."""
+    if len(ratios) == 1:
+        return f"{ratios[0]:.2f}x"
+    return f"{median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
+
+
+def learn_shortlist(model_dir: Path) -> None:
+    """A shortlist for the model from Multi30k's 29,000 training pairs, as `vaswani shortlist` writes it."""
+    from vaswani.data.corpus import read_lines
+    from vaswani.decode.shortlist import FILE
+
+    translator = Translator.load(model_dir, "cpu")
+    sources, targets = read_lines(RAW / "train.de.gz"), read_lines(RAW / "train.en.gz")
+    translator.learn_shortlist(sources, targets).save(Path(model_dir) / FILE)
 
 
 def profile(model_dir: Path, batches, precision: str, steps: int) -> None:
