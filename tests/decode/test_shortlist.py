@@ -81,6 +81,22 @@ def test_a_shortlist_of_every_word_gives_the_searchs_own_output(layer, beam):
     assert [h.score for hyps in listed for h in hyps] == pytest.approx([h.score for hyps in plain for h in hyps])
 
 
+@pytest.mark.parametrize("precision", ["fp32", pytest.param("int8", marks=LAYERS["int8"].marks)])
+def test_with_a_shortlist_the_engine_makes_no_whole_output_layer_and_decodes_as_with_one(precision):
+    from vaswani.decode.engine import TorchEngine
+
+    shortlist = Shortlist(torch.randint(3, 50, (50, 6)), torch.tensor([2, 3, 4]), 50, copy=True)
+    request = DecodeRequest.of(beam_size=3, n_best=2, max_len_a=1.0, max_len_b=5, batch_size=3)
+    whole = TorchEngine(random_model(50, seed=4), precision, owned=True)
+    lean = TorchEngine(random_model(50, seed=4), precision, owned=True, shortlist=shortlist)
+    assert whole.model.output_projection is not None and lean.model.output_projection is None
+    assert lean.model.output_kind is whole.model.output_kind
+    expected = search_ids(whole.model, SOURCES, request, precision, shortlist=shortlist)
+    found = lean(SOURCES, request)
+    assert _tokens(found) == _tokens(expected)
+    assert [h.score for hyps in found for h in hyps] == [h.score for hyps in expected for h in hyps]
+
+
 def test_greedy_with_the_words_it_chose_anyway_chooses_them_again():
     model = random_model(50, seed=4)
     request = DecodeRequest.of(beam_size=1, max_len_a=1.0, max_len_b=5)

@@ -80,12 +80,12 @@ class TorchEngine:
             from vaswani.nn.int8 import quantize_int8
 
             with freed_memory_returned():
-                quantize_int8(model)
+                quantize_int8(model, whole_output=shortlist is None)
         elif owned and precision in ("auto", "fp32"):  # a model only this engine runs: its float32 layers packed
             from vaswani.nn.packed import pack_fp32
 
             with freed_memory_returned():
-                pack_fp32(model)
+                pack_fp32(model, whole_output=shortlist is None)
         self.model, self.precision, self.shortlist = model, precision, shortlist
         self._choices: dict[int, Choice] = {}
         self._prepared: set[DecodeRequest] = set()

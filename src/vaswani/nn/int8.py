@@ -75,14 +75,14 @@ def _pack(weight: Tensor, bias: Tensor | None):
     return torch.ops.quantized.linear_prepack(quantized, None if bias is None else bias.detach().float().cpu())
 
 
-def quantize_int8(model: nn.Module) -> nn.Module:
+def quantize_int8(model: nn.Module, whole_output: bool = True) -> nn.Module:
     """`model` with every nn.Linear replaced by an Int8Linear and its output projection (`logits`) by one too, in
-    place; returns it. For decoding only: the int8 layers have no gradients and no state dict. A one-line
-    ValueError where int8 cannot run (a GPU, a CPU without x86 int8 kernels)."""
+    place (`whole_output`: see replace_linears); returns it. For decoding only: the int8 layers have no gradients
+    and no state dict. A one-line ValueError where int8 cannot run (a GPU, a CPU without x86 int8 kernels)."""
     device = next(model.parameters()).device
     if device.type != "cpu":
         raise ValueError(f"--precision int8 runs on the CPU; on {device.type} use --precision bf16 or fp32")
     why = int8_available()
     if why is not None:
         raise ValueError(f"--precision int8 cannot run here: {why}; use --precision fp32")
-    return replace_linears(model, Int8Linear)
+    return replace_linears(model, Int8Linear, whole_output)

@@ -46,6 +46,7 @@ class _LanguageModel(nn.Module):
         self.classifier_dropout = Dropout(config.dropout)
         self._parameters["output_weight"] = own_output_weight(config)  # model.tie_output false: its own matrix
         self.output_projection: nn.Module | None = None  # what `logits` runs instead, where set (int8 decoding)
+        self.output_kind: type[nn.Module] | None = None  # its kind (nn/packed.py replace_linears)
         init_weights(self)
 
     @property

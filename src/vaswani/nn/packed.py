@@ -60,12 +60,16 @@ def covers(parts: Parts, rows: int) -> bool:
     return len(ends) > 1 and ends[-1] == rows
 
 
-def replace_linears(model: nn.Module, make: Callable[[Tensor, Tensor | None, Parts], nn.Module]) -> nn.Module:
+def replace_linears(
+    model: nn.Module, make: Callable[[Tensor, Tensor | None, Parts], nn.Module], whole_output: bool = True
+) -> nn.Module:
     """Every nn.Linear of `model` replaced, in place, by `make(weight, bias, parts)`, and its output projection
     (`logits`) by `make(output_weight, logit_bias, ())` (output_bias where the model has no logit_bias); `parts`
     are attention's W^Q and W^K W^V rows, which encoder-decoder attention uses apart (a layer's `cross_attn`, and
     a MultiHeadAttention on its own; self-attention never does, and its layers get no copy of them).
-    Returns `model`."""
+    `model.output_kind` becomes `make`, the kind of layer a shortlist's rows are made into (OutputRows); without
+    `whole_output` (decoding with a shortlist) the whole output projection is not made: its copy of the output
+    matrix (119 MB at 58k words and d_model 512 in float32) would never run. Returns `model`."""
     from vaswani.nn.attention import MultiHeadAttention
 
     self_attention = {id(m.self_attn) for m in model.modules() if isinstance(getattr(m, "self_attn", None), nn.Module)}
@@ -82,13 +86,14 @@ def replace_linears(model: nn.Module, make: Callable[[Tensor, Tensor | None, Par
                 setattr(module, name, make(child.weight, child.bias, parts))
         if hasattr(model, "output_weight"):
             bias = getattr(model, "logit_bias", model.output_bias)
-            model.output_projection = make(model.output_weight, bias, ())
+            model.output_kind = make
+            model.output_projection = make(model.output_weight, bias, ()) if whole_output else None
     return model
 
 
-def pack_fp32(model: nn.Module) -> nn.Module:
+def pack_fp32(model: nn.Module, whole_output: bool = True) -> nn.Module:
     """`model`'s linear layers as PackedLinear, in place, where it is on a CPU and this torch has them; else
-    `model` as it is."""
+    `model` as it is. `whole_output`: see replace_linears."""
     if next(model.parameters()).device.type != "cpu" or not packed_available():
         return model
-    return replace_linears(model, PackedLinear)
+    return replace_linears(model, PackedLinear, whole_output)

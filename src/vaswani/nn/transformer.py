@@ -167,6 +167,7 @@ class Transformer(nn.Module):
         words = torch.ones(config.tgt_vocab_size, dtype=torch.bool) if config.output_words == "target" else None
         self.register_buffer("output_words", words)
         self.output_projection: nn.Module | None = None  # what `logits` runs instead, where set (int8 decoding)
+        self.output_kind: type[nn.Module] | None = None  # its kind (nn/packed.py replace_linears), for OutputRows
         init_weights(self)
 
     @property
@@ -284,8 +285,8 @@ class OutputRows(nn.Module):
             weight = model.output_weight.index_select(0, ids)  # (W, D)
             bias = model.logit_bias
             bias = None if bias is None else bias.index_select(0, ids)
-            whole = model.output_projection  # PackedLinear or Int8Linear: one of its kind, over these rows
-            self.layer = type(whole)(weight, bias, ()) if whole is not None else None
+            kind = model.output_kind  # PackedLinear or Int8Linear (decoding on a CPU): one of that kind, these rows
+            self.layer = kind(weight, bias, ()) if kind is not None else None
         self.weight, self.bias = (weight, bias) if self.layer is None else (None, None)
 
     def forward(self, hidden: Tensor) -> Tensor:
