@@ -35,10 +35,12 @@ def _shortlist(args: argparse.Namespace) -> None:
     out = Path(args.output) if args.output else Path(args.model_dir) / FILE
     shortlist.save(out)
     covered = int((shortlist.translations[:, 0] >= 0).sum())
-    made = "the model's own translations of" if targets is None else "parallel"
+    lines = f"{shortlist.lines:,} parallel lines"
+    if targets is None:
+        lines = f"its own translations of {shortlist.lines:,} lines"
     console.print(
         f"vaswani: wrote {out}: up to {args.top} target pieces for each of {covered:,} source pieces and "
-        f"{len(shortlist.frequent)} for every batch, learned from {shortlist.lines:,} {made} lines; translate with "
+        f"{len(shortlist.frequent)} for every batch, learned from {lines}; translate with "
         f"--shortlist{'' if not args.output else ' ' + str(out)}"
     )
 

@@ -66,7 +66,7 @@ class Shortlist:
 
     def describe(self) -> str:
         """One line: what the output layer covers."""
-        made = "parallel lines" if self.origin == "data" else "the model's own translations"
+        made = "parallel lines" if self.origin == "data" else "lines the model translated"
         return (
             f"shortlist: each batch's output layer covers its source pieces' {self.translations.size(1)} likeliest "
             f"translations and {len(self.frequent)} frequent pieces, of {self.tgt_vocab_size:,} (learned from "
