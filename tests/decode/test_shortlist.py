@@ -176,3 +176,31 @@ def test_every_output_keeps_to_its_own_sources_words_when_searched_alone():
     for source, hyps in zip(SOURCES, search_ids(model, SOURCES, request, shortlist=shortlist), strict=True):
         allowed = set(shortlist.words(torch.tensor([source])).tolist())
         assert hyps[0].tokens and set(hyps[0].tokens) <= allowed
+
+
+@pytest.mark.shared_data
+def test_a_server_with_a_shortlist_answers_as_the_library_does(tmp_path):
+    from fastapi.testclient import TestClient
+
+    from vaswani.data.corpus import read_lines
+    from vaswani.decode.shortlist import FILE
+    from vaswani.decode.translator import Translator
+    from vaswani.serve.app import create_app
+
+    (tmp_path / "model").mkdir()
+    model_dir = write_tiny_model_directory(tmp_path / "model")
+    raw = Path(__file__).resolve().parents[2] / "../shared/data/multi30k/raw"
+    sources, targets = read_lines(raw / "val.de.gz")[:200], read_lines(raw / "val.en.gz")[:200]
+    shortlist = Translator.load(model_dir, "cpu").learn_shortlist(sources, targets, top=5, frequent=10)
+    shortlist.save(model_dir / FILE)
+    translator = Translator.load(model_dir, "cpu", "fp32", shortlist=True)
+    texts = ["Ein Mann fährt Fahrrad.", "", "Zwei Hunde spielen im Schnee."]
+    with TestClient(create_app(translator, model_dir)) as client:
+        response = client.post("/v1/translate", json={"text": texts, "beam": 2})
+    assert response.status_code == 200, response.text
+    expected = translator.translate_with_details(texts, beam_size=2)
+    assert [t["text"] for t in response.json()["translations"]] == [t.text for t in expected]
+    ids = [x for x in translator.encode_sources(texts) if x]  # one batch: its words are its sentences' together
+    words = set(shortlist.words(torch.tensor([[i for x in ids for i in x]])).tolist())
+    assert len(words) < translator.model.config.tgt_vocab_size / 2
+    assert {i for t in expected for c in t.candidates for i in c.tokens} <= words
