@@ -51,10 +51,32 @@ def test_a_batch_gets_its_pieces_translations_the_frequent_ones_its_copies_and_t
     translations[5, 0] = 13
     shortlist = Shortlist(translations, torch.tensor([2, 7]), 20, copy=False)
     src = torch.tensor([[4, 5, 2], [4, 0, 0]])
-    assert shortlist.words(src).tolist() == [2, 7, 11, 12, 13]
-    assert shortlist.words(src, extra=[19, 7]).tolist() == [2, 7, 11, 12, 13, 19]
+    assert shortlist.words(src)[0].tolist() == shortlist.words(src, pad_id=0)[0].tolist()  # PAD has no candidates
+    translations[0] = torch.tensor([15, 16])  # (as if it had)
+    assert 15 not in shortlist.words(src, pad_id=0)[0].tolist()
+    translations[0] = -1
+    ids, allowed = shortlist.words(src)
+    assert ids.tolist() == [2, 7, 11, 12, 13]
+    assert allowed.tolist() == [[True] * 5, [True, True, True, True, False]]  # the second has no 5: no 13
+    ids, allowed = shortlist.words(src, extra=[[], [19, 7]])
+    assert ids.tolist() == [2, 7, 11, 12, 13, 19] and allowed[:, -1].tolist() == [False, True]
     copying = Shortlist(translations, torch.tensor([2, 7]), 20, copy=True)
-    assert copying.words(src).tolist() == [0, 2, 4, 5, 7, 11, 12, 13]
+    ids, allowed = copying.words(src)
+    assert ids.tolist() == [0, 2, 4, 5, 7, 11, 12, 13]
+    assert ids[allowed[1]].tolist() == [0, 2, 4, 7, 11, 12]
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_with_a_shortlist_a_sentences_output_does_not_depend_on_its_batch(beam):
+    model = pack_fp32(random_model(50, seed=4))
+    shortlist = Shortlist(torch.randint(3, 50, (50, 3)), torch.tensor([2]), 50, copy=False)
+    request = DecodeRequest.of(beam_size=beam, n_best=beam, max_len_a=1.0, max_len_b=5, batch_size=4)
+    batched = search_ids(model, SOURCES, request, shortlist=shortlist)
+    alone = [search_ids(model, [source], request, shortlist=shortlist)[0] for source in SOURCES]
+    assert _tokens(batched) == _tokens(alone)
+    scores = [h.score for hyps in alone for h in hyps]
+    assert [h.score for hyps in batched for h in hyps] == pytest.approx(scores, rel=1e-5)
+    assert len({t for hyps in batched for h in hyps for t in h.tokens}) > 2  # not all the same word
 
 
 @pytest.mark.parametrize("layer", LAYERS.values(), ids=LAYERS.keys())
@@ -116,7 +138,8 @@ def test_a_glossarys_terms_are_produced_whatever_the_shortlist():
     narrow = Shortlist(torch.full((50, 1), -1), torch.tensor([2, 33]), 50, copy=False)
     constraints = [[[11, 12]], [], [[40]], []]
     found = search_ids(model, SOURCES, request, constraints=constraints, shortlist=narrow)
-    assert found[0][0].tokens[found[0][0].tokens.index(11) + 1] == 12
+    tokens = found[0][0].tokens
+    assert any(tokens[i : i + 2] == [11, 12] for i in range(len(tokens)))
     assert 40 in found[2][0].tokens
     assert set(found[1][0].tokens) <= {33}
 
@@ -167,6 +190,7 @@ def test_shortlist_command_then_translate_with_it(tmp_path, capsys):
     assert "no shortlist here" in capsys.readouterr().err
     assert cli.main(["translate", str(model_dir), "--shortlist", "--engine", "ctranslate2"]) == 2
     assert "--shortlist applies to --engine torch" in capsys.readouterr().err
+    assert not (model_dir / "ctranslate2").exists()  # refused before converting anything
 
 
 def test_every_output_keeps_to_its_own_sources_words_when_searched_alone():
@@ -174,8 +198,8 @@ def test_every_output_keeps_to_its_own_sources_words_when_searched_alone():
     shortlist = Shortlist(torch.randint(3, 50, (50, 4)), torch.tensor([2, 3, 4]), 50, copy=True)
     request = DecodeRequest.of(beam_size=2, max_len_a=1.0, max_len_b=5, batch_size=1)
     for source, hyps in zip(SOURCES, search_ids(model, SOURCES, request, shortlist=shortlist), strict=True):
-        allowed = set(shortlist.words(torch.tensor([source])).tolist())
-        assert hyps[0].tokens and set(hyps[0].tokens) <= allowed
+        ids, _ = shortlist.words(torch.tensor([source]))
+        assert hyps[0].tokens and set(hyps[0].tokens) <= set(ids.tolist())
 
 
 @pytest.mark.shared_data
@@ -200,7 +224,21 @@ def test_a_server_with_a_shortlist_answers_as_the_library_does(tmp_path):
     assert response.status_code == 200, response.text
     expected = translator.translate_with_details(texts, beam_size=2)
     assert [t["text"] for t in response.json()["translations"]] == [t.text for t in expected]
-    ids = [x for x in translator.encode_sources(texts) if x]  # one batch: its words are its sentences' together
-    words = set(shortlist.words(torch.tensor([[i for x in ids for i in x]])).tolist())
-    assert len(words) < translator.model.config.tgt_vocab_size / 2
-    assert {i for t in expected for c in t.candidates for i in c.tokens} <= words
+    for text, translation in zip(texts, expected, strict=True):  # each keeps to its own sentence's words
+        words, _ = shortlist.words(torch.tensor([translator.encode_sources([text])[0] or [0]]))
+        assert len(words) < translator.model.config.tgt_vocab_size / 2
+        assert {i for c in translation.candidates for i in c.tokens} <= set(words.tolist())
+
+
+def test_learning_refuses_no_lines_and_ids_outside_the_vocabularies_in_one_line():
+    with pytest.raises(ValueError, match="no line with a translation"):
+        learn([[4, 5], [6]], [[], []], 50, 50, eos_id=2)
+    with pytest.raises(ValueError, match="source token id 50 is outside the model's 50-piece source vocabulary"):
+        learn([[4, 50]], [[7]], 50, 60, eos_id=2)
+    with pytest.raises(ValueError, match="target token id 60 is outside"):
+        learn([[4]], [[7, 60]], 50, 60, eos_id=2)
+    with pytest.raises(ValueError, match="--top must be >= 1"):
+        learn([[4]], [[7]], 50, 60, eos_id=2, top=0)
+    outside = Shortlist(torch.tensor([[3, 70]]), torch.tensor([2]), 60, copy=False)
+    with pytest.raises(ValueError, match="holds target ids outside the model's 60 pieces"):
+        outside.check(1, 60, "s.safetensors")

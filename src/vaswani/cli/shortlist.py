@@ -14,11 +14,12 @@ def _shortlist(args: argparse.Namespace) -> None:
 
     from vaswani.console import progress_bar
     from vaswani.data.corpus import read_lines
-    from vaswani.decode.shortlist import FILE, ITERATIONS
+    from vaswani.decode.shortlist import FILE, ITERATIONS, check_sizes
     from vaswani.decode.translator import Translator
 
     if args.max_lines < 1:
         raise ValueError(f"--max-lines must be >= 1, got {args.max_lines}")
+    check_sizes(args.top, args.frequent)
     sources = read_lines(args.src, "replace")
     targets = read_lines(args.tgt, "replace") if args.tgt else None
     if targets is not None and len(targets) != len(sources):
@@ -31,7 +32,7 @@ def _shortlist(args: argparse.Namespace) -> None:
     console = stderr_console()
     total = (0 if targets is not None else len(sources)) + ITERATIONS + 1
     with progress_bar(console, "learning the shortlist", total) as advance:
-        shortlist = translator.learn_shortlist(sources, targets, args.top, args.frequent, advance)
+        shortlist = translator.learn_shortlist(sources, targets, args.top, args.frequent, advance, args.target_language)
     out = Path(args.output) if args.output else Path(args.model_dir) / FILE
     shortlist.save(out)
     covered = int((shortlist.translations[:, 0] >= 0).sum())
@@ -66,6 +67,11 @@ def register(commands: argparse._SubParsersAction) -> None:
         type=int,
         default=MAX_LINES,
         help=f"learn from at most this many lines, spread over the files (default {MAX_LINES:,})",
+    )
+    verb.add_argument(
+        "--target-language",
+        metavar="CODE",
+        help="a multilingual model's target language (its >>CODE<< token before every source), e.g. fra",
     )
     verb.add_argument("-o", "--output", help="the file to write (default: MODEL_DIR/shortlist.safetensors)")
     verb.add_argument("--device", default="auto", help="where the model translates without --tgt (default: a GPU)")

@@ -63,6 +63,8 @@ def _load_translator(args: argparse.Namespace) -> Translator:
         raise ValueError("--compute-type applies to --engine ctranslate2; for --engine torch use --precision")
     if args.compile and args.engine != "torch":
         raise ValueError("--compile applies to --engine torch (our own search); CTranslate2 runs compiled code already")
+    if args.shortlist and args.engine != "torch":
+        raise ValueError("--shortlist applies to --engine torch (our own search)")
     if args.engine == "ctranslate2":  # converted once into MODEL_DIR/ctranslate2, again when the weights change
         from vaswani.export.ctranslate2 import converted
 
@@ -91,6 +93,10 @@ def report_precision(translator: Translator, request: DecodeRequest, console: Co
     shortlist = getattr(translator.engine, "shortlist", None)
     if shortlist is not None:
         console.print(f"vaswani: {shortlist.describe()}")
+        if next(translator.model.parameters()).device.type == "cuda":
+            console.print(
+                "vaswani: note: with a shortlist the decoder's step runs without the static cache and CUDA graphs"
+            )
     if choice.warning():
         console.print(f"vaswani: warning: {choice.warning()}")
 
@@ -318,8 +324,8 @@ def add_shortlist_option(group) -> None:
         const=True,
         metavar="FILE",
         help="compute each batch's output layer over the target words its source words can turn into (learned by "
-        "vaswani shortlist; default file MODEL_DIR/shortlist.safetensors): faster on large vocabularies, may change "
-        "some outputs",
+        "vaswani shortlist; default file MODEL_DIR/shortlist.safetensors, or --shortlist=FILE): faster on large "
+        "vocabularies, may change some outputs",
     )
 
 

@@ -124,11 +124,16 @@ class TorchEngine:
     def _step(self, request: DecodeRequest):
         """The decoder's step the search runs: with decode.compile, compiled once for this engine's life; with
         decode.static_cache (auto: on a GPU), on buffers allocated once and, on a GPU, as CUDA graphs."""
-        if self.shortlist is not None:
-            if request.decode.compile or request.decode.static_cache is True:
-                setting = "--compile (decode.compile)" if request.decode.compile else "decode.static_cache: true"
+        if self.shortlist is not None:  # the model's own eager step (decode.static_cache auto: off)
+            if request.decode.compile:
                 raise ValueError(
-                    f"a shortlist changes the output layer at every batch, which {setting} cannot: leave out one"
+                    "a shortlist changes the output layer at every batch, which a compiled step cannot: leave out "
+                    "--shortlist or --compile (--no-compile where the model's config.yaml sets decode.compile)"
+                )
+            if request.decode.static_cache is True:
+                raise ValueError(
+                    "a shortlist changes the output layer at every batch, which decode.static_cache cannot: leave "
+                    "out --shortlist, or set decode.static_cache to auto in the model's config.yaml"
                 )
             return None
         if not request.decode.compile:

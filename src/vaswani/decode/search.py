@@ -192,6 +192,8 @@ class EncoderDecoderSteps(Steps):
         return self.decode_step(self.prefix, self.memory, self.mask)[0][:, -1]
 
     def reorder(self, index: Tensor, kept: Tensor | None) -> None:
+        if kept is not None and isinstance(self.decode_step, ShortlistStep):
+            self.decode_step.keep(kept)
         if self.cache is not None:
             self.cache = self.cache.reorder(index, kept)
             if kept is not None:
@@ -290,13 +292,17 @@ def own_step(step: DecodeStep | None) -> bool:
 
 class ShortlistStep:
     """`model.decode_step` with its output layer over one batch's shortlisted words (decode/shortlist.py,
-    nn/transformer.py OutputRows): the same step, a smaller product, NEVER for the other words."""
+    nn/transformer.py OutputRows): the same step, a smaller product, NEVER for the other words and for the words
+    of the batch an input's own sources do not give it. `keep(kept)`: the inputs that go on (Steps.reorder)."""
 
-    def __init__(self, model: Transformer, words: Tensor) -> None:
-        self.model, self.rows = model, OutputRows(model, words)
+    def __init__(self, model: Transformer, words: Tensor, allowed: Tensor) -> None:
+        self.model, self.rows = model, OutputRows(model, words, allowed)
 
     def __call__(self, *args, **kwargs) -> tuple[Tensor, KVCache | GrowingKVCache]:
         return self.model.decode_step(*args, rows=self.rows, **kwargs)
+
+    def keep(self, kept: Tensor) -> None:
+        self.rows.keep(kept)
 
 
 def compiled_step(model, backend: str = "inductor") -> DecodeStep:
@@ -658,10 +664,14 @@ def search_ids(
     """
     c, d, device = model.config, request.decode, next(model.parameters()).device
 
+    if shortlist is not None and step is not None:
+        raise ValueError("a shortlist runs on the model's own step (step=None), not on a compiled or static one")
+
     def step_for(src: Tensor, terms: Sequence[Sequence[Sequence[int]]] = ()) -> DecodeStep | None:
         if shortlist is None:
             return step
-        return ShortlistStep(model, shortlist.words(src, [i for term_ids in terms for ids in term_ids for i in ids]))
+        extra = [[i for ids in term_ids for i in ids] for term_ids in terms]  # per source, its terms' ids
+        return ShortlistStep(model, *shortlist.words(src, extra, c.pad_id))
 
     out: list[list[Hypothesis]] = [[] for _ in sources]
     generator = torch.Generator(device).manual_seed(d.seed) if d.sampling else None

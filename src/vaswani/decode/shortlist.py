@@ -52,17 +52,33 @@ class Shortlist:
     def src_vocab_size(self) -> int:
         return self.translations.size(0)
 
-    def words(self, src: Tensor, extra: Sequence[int] = ()) -> Tensor:
-        """The sorted target ids a batch of sources may produce: every source piece's translations, the frequent
-        ones, the sources' own pieces where `copy`, and `extra` (a glossary's terms). Shape: src (B, S) -> (W,)
-        on src's device"""
-        ids = src.unique().cpu()
-        ids = ids[ids < self.src_vocab_size]
-        found = self.translations.index_select(0, ids).flatten()
-        parts = [self.frequent, found[found >= 0], torch.as_tensor(list(extra), dtype=torch.long)]
-        if self.copy:
-            parts.append(ids[ids < self.tgt_vocab_size])
-        return torch.cat(parts).unique().to(src.device)
+    def words(self, src: Tensor, extra: Sequence[Sequence[int]] = (), pad_id: int = -1) -> tuple[Tensor, Tensor]:
+        """The target ids a batch of sources (padded with `pad_id`) may produce, sorted, and which of them each
+        source may: its pieces' translations, the frequent ones, its own pieces where `copy`, and its `extra` ids
+        (a glossary's terms). The output layer computes the batch's words; each sentence's search sees its own
+        only, so its output does not depend on the sentences it is batched with.
+        Shape: src (B, S) -> ids (W,), allowed (B, W) bool, on src's device"""
+        device, src = src.device, src.cpu()
+        B = src.size(0)
+        rows, found = [], []
+        for i in range(B):
+            ids = src[i].unique()
+            ids = ids[(ids < self.src_vocab_size) & (ids != pad_id)]
+            mine = [self.translations.index_select(0, ids).flatten()]
+            if self.copy:
+                mine.append(ids[ids < self.tgt_vocab_size])
+            if i < len(extra):
+                mine.append(torch.as_tensor(list(extra[i]), dtype=torch.long))
+            mine = torch.cat(mine)
+            mine = mine[mine >= 0]
+            found.append(mine)
+            rows.append(torch.full_like(mine, i))
+        found_all, rows_all = torch.cat(found), torch.cat(rows)
+        ids = torch.cat([self.frequent, found_all]).unique()  # (W,)
+        allowed = torch.zeros(B, len(ids), dtype=torch.bool)
+        allowed[:, torch.searchsorted(ids, self.frequent)] = True
+        allowed[rows_all, torch.searchsorted(ids, found_all)] = True
+        return ids.to(device), allowed.to(device)
 
     def describe(self) -> str:
         """One line: what the output layer covers."""
@@ -74,13 +90,17 @@ class Shortlist:
         )
 
     def check(self, src_vocab_size: int, tgt_vocab_size: int, where: str) -> None:
-        """A one-line ValueError unless this shortlist numbers the model's vocabularies."""
+        """A one-line ValueError unless this shortlist numbers the model's vocabularies with ids inside them."""
+        again = "learn it again for this model (vaswani shortlist MODEL_DIR --src ...)"
         if (self.src_vocab_size, self.tgt_vocab_size) != (src_vocab_size, tgt_vocab_size):
             raise ValueError(
                 f"{where} was learned for vocabularies of {self.src_vocab_size} source and {self.tgt_vocab_size} "
-                f"target pieces, but the model has {src_vocab_size} and {tgt_vocab_size}: learn it again for this "
-                "model (vaswani shortlist MODEL_DIR --src ...)"
+                f"target pieces, but the model has {src_vocab_size} and {tgt_vocab_size}: {again}"
             )
+        t, f = self.translations, self.frequent
+        inside = t.dim() == 2 and f.dim() == 1 and bool(((t >= -1) & (t < tgt_vocab_size)).all())
+        if not inside or not bool(((f >= 0) & (f < tgt_vocab_size)).all()):
+            raise ValueError(f"{where} holds target ids outside the model's {tgt_vocab_size:,} pieces: {again}")
 
     def save(self, path: str | Path) -> None:
         from safetensors.torch import save_file
@@ -139,14 +159,21 @@ def learn(
     `progress(1)` after each pass over the lines."""
     if len(sources) != len(targets):
         raise ValueError(f"{len(sources)} source lines but {len(targets)} target lines")
-    if top < 1 or frequent < 0:
-        raise ValueError(f"top must be >= 1 and frequent >= 0, got {top} and {frequent}")
+    check_sizes(top, frequent)
     null = src_vocab_size  # Model 1's empty word: every target piece may align to it
     pairs = [(s, t) for s, t in zip(sources, targets, strict=True) if t]
+    if not pairs:
+        raise ValueError("no line with a translation to learn a shortlist from: give parallel lines that are not empty")
+    for side, lines, size in (
+        ("source", [s for s, _ in pairs], src_vocab_size),
+        ("target", [t for _, t in pairs], tgt_vocab_size),
+    ):
+        wrong = next((i for line in lines for i in line if not 0 <= i < size), None)
+        if wrong is not None:
+            raise ValueError(f"{side} token id {wrong} is outside the model's {size:,}-piece {side} vocabulary")
     chunks = list(_chunks(pairs))
-    keys = np.zeros(0, dtype=np.int64)  # every pair seen, sorted: the table's index
-    for chunk in chunks:
-        keys = np.union1d(keys, _pair_keys(chunk, null, tgt_vocab_size)[0])
+    # every pair seen, sorted: the table's index
+    keys = np.unique(np.concatenate([np.unique(_pair_keys(chunk, null, tgt_vocab_size)[0]) for chunk in chunks]))
     if progress is not None:
         progress(1)
     table = np.ones(len(keys))  # t(target | source) up to a factor per source: the first E-step is uniform
@@ -169,6 +196,12 @@ def learn(
     nulls = translations[null][translations[null] >= 0]
     always = torch.cat([torch.from_numpy(common), nulls, torch.tensor([eos_id])]).unique()
     return Shortlist(translations[:null], always, tgt_vocab_size, copy, len(pairs), origin)
+
+
+def check_sizes(top: int, frequent: int) -> None:
+    """A one-line ValueError unless `top` >= 1 and `frequent` >= 0."""
+    if top < 1 or frequent < 0:
+        raise ValueError(f"--top must be >= 1 and --frequent >= 0, got {top} and {frequent}")
 
 
 def _chunks(pairs: list[tuple[Sequence[int], Sequence[int]]]):

@@ -29,7 +29,7 @@ from vaswani.decode.glossary import missing as glossary_missing
 from vaswani.decode.request import DecodeRequest
 from vaswani.decode.search import Hypothesis, banned_log_probs
 from vaswani.decode.shortlist import FILE as SHORTLIST_FILE
-from vaswani.decode.shortlist import FREQUENT, TOP, Shortlist
+from vaswani.decode.shortlist import FREQUENT, TOP, Shortlist, check_sizes
 from vaswani.decode.shortlist import learn as learn_shortlist
 from vaswani.families import TRANSLATE, family
 from vaswani.model_dir import load_model
@@ -160,13 +160,16 @@ class Translator:
         check_engine(engine, precision)
         if shortlist and engine != "torch":
             raise ValueError("--shortlist applies to --engine torch (our own search)")
+        words = _shortlist(model_dir, shortlist)  # read before the model: a wrong file is named at once
         device = pick_device(device)
         # With CTranslate2 the torch model only answers attention requests: it stays on the CPU.
         model, config = load_model(model_dir, device if engine == "torch" else "cpu")
         family(config.model.type).check(TRANSLATE, str(model_dir))
         tokenizer = Tokenizer.load(model_dir)
         if engine == "torch":
-            words = _shortlist(model_dir, shortlist, config)
+            if words is not None:
+                where = str(Path(model_dir) / SHORTLIST_FILE if shortlist is True else shortlist)
+                words.check(config.model.src_vocab_size, config.model.tgt_vocab_size, where)
             return cls(model, tokenizer, config, TorchEngine(model, precision, owned=True, shortlist=words))
         ct2 = CTranslate2Engine(model_dir, config.model, tokenizer, device, compute_type)
         return cls(model, tokenizer, config, ct2)
@@ -331,15 +334,19 @@ class Translator:
         top: int = TOP,
         frequent: int = FREQUENT,
         progress: Callable[[int], None] | None = None,
+        target_language: str | None = None,
     ) -> Shortlist:
         """A vocabulary shortlist for this model (decode/shortlist.py) from parallel lines, or, without `targets`,
-        from the model's own greedy translations of `sources` (an imported model without its training data).
-        `progress(n)`: n sentences translated, then one per pass over the lines."""
+        from the model's own greedy translations of `sources` (an imported model without its training data; a
+        multilingual one into `target_language`). `progress(n)`: n sentences translated, then one per pass over
+        the lines."""
         if targets is not None and len(targets) != len(sources):
             raise ValueError(f"{len(sources)} source lines but {len(targets)} target lines")
-        src_ids = self.encode_sources(sources)
+        check_sizes(top, frequent)
+        src_ids = self.encode_sources(sources, target_language)
         if targets is None:
-            found = self.translate_with_details(sources, self.request(beam_size=1, sampling=False), progress=progress)
+            request = self.request(beam_size=1, sampling=False)
+            found = self.translate_with_details(sources, request, progress=progress, encoded=src_ids)
             tgt_ids = [t.candidates[0].tokens if t.candidates else [] for t in found]
         else:
             tgt_ids = self.tokenizer.encode_tgt([self._normalise(t) for t in targets])
@@ -381,8 +388,9 @@ class Translator:
 
     @torch.inference_mode()
     def _log_prob(self, src_ids: list[int], tgt_ids: list[int], eos: bool = True) -> float:
-        """log P(target [+ EOS] | source) as the search scores it: PAD and BOS are never generated, their
-        probability spread over the other tokens, or lost with decode.ban_after_softmax."""
+        """log P(target [+ EOS] | source) as the search scores it over the whole vocabulary (a shortlist's search
+        normalises over its words): PAD and BOS are never generated, their probability spread over the other
+        tokens, or lost with decode.ban_after_softmax."""
         c = self.model.config
         src, tgt_in = self._pair(src_ids, tgt_ids)
         tgt_out = torch.tensor([[*tgt_ids, c.eos_id]], device=src.device)
@@ -414,14 +422,11 @@ def _one_line(text: str) -> str:
     return " ".join(text.splitlines()) if text else text
 
 
-def _shortlist(model_dir: str | Path, given: str | Path | bool | None, config: Config) -> Shortlist | None:
-    """The shortlist asked for (True: the model directory's own), checked against the model's vocabularies."""
+def _shortlist(model_dir: str | Path, given: str | Path | bool | None) -> Shortlist | None:
+    """The shortlist asked for (True: the model directory's own)."""
     if given is None or given is False:
         return None
-    path = Path(model_dir) / SHORTLIST_FILE if given is True else Path(given)
-    shortlist = Shortlist.load(path)
-    shortlist.check(config.model.src_vocab_size, config.model.tgt_vocab_size, str(path))
-    return shortlist
+    return Shortlist.load(Path(model_dir) / SHORTLIST_FILE if given is True else Path(given))
 
 
 def check_engine(engine: str, precision: str) -> None:

@@ -275,12 +275,14 @@ class Transformer(nn.Module):
 class OutputRows(nn.Module):
     """The output layer over the words `ids` only (a vocabulary shortlist, decode/shortlist.py): their logits as the
     whole layer computes them (the same kind of layer, packed or int8, over their rows of the matrix: each row's
-    arithmetic is its own), NEVER for every other word. Made once per batch; the step's product shrinks from V
-    words to W. Shape: hidden (..., D) -> logits (..., V)"""
+    arithmetic is its own), NEVER for every other word. `allowed` (inputs, W): which of the words each input may
+    produce, the others NEVER too; an input's rows are consecutive and as many per input (the step protocol's
+    rows), and `keep(kept)` follows the inputs that go on. Made once per batch: the step's product shrinks from V
+    words to W. Shape: hidden (rows, D) or (rows, t, D) -> logits (rows, V) or (rows, t, V)"""
 
-    def __init__(self, model: Transformer, ids: Tensor) -> None:
+    def __init__(self, model: Transformer, ids: Tensor, allowed: Tensor | None = None) -> None:
         super().__init__()
-        self.ids, self.vocab = ids, model.config.tgt_vocab_size
+        self.ids, self.vocab, self.allowed = ids, model.config.tgt_vocab_size, allowed
         with torch.no_grad():
             weight = model.output_weight.index_select(0, ids)  # (W, D)
             bias = model.logit_bias
@@ -289,8 +291,16 @@ class OutputRows(nn.Module):
             self.layer = kind(weight, bias, ()) if kind is not None else None
         self.weight, self.bias = (weight, bias) if self.layer is None else (None, None)
 
+    def keep(self, kept: Tensor) -> None:
+        """Only the inputs `kept` (their positions among those still running) go on."""
+        if self.allowed is not None:
+            self.allowed = self.allowed.index_select(0, kept)
+
     def forward(self, hidden: Tensor) -> Tensor:
         some = self.layer(hidden) if self.layer is not None else F.linear(hidden, self.weight, self.bias)  # (..., W)
+        if self.allowed is not None:
+            banned = ~self.allowed.repeat_interleave(some.size(0) // self.allowed.size(0), dim=0)  # (rows, W)
+            some = some.masked_fill(banned if some.dim() == 2 else banned[:, None], NEVER)
         logits = some.new_full((*some.shape[:-1], self.vocab), NEVER)  # (..., V)
         return logits.index_copy_(logits.dim() - 1, self.ids, some)
 
