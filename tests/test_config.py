@@ -162,7 +162,7 @@ def test_the_quick_recipe_is_saved_without_the_rate_its_schedule_ignores(tmp_pat
     # every field that takes effect is there, defaults included: the run can be made again from it
     assert saved["train"]["lr_factor"] == 1.0 and saved["train"]["warmup_steps"] == 400
     assert saved["train"]["adam_beta2"] == 0.98 and saved["train"]["max_time"] == "9m"
-    assert saved["model"]["d_model"] == 128 and saved["model"]["dropout"] == 0.0 and saved["model"]["n_layers"] == 4
+    assert saved["model"]["d_model"] == 128 and saved["model"]["dropout"] == 0.0 and saved["model"]["n_layers"] == 3
     assert saved["data"]["max_tokens"] == 1600 and saved["data"]["valid_max_sentences"] == 500
     assert saved["decode"]["beam_size"] == 4 and saved["decode"]["temperature"] == 1.0  # --sample reads it
     for key in ("n_decoder_layers", "n_classes", "pool"):  # None; no classifier
