@@ -160,7 +160,8 @@ class Translator:
         check_engine(engine, precision)
         if shortlist and engine != "torch":
             raise ValueError("--shortlist applies to --engine torch (our own search)")
-        words = _shortlist(model_dir, shortlist)  # read before the model: a wrong file is named at once
+        where = _shortlist_path(model_dir, shortlist)
+        words = None if where is None else Shortlist.load(where)  # read before the model: a wrong file named at once
         device = pick_device(device)
         # With CTranslate2 the torch model only answers attention requests: it stays on the CPU.
         model, config = load_model(model_dir, device if engine == "torch" else "cpu")
@@ -168,8 +169,7 @@ class Translator:
         tokenizer = Tokenizer.load(model_dir)
         if engine == "torch":
             if words is not None:
-                where = str(Path(model_dir) / SHORTLIST_FILE if shortlist is True else shortlist)
-                words.check(config.model.src_vocab_size, config.model.tgt_vocab_size, where)
+                words.check(config.model.src_vocab_size, config.model.tgt_vocab_size, str(where))
             return cls(model, tokenizer, config, TorchEngine(model, precision, owned=True, shortlist=words))
         ct2 = CTranslate2Engine(model_dir, config.model, tokenizer, device, compute_type)
         return cls(model, tokenizer, config, ct2)
@@ -340,9 +340,7 @@ class Translator:
         from the model's own greedy translations of `sources` (an imported model without its training data; a
         multilingual one into `target_language`). `progress(n)`: n sentences translated, then one per pass over
         the lines."""
-        if targets is not None and len(targets) != len(sources):
-            raise ValueError(f"{len(sources)} source lines but {len(targets)} target lines")
-        check_sizes(top, frequent)
+        check_sizes(top, frequent)  # before minutes of translating
         src_ids = self.encode_sources(sources, target_language)
         if targets is None:
             request = self.request(beam_size=1, sampling=False)
@@ -422,11 +420,11 @@ def _one_line(text: str) -> str:
     return " ".join(text.splitlines()) if text else text
 
 
-def _shortlist(model_dir: str | Path, given: str | Path | bool | None) -> Shortlist | None:
-    """The shortlist asked for (True: the model directory's own)."""
+def _shortlist_path(model_dir: str | Path, given: str | Path | bool | None) -> Path | None:
+    """The file of the shortlist asked for (True: the model directory's own); None for none."""
     if given is None or given is False:
         return None
-    return Shortlist.load(Path(model_dir) / SHORTLIST_FILE if given is True else Path(given))
+    return Path(model_dir) / SHORTLIST_FILE if given is True else Path(given)
 
 
 def check_engine(engine: str, precision: str) -> None:

@@ -300,7 +300,7 @@ class OutputRows(nn.Module):
         some = self.layer(hidden) if self.layer is not None else F.linear(hidden, self.weight, self.bias)  # (..., W)
         if self.allowed is not None:
             banned = ~self.allowed.repeat_interleave(some.size(0) // self.allowed.size(0), dim=0)  # (rows, W)
-            some = some.masked_fill(banned if some.dim() == 2 else banned[:, None], NEVER)
+            some.masked_fill_(banned if some.dim() == 2 else banned[:, None], NEVER)  # the layer's own output
         logits = some.new_full((*some.shape[:-1], self.vocab), NEVER)  # (..., V)
         return logits.index_copy_(logits.dim() - 1, self.ids, some)
 
