@@ -1,6 +1,7 @@
 """torch.compile for the training step, against eager, on this machine: `train.compile`'s default comes from here.
 
-The quick Multi30k recipe's model (configs/multi30k_de_en_quick.yaml: 4+4 layers, d_model 128, vocabulary 8,000),
+The quick Multi30k recipe's model (configs/multi30k_de_en_quick.yaml: d_model 128, vocabulary 8,000; 4+4 layers when
+the results in docs/benchmarks.md were taken),
 a training step as the trainer runs it (forward, the chunked loss, backward, fused Adam) in the precision asked,
 on random batches of four shapes that alternate as length buckets do; the compiled module with dynamic shapes.
 Reports the compile time (the first round of shapes) and the mean step time after it, in both modes, side by side.

@@ -162,9 +162,11 @@ def test_the_quick_recipe_is_saved_without_the_rate_its_schedule_ignores(tmp_pat
     # every field that takes effect is there, defaults included: the run can be made again from it
     assert saved["train"]["lr_factor"] == 1.0 and saved["train"]["warmup_steps"] == 400
     assert saved["train"]["adam_beta2"] == 0.98 and saved["train"]["max_time"] == "9m"
-    assert saved["model"]["d_model"] == 128 and saved["model"]["dropout"] == 0.0 and saved["model"]["n_layers"] == 3
+    assert saved["model"]["d_model"] == 128 and saved["model"]["dropout"] == 0.0 and saved["model"]["n_layers"] == 2
     assert saved["data"]["max_tokens"] == 1600 and saved["data"]["valid_max_sentences"] == 500
+    assert saved["data"]["vocab_size"] == 6000
     assert saved["decode"]["beam_size"] == 4 and saved["decode"]["temperature"] == 1.0  # --sample reads it
+    assert saved["decode"]["length_penalty"] == 1.0  # chosen on the dev set: what translate and evaluate use
     for key in ("n_decoder_layers", "n_classes", "pool"):  # None; no classifier
         assert key not in saved["model"]
     assert saved["model"]["tie_output"] is True  # the output is the embedding (false: a matrix of its own)
