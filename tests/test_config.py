@@ -161,10 +161,12 @@ def test_the_quick_recipe_is_saved_without_the_rate_its_schedule_ignores(tmp_pat
     assert config.train.lr_schedule == "noam" and "peak_lr" not in saved["train"]
     # every field that takes effect is there, defaults included: the run can be made again from it
     assert saved["train"]["lr_factor"] == 1.0 and saved["train"]["warmup_steps"] == 400
-    assert saved["train"]["adam_beta2"] == 0.98 and saved["train"]["max_time"] == "9m"
+    assert saved["train"]["adam_beta2"] == 0.98 and saved["train"]["max_time"] == "9m20s"
     assert saved["model"]["d_model"] == 128 and saved["model"]["dropout"] == 0.0 and saved["model"]["n_layers"] == 2
     assert saved["data"]["max_tokens"] == 1600 and saved["data"]["valid_max_sentences"] == 500
     assert saved["data"]["vocab_size"] == 6000
+    # fp32 on every CPU (a fast bf16 one reaches 7 epochs in fp32 too); validations every 400 updates
+    assert saved["train"]["precision"] == "fp32" and saved["train"]["valid_every"] == 400
     assert saved["decode"]["beam_size"] == 4 and saved["decode"]["temperature"] == 1.0  # --sample reads it
     assert saved["decode"]["length_penalty"] == 1.0  # chosen on the dev set: what translate and evaluate use
     for key in ("n_decoder_layers", "n_classes", "pool"):  # None; no classifier
