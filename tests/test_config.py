@@ -158,9 +158,10 @@ def test_the_quick_recipe_is_saved_without_the_rate_its_schedule_ignores(tmp_pat
 
     config = Config.load(CONFIGS / "multi30k_de_en_quick.yaml")
     saved = _saved(config, tmp_path)
-    assert config.train.lr_schedule == "noam" and "peak_lr" not in saved["train"]
+    assert config.train.lr_schedule == "constant" and "lr_factor" not in saved["train"]
     # every field that takes effect is there, defaults included: the run can be made again from it
-    assert saved["train"]["lr_factor"] == 1.0 and saved["train"]["warmup_steps"] == 400
+    assert saved["train"]["peak_lr"] == 4.4e-3 and saved["train"]["warmup_steps"] == 400
+    assert saved["train"]["lr_decay"] == "linear"  # held at the peak after warmup, then annealed to zero
     assert saved["train"]["adam_beta2"] == 0.98 and saved["train"]["max_time"] == "9m20s"
     assert saved["model"]["d_model"] == 128 and saved["model"]["dropout"] == 0.0 and saved["model"]["n_layers"] == 2
     assert saved["data"]["max_tokens"] == 1600 and saved["data"]["valid_max_sentences"] == 500
@@ -225,7 +226,7 @@ def test_a_field_without_effect_does_not_change_the_config():
     ignored = Config.load(
         CONFIGS / "multi30k_de_en_quick.yaml",
         [
-            "train.peak_lr=0.01",
+            "train.lr_factor=2.0",
             "data.block_size=64",
             "data.toy_max_len=3",
             "model.pool=mean",
@@ -233,8 +234,8 @@ def test_a_field_without_effect_does_not_change_the_config():
             "data.labelled_train=x.tsv",
         ],
     )
-    assert ignored == base and ignored.train.peak_lr == 5e-4
-    assert Config.load(CONFIGS / "multi30k_de_en_quick.yaml", ["train.lr_factor=2.0"]) != base
+    assert ignored == base and ignored.train.lr_factor == 1.0  # the constant schedule's rate is peak_lr
+    assert Config.load(CONFIGS / "multi30k_de_en_quick.yaml", ["train.peak_lr=0.01"]) != base
     with pytest.raises(ConfigError, match=r"data\.mask_prob must be in"):  # still checked
         Config.load(CONFIGS / "multi30k_de_en_quick.yaml", ["data.mask_prob=2"])
 
