@@ -42,8 +42,10 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=512, help="sentences at batch 64 (batch 1: an eighth)")
     parser.add_argument("--steps", type=int, default=24)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--precisions", default="fp32,bf16", help="vaswani's decoders in these (a CPU: fp32)")
     parser.add_argument("--device", default="cuda", help="cuda (cpu: a dry run of the script)")
-    parser.add_argument("--profile", action="store_true", help="instead: where beam 4 at batch 64 spends its time")
+    parser.add_argument("--profile", action="store_true", help="instead: where beam 4 spends its time")
+    parser.add_argument("--profile-runs", default="bf16:64,fp32:64,fp32:1", help="precision:batch pairs profiled")
     args = parser.parse_args()
     imported_speed.RAW = args.data
     device = torch.device(args.device)
@@ -76,8 +78,10 @@ def main() -> None:
         memory: dict[tuple[str, int, int], float] = {}
         outputs: dict[tuple[str, int, int], list] = {}
 
-        def ours(precision: str, static: bool, pad_vocab: int = 64):
-            step = StaticDecoding(model, rows=64 * 4, pad_vocab=pad_vocab) if static else None
+        def ours(precision: str, static: bool, fused: bool = True):
+            step = StaticDecoding(model, rows=64 * 4) if static else None
+            if step is not None:  # fused False: each beam step's search outside the graph, autocast's casts in it
+                step.fused = step.cast_weights = fused
 
             def run(batch: list[list[int]], beam: int):
                 src = collate([(s, []) for s in batch], c.pad_id, c.bos_id, c.eos_id).src.to(device)
@@ -87,6 +91,7 @@ def main() -> None:
                         return [h.tokens for h in greedy(model, src, request, step=step)]
                     return [h[0].tokens for h in beam_search(model, src, request, step=step)]
 
+            run.static = step
             return run
 
         def ctranslate2_engine(kind: str):
@@ -109,15 +114,18 @@ def main() -> None:
             "vaswani fp32, CUDA graphs": ours("fp32", True),
             "vaswani bf16": ours("bf16", False),
             "vaswani bf16, CUDA graphs": ours("bf16", True),
-            "vaswani bf16, CUDA graphs, unpadded output": ours("bf16", True, pad_vocab=1),
+            "vaswani bf16, CUDA graphs, unfused (stop 52)": ours("bf16", True, fused=False),
         }
+        decoders = {name: run for name, run in decoders.items() if name.split()[1].strip(",") in args.precisions}
         try:
             decoders["CTranslate2 float16"] = ctranslate2_engine("float16")
             decoders["CTranslate2 float32"] = ctranslate2_engine("float32")
         except Exception as error:
             say(f"# CTranslate2 could not run: {type(error).__name__}: {error}")
         if args.profile:
-            profile(ours("bf16", True), [sources[:64]], say)
+            for precision, size in (pair.split(":") for pair in args.profile_runs.split(",")):
+                size = int(size)
+                profile(ours(precision, True), [sources[:size]], say, f"{precision}, batch {size}", args.out)
             return
         for batch_size in (64, 1):
             chosen = sources if batch_size > 1 else sources[: max(8, len(sources) // 8)]
@@ -137,12 +145,15 @@ def main() -> None:
                     memory[key] = peak() / 2**20
                     outputs[key] = [x for p in produced for x in p]
                     print(f"{name}, batch {batch_size}, beam {beam}: {results[key]:,.0f} tok/s", flush=True)
-                for precision in ("fp32", "bf16"):
+                for precision in args.precisions.split(","):
                     a = outputs[(f"vaswani {precision}", batch_size, beam)]
-                    b = outputs[(f"vaswani {precision}, CUDA graphs", batch_size, beam)]
-                    same = sum(x == y for x, y in zip(a, b, strict=True))
-                    say(f"# batch {batch_size}, beam {beam}, {precision}: static+graphs output = dynamic on "
-                        f"{same}/{len(a)} sentences")  # fmt: skip
+                    for variant in ("CUDA graphs", "CUDA graphs, unfused (stop 52)"):
+                        if (f"vaswani {precision}, {variant}", batch_size, beam) not in outputs:
+                            continue
+                        b = outputs[(f"vaswani {precision}, {variant}", batch_size, beam)]
+                        same = sum(x == y for x, y in zip(a, b, strict=True))
+                        say(f"# batch {batch_size}, beam {beam}, {precision}: static ({variant}) output = dynamic on "
+                            f"{same}/{len(a)} sentences")  # fmt: skip
         say()
         say("| target tokens/s | " + " | ".join(decoders) + " | best vaswani vs CT2 float16 |")
         say("|---|" + "---|" * (len(decoders) + 1))
@@ -160,26 +171,52 @@ def main() -> None:
         ))  # fmt: skip
 
 
-def profile(run, batches, say) -> None:
-    """torch.profiler over beam 4 on `batches` (after one warm-up): the busiest operations by host and by device
-    time, and the share of the wall time the device was busy."""
+def profile(run, batches, say, label: str = "", out: Path | None = None) -> None:
+    """Where beam 4 on `batches` spends its time (after one warm-up): the wall time per batch without a profiler,
+    the captured step graph alone replayed as often (the model's own GPU time), and under torch.profiler the busiest
+    operations by host and by device time and the share of the wall time the device was busy."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as profiler
 
+    cuda = torch.cuda.is_available()
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     for batch in batches:
         run(batch, 4)
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    with profiler(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    sync()
+    walls = []
+    for _ in range(3):
+        start = time.perf_counter()
         for batch in batches:
             run(batch, 4)
+        sync()
+        walls.append(time.perf_counter() - start)
+    steps = len(batches) * 24
+    static = getattr(run, "static", None)
+    if static is not None and static._captured:
+        key = max(static._captured)
+        graph = static._captured[key][0]
+        graph.replay()
         torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(steps):
+            graph.replay()
+        torch.cuda.synchronize()
+        alone = time.perf_counter() - start
+        say(f"# {label}: wall {min(walls) * 1e3:.1f} ms for {steps} steps ({min(walls) / steps * 1e3:.3f} ms a step); "
+            f"the step graph {key} alone {alone / steps * 1e3:.3f} ms a step")  # fmt: skip
+    start = time.perf_counter()
+    with profiler(activities=[ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]) as prof:
+        for batch in batches:
+            run(batch, 4)
+        sync()
     wall = time.perf_counter() - start
+    if out is not None:
+        prof.export_chrome_trace(str(out.with_name(f"trace_{label.replace(', ', '_').replace(' ', '')}.json")))
     events = prof.key_averages()
     device_time = sum(e.self_device_time_total for e in events) / 1e6
-    say(f"# profile: wall {wall * 1e3:.1f} ms (under the profiler), device busy {device_time * 1e3:.1f} ms")
-    say(events.table(sort_by="self_cpu_time_total", row_limit=18, max_name_column_width=48))
-    say(events.table(sort_by="self_device_time_total", row_limit=12, max_name_column_width=48))
+    say(f"# {label} profile: wall {wall * 1e3:.1f} ms (under the profiler), device busy {device_time * 1e3:.1f} ms")
+    say(events.table(sort_by="self_cpu_time_total", row_limit=25, max_name_column_width=48))
+    say(events.table(sort_by="self_device_time_total", row_limit=25, max_name_column_width=48))
 
 
 if __name__ == "__main__":

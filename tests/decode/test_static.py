@@ -27,7 +27,7 @@ def searches(model, src, step, sampling=True):
         "greedy": search.greedy(model, src, limits, step=step),
         "beam 4, n-best 2": search.beam_search(model, src, limits.replace(beam_size=4, n_best=2), step=step),
         "beam 3, early stopping": search.beam_search(
-            model, src, limits.replace(beam_size=3, early_stopping=True), step=step
+            model, src, limits.replace(beam_size=3, early_stopping=True, min_len=2), step=step
         ),
         "beam 2, forced EOS": search.beam_search(
             model, src, limits.replace(beam_size=2, forced_eos=True, ban_after_softmax=True), step=step
@@ -39,14 +39,20 @@ def searches(model, src, step, sampling=True):
     return out
 
 
-@pytest.mark.parametrize("positions", ["sinusoidal", "learned"])
-def test_the_static_cache_gives_the_dynamic_caches_outputs(model, positions):
+@pytest.mark.parametrize("positions, fused", [("sinusoidal", False), ("learned", False), ("sinusoidal", True)])
+def test_the_static_cache_gives_the_dynamic_caches_outputs(model, positions, fused):
     """One StaticDecoding serves batches of other sizes and lengths (its buffers grow, rows leave the batch, beam
-    search widens it): every output is the dynamic cache's, token for token, its score within rounding."""
+    search widens it): every output is the dynamic cache's, token for token, its score within rounding. `fused`:
+    each beam step as the one function a GPU captures (the reordering deferred into the next step, the banned words
+    by mask, the best continuations on the device), run eagerly here."""
     if positions == "learned":
         torch.manual_seed(1)
         model = Transformer(tiny_config(positions="learned", max_positions=96)).eval()
     static = StaticDecoding(model, rows=2)
+    static.fused = fused
+    calls = []
+    continuations = static.continuations
+    static.continuations = lambda *args: calls.append(args[2] is not None) or continuations(*args)
     torch.manual_seed(0)
     with torch.inference_mode():
         for lengths in BATCHES:
@@ -55,6 +61,7 @@ def test_the_static_cache_gives_the_dynamic_caches_outputs(model, positions):
             for name in dynamic:
                 assert tokens(fixed[name]) == tokens(dynamic[name]), (name, lengths)
                 assert scores(fixed[name]) == pytest.approx(scores(dynamic[name]), abs=1e-4), (name, lengths)
+    assert (any(calls) and not all(calls)) if fused else not calls  # fused steps, some with a deferred reordering
     assert static.cache.rows >= 9 * 4 and static.cache.source_length >= 41
 
 
@@ -106,11 +113,14 @@ def test_static_cache_settings_are_checked():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA GPU")
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_cuda_graphs_give_the_dynamic_caches_outputs(model, precision):
+@pytest.mark.parametrize("fused", [True, False])
+def test_cuda_graphs_give_the_dynamic_caches_outputs(model, precision, fused):
+    """fused (the default on a GPU): each beam step one graph, with bf16's linear layers cast once per batch."""
     on_gpu = Transformer(model.config)
     on_gpu.load_state_dict(model.state_dict())
     on_gpu = on_gpu.cuda().eval()
     static = StaticDecoding(on_gpu, rows=8)
+    static.fused = static.cast_weights = fused
     torch.manual_seed(0)
     with search.decoding(torch.device("cuda"), precision):
         for lengths in BATCHES:
@@ -119,3 +129,5 @@ def test_cuda_graphs_give_the_dynamic_caches_outputs(model, precision):
             for name in dynamic:
                 assert tokens(fixed[name]) == tokens(dynamic[name]), (name, lengths)
     assert static._captured  # replayed as graphs
+    assert any(key[0] == "beam" for key in static._captured) == fused
+    assert bool(static._weights) == (fused and precision == "bf16")

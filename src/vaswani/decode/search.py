@@ -148,6 +148,14 @@ class Steps:
             repetition.ban(log_probs, histories)
         return log_probs
 
+    def best_continuations(
+        self, tokens: Tensor, scores: Tensor, n: int, width: int, m: int, ban_eos: bool = False
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """One beam step: `step`, then the m best continuations of each of the n sentences' `width` hypotheses
+        (summed log-probabilities `scores`), best first, on the host (`_best_continuations`). A static step on a GPU
+        (decode/static.py) runs all of it as one graph. Shape: tokens (n*width,), scores (n, width) -> 3 x (n, m')"""
+        return _best_continuations(scores, self.step(tokens, ban_eos), n, width, m)
+
     def reorder(self, index: Tensor, kept: Tensor | None) -> None:
         """Keep rows `index`, in that order; `kept`: the inputs that go on (their positions among those still
         running), None when all do, so per-input state (the encoder's) needs no copy. Each input's rows stay
@@ -522,8 +530,11 @@ def beam_search(
         histories = ()
         if repetition is not None:  # each row's tokens so far; rows of one input are consecutive
             histories = _histories(steps, active.repeat_interleave(width), history.reshape(n * width, -1, 1)[..., 0])
-        log_probs = steps.step(tokens, t < d.min_len, repetition, histories)  # (n*width, V), log-probabilities
-        top_scores_c, origin_c, word_c = _best_continuations(scores, log_probs, n, width, 2 * k)  # on the CPU
+        if repetition is None:  # (n, 2k) each on the CPU
+            top_scores_c, origin_c, word_c = steps.best_continuations(tokens, scores, n, width, 2 * k, t < d.min_len)
+        else:
+            log_probs = steps.step(tokens, t < d.min_len, repetition, histories)  # (n*width, V), log-probabilities
+            top_scores_c, origin_c, word_c = _best_continuations(scores, log_probs, n, width, 2 * k)
         word_log_probs = top_scores_c - scores_c.gather(1, origin_c)  # (n, 2k): each continuation's last token
         is_eos = word_c == c.eos_id
         # The first k non-EOS continuations stay live (stable order: best first).
@@ -587,19 +598,30 @@ def _histories(steps: Steps, inputs: Tensor, generated: Tensor) -> list[list[int
 
 def _best_continuations(scores: Tensor, log_probs: Tensor, n: int, width: int, m: int) -> tuple[Tensor, Tensor, Tensor]:
     """The m best continuations of each sentence's `width` hypotheses: their summed log-probabilities, the
-    hypothesis each extends and its next token, best first, copied to the host at once. Each row's m best first,
-    then the best of those (the same m as over all width x V at once, at less cost: a GPU's top-k over 232k
-    candidates per sentence took 15% of a beam step). Shape: scores (n, width), log_probs (n*width, V) ->
-    3 x (n, m') on the CPU, m' = min(m, width * min(m, V))"""
+    hypothesis each extends and its next token, best first, copied to the host at once (`packed_continuations`).
+    Shape: scores (n, width), log_probs (n*width, V) -> 3 x (n, m') on the CPU, m' = min(m, width * min(m, V))"""
+    # one copy to the host (a synchronisation on a GPU)
+    return unpacked_continuations(packed_continuations(scores, log_probs, n, width, m).cpu())
+
+
+def packed_continuations(scores: Tensor, log_probs: Tensor, n: int, width: int, m: int) -> Tensor:
+    """`_best_continuations` on the device, packed in one tensor: each row's m best first, then the best of those
+    (the same m as over all width x V at once, at less cost: a GPU's top-k over 232k candidates per sentence took
+    15% of a beam step). Fixed shapes, no synchronisation: a CUDA graph captures it (decode/static.py).
+    Shape: scores (n, width), log_probs (n*width, V) -> (n, 3m'): scores, hypotheses, words (ids < 2^24 are exact
+    in float32)"""
     per_row = min(m, log_probs.size(-1))
     row_log_probs, row_words = row_topk(log_probs, per_row)  # (n*width, per_row): a row's order is its sums' order
     row_scores = row_log_probs + scores.view(n * width, 1)
     top_scores, pick = row_scores.view(n, width * per_row).topk(min(m, width * per_row), dim=1)
     origin, word = pick // per_row, row_words.view(n, width * per_row).gather(1, pick)
-    # one copy to the host (a synchronisation on a GPU); ids < 2^24 are exact in float32
-    packed = torch.cat([top_scores, origin.to(top_scores.dtype), word.to(top_scores.dtype)], dim=1).cpu()
-    top_scores_c, origin_c, word_c = packed.split(pick.size(1), dim=1)
-    return top_scores_c, origin_c.long(), word_c.long()
+    return torch.cat([top_scores, origin.to(top_scores.dtype), word.to(top_scores.dtype)], dim=1)
+
+
+def unpacked_continuations(packed: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """`packed_continuations`'s tensor as scores, hypotheses and words. Shape: (n, 3m') -> 3 x (n, m')"""
+    top_scores, origin, word = packed.split(packed.size(1) // 3, dim=1)
+    return top_scores, origin.long(), word.long()
 
 
 def _finish(

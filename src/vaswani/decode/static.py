@@ -9,6 +9,11 @@ step has fixed shapes: on CUDA it is captured once per shape as a CUDA graph and
 (`torch.cuda.CUDAGraph`, one memory pool for all of them). Shapes are rounded up (`bucket`), so a few graphs serve
 every batch: rows that finish leave the batch, and the rows beyond them up to the bucket compute values nobody reads.
 On a CPU the same step runs eagerly (what tests compare with the dynamic cache: identical outputs).
+
+A beam search's step is one graph too (`continuations`, `fused`): the rows kept by the last step reordered in the
+buffers, the decoder's step, the log-softmax with its banned words, and each sentence's best continuations
+(search.packed_continuations), so that a step is a graph replay, three small copies in and one out, instead of some
+seventy launches and four synchronisations around the graph.
 """
 
 from __future__ import annotations
@@ -17,7 +22,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from vaswani.decode.search import EncoderDecoderSteps, Steps, additive_mask
+from vaswani.decode.search import (
+    EncoderDecoderSteps,
+    Steps,
+    additive_mask,
+    packed_continuations,
+    unpacked_continuations,
+)
 from vaswani.nn.cache import StaticKVCache
 
 ROUND_POSITIONS = 32  # self-attention and source lengths are rounded up to a multiple of this
@@ -47,14 +58,23 @@ class StaticDecoding:
         self.pad_vocab = pad_vocab  # on a GPU the output projection's rows are padded to a multiple of this
         self.device = next(model.parameters()).device
         self.graphs = graphs and self.device.type == "cuda"
+        self.fused = self.graphs  # beam steps as one graph each (`continuations`); eager on a CPU where set (tests)
+        self.cast_weights = True  # under bf16 autocast with graphs, the linear layers cast once per batch (refresh)
         self.pad_output = self.device.type == "cuda"  # refresh
         self.rows = rows
         self.cache: StaticKVCache | None = None
-        self._captured: dict[tuple[int, int, int], tuple[torch.cuda.CUDAGraph, Tensor]] = {}
+        self._captured: dict[tuple, tuple[torch.cuda.CUDAGraph, Tensor]] = {}
         self._tokens: Tensor | None = None  # a graph's input ids, (cache rows,)
+        self._scores: Tensor | None = None  # a beam graph's summed log-probabilities per row, (cache rows,)
+        self._rows: Tensor | None = None  # a beam graph's reordering (row i takes row _rows[i]), (cache rows,)
+        self._banned: Tensor | None = None  # a beam graph's banned words, (V,) bool
+        self._banned_from: Tensor | None = None  # the mask last copied into _banned
         self._pool = None
         self._logits: Tensor | None = None  # what every graph writes its logits to, (cache rows, V)
-        self._output: tuple[Tensor, Tensor] | None = None  # the padded output projection (refresh)
+        self._output: tuple[Tensor, Tensor] | None = None  # the padded (cast) output projection (refresh)
+        self._weights: dict[str, Tensor] = {}  # the decoder's linear layers cast to autocast's dtype (refresh)
+        self._decoder = _StaticDecoder(model.decoder)
+        self._linears = {name for name, m in model.decoder.named_modules() if isinstance(m, torch.nn.Linear)}
 
     def start_steps(self, model, src: Tensor, beam: int, ban_after_softmax: bool) -> Steps:
         if model is not self.model:
@@ -80,30 +100,52 @@ class StaticDecoding:
         rows, L, S = max(rows, self.rows, most[0]), max(L, most[1]), max(S, most[2])
         self.cache = StaticKVCache(c.decoder_layers, c.n_heads, c.d_head, rows, L, S, like)
         self._tokens = torch.zeros(rows, dtype=torch.long, device=like.device)
+        self._scores = torch.zeros(rows, dtype=torch.float32, device=like.device)
+        self._rows = torch.arange(rows, device=like.device)
         self._captured.clear()
         self._logits = None
 
     def refresh(self) -> None:
-        """On a GPU, where the vocabulary is not a multiple of `pad_vocab` (OPUS-MT's 58,101 words): the output
-        projection's weight and bias copied into rows padded to one, in place (the graphs read them), at the start of
-        each batch so that they are the model's current ones. A product whose output rows are not aligned to 16
-        bytes runs on a slow kernel (cuBLAS: docs/benchmarks.md, "Decoding with CUDA graphs")."""
+        """At the start of each batch, the weights the graphs read copied in place from the model's current ones.
+        On a GPU, where the vocabulary is not a multiple of `pad_vocab` (OPUS-MT's 58,101 words): the output
+        projection in rows padded to one (a product whose output rows are not aligned to 16 bytes runs on a slow
+        kernel in cuBLAS: docs/benchmarks.md, "Decoding with CUDA graphs"). Under bf16 (fp16) autocast with graphs:
+        the decoder's linear layers and the output projection in that dtype, cast once per batch where autocast
+        would cast them at every step (the same values: autocast rounds them alike)."""
         weight, bias = self.model.output_weight, self.model.logit_bias
         V, D = weight.shape
-        if not self.pad_output or V % self.pad_vocab == 0:
+        kind = self.device.type
+        cast = self.graphs and self.cast_weights and torch.is_autocast_enabled(kind)
+        low = torch.get_autocast_dtype(kind) if cast else None
+        padded = -(-V // self.pad_vocab) * self.pad_vocab if self.pad_output else V
+        if padded == V and low is None:
+            self._output, self._weights = None, {}
             return
-        if self._output is None:
-            padded = -(-V // self.pad_vocab) * self.pad_vocab
-            with torch.inference_mode(False):
-                self._output = (weight.new_zeros(padded, D), weight.new_zeros(padded))
+        dtype = low or weight.dtype
+        if self._output is None or self._output[0].dtype != dtype:
+            with torch.inference_mode(False):  # new buffers: the graphs read the old ones
+                self._output = (weight.new_zeros(padded, D, dtype=dtype), weight.new_zeros(padded, dtype=dtype))
+                self._weights = {
+                    f"decoder.{name}": p.detach().to(low, copy=True)
+                    for name, p in self.model.decoder.named_parameters()
+                    if low is not None and name.rpartition(".")[0] in self._linears
+                }
+            self._captured.clear()
         self._output[0][:V].copy_(weight)
         self._output[1][:V].copy_(bias if bias is not None else 0.0)
+        params = dict(self.model.decoder.named_parameters())
+        for name, cast in self._weights.items():
+            cast.copy_(params[name.removeprefix("decoder.")])
 
     def _step(self, tokens: Tensor, view) -> Tensor:
-        """The model's static step, with the padded output projection where there is one. Shape: (n,) -> (n, V)"""
+        """The model's static step, with the padded (cast) output projection and the cast linear layers where there
+        are. Shape: (n,) -> (n, V)"""
         if self._output is None:
             return self.model.static_step(tokens, view)
-        hidden = self.model.decoder.static_step(tokens[:, None], view)[:, -1]
+        if self._weights:
+            hidden = torch.func.functional_call(self._decoder, self._weights, (tokens[:, None], view))[:, -1]
+        else:
+            hidden = self.model.decoder.static_step(tokens[:, None], view)[:, -1]
         return F.linear(hidden, *self._output)[:, : self.model.output_weight.size(0)]
 
     def run(self, tokens: Tensor, position: int, length: int, source_length: int) -> Tensor:
@@ -116,15 +158,90 @@ class StaticDecoding:
         self._tokens[:n].copy_(tokens)
         key = (b, length, source_length)
         if key not in self._captured:
-            self._captured[key] = self._capture(b, length, source_length)
+            view, tokens_b = self.cache.view(b, length, source_length), self._tokens[:b]
+
+            def into_logits(logits: Tensor) -> Tensor:  # one output buffer for every graph
+                if self._logits is None or self._logits.dtype != logits.dtype:
+                    with torch.inference_mode(False):
+                        rows = self.cache.rows
+                        self._logits = torch.empty(rows, logits.size(-1), dtype=logits.dtype, device=self.device)
+                return self._logits[:b].copy_(logits)
+
+            self._captured[key] = self._capture(lambda: into_logits(self._step(tokens_b, view)))
         graph, logits = self._captured[key]
         graph.replay()
         return logits[:n]
 
-    def _capture(self, b: int, length: int, source_length: int) -> tuple[torch.cuda.CUDAGraph, Tensor]:
-        """One step of `b` rows as a CUDA graph. The warm-up run before the capture writes what the step writes
-        (the same tokens at the same position), so it leaves the cache as the replay does."""
-        view, tokens = self.cache.view(b, length, source_length), self._tokens[:b]
+    def continuations(
+        self,
+        tokens: Tensor,
+        scores: Tensor,
+        rows: Tensor | None,
+        position: int,
+        length: int,
+        source_length: int,
+        m: int,
+        banned: Tensor,
+        after_softmax: bool,
+    ) -> Tensor:
+        """One beam step, as search.Steps.best_continuations computes it, on this step: first the rows reordered
+        (row i takes row rows[i]; None: as they are), then the step at `position`, its log-probabilities with the
+        `banned` words at -inf (before the softmax, or after it), and each sentence's m best continuations; on a
+        GPU one graph. Shape: tokens (n*width,), scores (n, width), banned (V,) bool -> (n, 3m') on the device
+        (search.packed_continuations)"""
+        cache, (n, width) = self.cache, scores.shape
+        cache.position.fill_(position)
+        if not self.graphs:
+            if rows is not None:
+                cache.reorder(rows, length, source_length, cross=False)
+            view = cache.view(n * width, length, source_length)
+            return self._continuations(tokens, scores, view, m, banned, after_softmax)
+        b = bucket(n, cache.rows // width)  # sentences: whole groups of `width` rows
+        self._tokens[: n * width].copy_(tokens)
+        self._scores[: n * width].copy_(scores.view(-1))
+        if rows is not None:  # the rows after them keep stale (valid) indices: rows nobody reads
+            self._rows[: n * width].copy_(rows)
+        if banned is not self._banned_from:
+            if self._banned is None or self._banned.shape != banned.shape:
+                with torch.inference_mode(False):
+                    self._banned = torch.zeros_like(banned)
+            self._banned.copy_(banned)
+            self._banned_from = banned
+        key = ("beam", b, width, length, source_length, m, rows is not None, after_softmax)
+        if key not in self._captured:
+            view, tokens_b = cache.view(b * width, length, source_length), self._tokens[: b * width]
+            scores_b, rows_b = self._scores[: b * width].view(b, width), self._rows[: b * width]
+            identity = torch.arange(b * width, device=self.device)
+
+            def step(reorder: Tensor | None) -> Tensor:
+                if reorder is not None:
+                    cache.reorder(reorder, length, source_length, cross=False)
+                return self._continuations(tokens_b, scores_b, view, m, self._banned, after_softmax)
+
+            # the warm-up reorders nothing (an identity), so that only the replay applies `rows`
+            self._captured[key] = self._capture(
+                lambda: step(rows_b if rows is not None else None),
+                warm_up=lambda: step(identity if rows is not None else None),
+            )
+        graph, packed = self._captured[key]
+        graph.replay()
+        return packed[:n]
+
+    def _continuations(
+        self, tokens: Tensor, scores: Tensor, view, m: int, banned: Tensor, after_softmax: bool
+    ) -> Tensor:
+        logits = self._step(tokens, view).float()
+        if after_softmax:
+            log_probs = F.log_softmax(logits, dim=-1).masked_fill(banned, float("-inf"))
+        else:
+            log_probs = F.log_softmax(logits.masked_fill(banned, float("-inf")), dim=-1)
+        n, width = scores.shape
+        return packed_continuations(scores, log_probs, n, width, m)
+
+    def _capture(self, body, warm_up=None) -> tuple[torch.cuda.CUDAGraph, Tensor]:
+        """`body()` captured as a CUDA graph, and what it returns (written by each replay). `warm_up()` (by default
+        `body`) runs once before, on a side stream, and must leave the buffers as a replay does: it writes what the
+        step writes (the same tokens at the same position)."""
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
         # autocast's cache of cast weights lives for its context only, and a graph would keep reading it after
@@ -135,15 +252,23 @@ class StaticDecoding:
         side = torch.cuda.Stream(self.device)
         side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side), cast:
-            logits = self._step(tokens, view)
+            (warm_up or body)()
         torch.cuda.current_stream(self.device).wait_stream(side)
-        if self._logits is None or self._logits.dtype != logits.dtype:  # one output for every graph
-            with torch.inference_mode(False):
-                self._logits = torch.empty(self.cache.rows, logits.size(-1), dtype=logits.dtype, device=self.device)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self._pool), cast:
-            self._logits[:b].copy_(self._step(tokens, view))
-        return graph, self._logits[:b]
+            out = body()
+        return graph, out
+
+
+class _StaticDecoder(torch.nn.Module):
+    """The decoder's static step as a module's forward, for torch.func.functional_call (cast weights)."""
+
+    def __init__(self, decoder) -> None:
+        super().__init__()
+        self.decoder = decoder
+
+    def forward(self, tokens: Tensor, view) -> Tensor:
+        return self.decoder.static_step(tokens, view)
 
 
 class StaticSteps(EncoderDecoderSteps):
@@ -167,6 +292,8 @@ class StaticSteps(EncoderDecoderSteps):
         self.rows = self.first.numel()  # rows the last step fed
         self.source_lengths = (src != model.config.pad_id).sum(1).cpu()
         self.cache, self.prefix, self.written, self.shape = None, None, 0, None
+        self.pending: Tensor | None = None  # a reordering the next fused step applies (reorder)
+        self._banned_masks: dict[bool, Tensor] = {}  # ban_eos -> (V,) bool
 
     def limits(self, a: float, b: int) -> Tensor:
         """As EncoderDecoderSteps.limits; the buffers are made ready for the longest output here."""
@@ -178,17 +305,45 @@ class StaticSteps(EncoderDecoderSteps):
         self._cross = None
         return limits
 
-    def _logits(self, tokens: Tensor) -> Tensor:
+    def _room(self) -> None:
         if self.shape is None:
             raise RuntimeError("StaticSteps.limits must be called before the first step")
         if self.written >= self.shape[0]:
             raise ValueError(f"the static cache holds {self.shape[0]} positions; this step needs more")
+
+    def _logits(self, tokens: Tensor) -> Tensor:
+        self._room()
+        if self.pending is not None:
+            self.static.cache.reorder(self.pending, self.written, self.shape[1], cross=False)
+            self.pending = None
         logits = self.static.run(tokens, self.written, *self.shape)
         self.written += 1
         return logits
 
+    def best_continuations(
+        self, tokens: Tensor, scores: Tensor, n: int, width: int, m: int, ban_eos: bool = False
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Steps.best_continuations as one step of the static decoding (`StaticDecoding.continuations`: one graph
+        on a GPU) where it is `fused`; the reordering of the step before applied in it."""
+        if not self.static.fused:
+            return super().best_continuations(tokens, scores, n, width, m, ban_eos)
+        self._room()
+        if ban_eos not in self._banned_masks:
+            ids = [*self.banned, self.model.config.eos_id] if ban_eos else self.banned
+            mask = torch.zeros(self.model.output_weight.size(0), dtype=torch.bool, device=tokens.device)
+            self._banned_masks[ban_eos] = mask.index_fill_(0, torch.tensor(ids, device=tokens.device), True)
+        packed = self.static.continuations(
+            tokens, scores, self.pending, self.written, *self.shape, m, self._banned_masks[ban_eos],
+            self.ban_after_softmax,
+        )  # fmt: skip
+        self.pending = None
+        self.written += 1
+        return unpacked_continuations(packed.cpu())  # one copy to the host (a synchronisation on a GPU)
+
     def reorder(self, index: Tensor, kept: Tensor | None) -> None:
         cache, rows = self.static.cache, self.rows
+        if self.pending is not None:  # not applied yet: both at once
+            index, self.pending = self.pending.index_select(0, index), None
         self.rows = index.numel()
         if index.numel() > cache.rows:  # more rows than the buffers hold (beam search's first step widened)
             self.static.rows = index.numel()
@@ -196,4 +351,8 @@ class StaticSteps(EncoderDecoderSteps):
             self.static.cache.reorder(index, self.written, self.shape[1], source=cache)
             return
         # the encoder-decoder keys/values are per row here: copied where inputs left or a beam widened
-        cache.reorder(index, self.written, self.shape[1], cross=kept is not None or index.numel() != rows)
+        cross = kept is not None or index.numel() != rows
+        if self.static.fused and not cross:  # hypotheses of each sentence swap: in the next step's graph
+            self.pending = index
+            return
+        cache.reorder(index, self.written, self.shape[1], cross=cross)
