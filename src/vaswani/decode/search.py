@@ -544,19 +544,24 @@ def beam_search(
         # Hypotheses that finish now: EOS among the first k, or everything kept at the length limit.
         sentence = active.tolist()
         is_eos_c = is_eos[:, :k]  # (n, k): the first k continuations that end in EOS
-        for i, j in is_eos_c.nonzero().tolist():
-            tokens_ = history[i, origin_c[i, j]].tolist()
-            lps = [*history_log_probs[i, origin_c[i, j]].tolist(), float(word_log_probs[i, j])]
-            _finish(finished[sentence[i]], tokens_, float(top_scores_c[i, j]), True, k, alpha, length_rule, lps)
-        for i in at_limit.nonzero().squeeze(1).tolist():
-            # the live ones with a forced EOS, or the k best continuations (their EOS ones finished above)
-            ending = live_c[i].tolist() if forced_eos else [j for j in range(k) if not is_eos_c[i, j]]
-            for j in ending:
-                tokens_ = [*history[i, origin_c[i, j]].tolist(), int(word_c[i, j])]
-                # a forced EOS is no choice of the model's: not among the token log-probabilities
-                lps = [*history_log_probs[i, origin_c[i, j]].tolist(), float(word_log_probs[i, j])]
-                score = float(top_scores_c[i, j])
-                _finish(finished[sentence[i]], tokens_, score, forced_eos, k, alpha, length_rule, lps)
+        ends, at_limit_rows = is_eos_c.nonzero().tolist(), at_limit.nonzero().squeeze(1).tolist()
+        if ends or at_limit_rows:  # Python lists: some 30 us of indexing per hypothesis otherwise (a GPU waits)
+            top_l, origin_l, word_l, word_lp_l = (x.tolist() for x in (top_scores_c, origin_c, word_c, word_log_probs))
+            rows = {i for i, _ in ends} | set(at_limit_rows)
+            past = {i: (history[i].tolist(), history_log_probs[i].tolist()) for i in rows}  # per hypothesis
+            for i, j in ends:
+                tokens_, lps = past[i][0][origin_l[i][j]], [*past[i][1][origin_l[i][j]], word_lp_l[i][j]]
+                _finish(finished[sentence[i]], [*tokens_], top_l[i][j], True, k, alpha, length_rule, lps)
+            for i in at_limit_rows:
+                # the live ones with a forced EOS, or the k best continuations (their EOS ones finished above)
+                ending = live_c[i].tolist() if forced_eos else [j for j in range(k) if not is_eos_c[i, j]]
+                for j in ending:
+                    tokens_, lps = past[i][0][origin_l[i][j]], past[i][1][origin_l[i][j]]
+                    # a forced EOS is no choice of the model's: not among the token log-probabilities
+                    _finish(
+                        finished[sentence[i]], [*tokens_, word_l[i][j]], top_l[i][j], forced_eos, k, alpha,
+                        length_rule, [*lps, word_lp_l[i][j]],
+                    )  # fmt: skip
         best_live = top_scores_c.gather(1, live_c[:, :1]).squeeze(1)  # (n,)
         if early_stopping is True:
             done = at_limit | torch.tensor([len(finished[s]) >= k for s in sentence])

@@ -102,8 +102,15 @@ class StaticDecoding:
         self._tokens = torch.zeros(rows, dtype=torch.long, device=like.device)
         self._scores = torch.zeros(rows, dtype=torch.float32, device=like.device)
         self._rows = torch.arange(rows, device=like.device)
-        self._captured.clear()
+        self._forget_graphs()
         self._logits = None
+
+    def _forget_graphs(self) -> None:
+        """The graphs dropped (they read buffers that are being replaced), and their memory pool with them: a new
+        graph captured into a pool whose graphs are all gone, while a tensor of it lives on (a beam graph's output),
+        fails an internal assertion of torch's allocator (seen on an H200, torch 2.11)."""
+        self._captured.clear()
+        self._pool = None
 
     def refresh(self) -> None:
         """At the start of each batch, the weights the graphs read copied in place from the model's current ones.
@@ -130,7 +137,7 @@ class StaticDecoding:
                     for name, p in self.model.decoder.named_parameters()
                     if low is not None and name.rpartition(".")[0] in self._linears
                 }
-            self._captured.clear()
+            self._forget_graphs()
         self._output[0][:V].copy_(weight)
         self._output[1][:V].copy_(bias if bias is not None else 0.0)
         params = dict(self.model.decoder.named_parameters())
