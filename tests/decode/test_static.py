@@ -39,20 +39,24 @@ def searches(model, src, step, sampling=True):
     return out
 
 
-@pytest.mark.parametrize("positions, fused", [("sinusoidal", False), ("learned", False), ("sinusoidal", True)])
+@pytest.mark.parametrize(
+    "positions, fused", [("sinusoidal", ""), ("learned", ""), ("sinusoidal", "fused"), ("sinusoidal", "chained")]
+)
 def test_the_static_cache_gives_the_dynamic_caches_outputs(model, positions, fused):
     """One StaticDecoding serves batches of other sizes and lengths (its buffers grow, rows leave the batch, beam
     search widens it): every output is the dynamic cache's, token for token, its score within rounding. `fused`:
     each beam step as the one function a GPU captures (the reordering deferred into the next step, the banned words
-    by mask, the best continuations on the device), run eagerly here."""
+    by mask, the best continuations on the device), run eagerly here; `chained`: each step also leaving the next
+    one's inputs, the next launched before the host reads this one, the sentences found done dropped after."""
     if positions == "learned":
         torch.manual_seed(1)
         model = Transformer(tiny_config(positions="learned", max_positions=96)).eval()
     static = StaticDecoding(model, rows=2)
-    static.fused = fused
-    calls = []
-    continuations = static.continuations
-    static.continuations = lambda *args: calls.append(args[2] is not None) or continuations(*args)
+    static.fused, static.chains = bool(fused), fused == "chained"
+    calls, compacted = [], []
+    continuations, compact = static.continuations, static.compact
+    static.continuations = lambda *args: calls.append(args[0] is None or args[0][2] is not None) or continuations(*args)
+    static.compact = lambda *args: compacted.append(args[0].numel()) or compact(*args)
     torch.manual_seed(0)
     with torch.inference_mode():
         for lengths in BATCHES:
@@ -61,7 +65,9 @@ def test_the_static_cache_gives_the_dynamic_caches_outputs(model, positions, fus
             for name in dynamic:
                 assert tokens(fixed[name]) == tokens(dynamic[name]), (name, lengths)
                 assert scores(fixed[name]) == pytest.approx(scores(dynamic[name]), abs=1e-4), (name, lengths)
-    assert (any(calls) and not all(calls)) if fused else not calls  # fused steps, some with a deferred reordering
+    # fused steps, some reordering (chained or deferred), some not (after the first step's widening)
+    assert (any(calls) and not all(calls)) if fused else not calls
+    assert bool(compacted) == (fused == "chained")  # sentences done while the next step ran
     assert static.cache.rows >= 9 * 4 and static.cache.source_length >= 41
 
 
@@ -113,14 +119,18 @@ def test_static_cache_settings_are_checked():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA GPU")
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
-@pytest.mark.parametrize("fused", [True, False])
-def test_cuda_graphs_give_the_dynamic_caches_outputs(model, precision, fused):
-    """fused (the default on a GPU): each beam step one graph, with bf16's linear layers cast once per batch."""
+@pytest.mark.parametrize("mode", ["chained", "fused", "unfused"])
+def test_cuda_graphs_give_the_dynamic_caches_outputs(model, precision, mode):
+    """The default on a GPU (chained): each beam step one graph, bf16's linear layers cast once per batch, the next
+    step launched before the host reads a step's results; `fused`: not launched ahead; `unfused`: neither."""
     on_gpu = Transformer(model.config)
     on_gpu.load_state_dict(model.state_dict())
     on_gpu = on_gpu.cuda().eval()
     static = StaticDecoding(on_gpu, rows=8)
-    static.fused = static.cast_weights = fused
+    assert static.fused and static.chains and static.cast_weights
+    static.fused = static.cast_weights = mode != "unfused"
+    static.chains = mode == "chained"
+    fused = mode != "unfused"
     torch.manual_seed(0)
     with search.decoding(torch.device("cuda"), precision):
         for lengths in BATCHES:

@@ -149,11 +149,20 @@ class Steps:
         return log_probs
 
     def best_continuations(
-        self, tokens: Tensor, scores: Tensor, n: int, width: int, m: int, ban_eos: bool = False
+        self,
+        tokens: Tensor,
+        scores: Tensor,
+        n: int,
+        width: int,
+        m: int,
+        ban_eos: bool = False,
+        ban_eos_next: bool | None = None,
     ) -> tuple[Tensor, Tensor, Tensor]:
         """One beam step: `step`, then the m best continuations of each of the n sentences' `width` hypotheses
         (summed log-probabilities `scores`), best first, on the host (`_best_continuations`). A static step on a GPU
-        (decode/static.py) runs all of it as one graph. Shape: tokens (n*width,), scores (n, width) -> 3 x (n, m')"""
+        (decode/static.py) runs all of it as one graph, and launches the next step (which bans EOS where
+        `ban_eos_next`) before this one's results are read. Shape: tokens (n*width,), scores (n, width) ->
+        3 x (n, m')"""
         return _best_continuations(scores, self.step(tokens, ban_eos), n, width, m)
 
     def reorder(self, index: Tensor, kept: Tensor | None) -> None:
@@ -531,7 +540,8 @@ def beam_search(
         if repetition is not None:  # each row's tokens so far; rows of one input are consecutive
             histories = _histories(steps, active.repeat_interleave(width), history.reshape(n * width, -1, 1)[..., 0])
         if repetition is None:  # (n, 2k) each on the CPU
-            top_scores_c, origin_c, word_c = steps.best_continuations(tokens, scores, n, width, 2 * k, t < d.min_len)
+            bans = t < d.min_len, t + 1 < d.min_len  # this step's and the next one's
+            top_scores_c, origin_c, word_c = steps.best_continuations(tokens, scores, n, width, 2 * k, *bans)
         else:
             log_probs = steps.step(tokens, t < d.min_len, repetition, histories)  # (n*width, V), log-probabilities
             top_scores_c, origin_c, word_c = _best_continuations(scores, log_probs, n, width, 2 * k)

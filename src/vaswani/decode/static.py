@@ -60,6 +60,8 @@ class StaticDecoding:
         self.graphs = graphs and self.device.type == "cuda"
         self.fused = self.graphs  # beam steps as one graph each (`continuations`); eager on a CPU where set (tests)
         self.cast_weights = True  # under bf16 autocast with graphs, the linear layers cast once per batch (refresh)
+        self.chains = self.graphs  # a fused beam step launches the next one before its results are read
+        self._host: list[Tensor] = []  # two pinned buffers the chained steps' results are copied to
         self.pad_output = self.device.type == "cuda"  # refresh
         self.rows = rows
         self.cache: StaticKVCache | None = None
@@ -181,58 +183,82 @@ class StaticDecoding:
 
     def continuations(
         self,
-        tokens: Tensor,
-        scores: Tensor,
-        rows: Tensor | None,
+        inputs: tuple[Tensor, Tensor, Tensor | None] | None,
+        n: int,
+        width: int,
         position: int,
         length: int,
         source_length: int,
         m: int,
         banned: Tensor,
         after_softmax: bool,
+        eos: int | None = None,
     ) -> Tensor:
-        """One beam step, as search.Steps.best_continuations computes it, on this step: first the rows reordered
-        (row i takes row rows[i]; None: as they are), then the step at `position`, its log-probabilities with the
-        `banned` words at -inf (before the softmax, or after it), and each sentence's m best continuations; on a
-        GPU one graph. Shape: tokens (n*width,), scores (n, width), banned (V,) bool -> (n, 3m') on the device
+        """One beam step of n sentences' `width` hypotheses, as search.Steps.best_continuations computes it, on this
+        step: first the rows reordered, then the step at `position`, its log-probabilities with the `banned` words
+        at -inf (before the softmax, or after it), and each sentence's m best continuations; on a GPU one graph.
+        `inputs`: the tokens, summed log-probabilities and reordering (row i takes row rows[i]; None: as they are),
+        or None where the last step left them in the buffers (`eos`). With `eos`, the step also leaves there the
+        next step's inputs for all n sentences: the first `width` continuations that do not end in EOS, as
+        search.beam_search keeps them, so that the next step can run before the host has read this one (chained).
+        Shape: tokens (n*width,), scores (n, width), banned (V,) bool -> (n, 3m') on the device
         (search.packed_continuations)"""
-        cache, (n, width) = self.cache, scores.shape
+        cache, rows_n = self.cache, n * width
         cache.position.fill_(position)
-        if not self.graphs:
-            if rows is not None:
-                cache.reorder(rows, length, source_length, cross=False)
-            view = cache.view(n * width, length, source_length)
-            return self._continuations(tokens, scores, view, m, banned, after_softmax)
-        b = bucket(n, cache.rows // width)  # sentences: whole groups of `width` rows
-        self._tokens[: n * width].copy_(tokens)
-        self._scores[: n * width].copy_(scores.view(-1))
-        if rows is not None:  # the rows after them keep stale (valid) indices: rows nobody reads
-            self._rows[: n * width].copy_(rows)
+        reorder = inputs is None or inputs[2] is not None
+        if inputs is not None:
+            tokens, scores, rows = inputs
+            self._tokens[:rows_n].copy_(tokens)
+            self._scores[:rows_n].copy_(scores.view(-1))
+            if rows is not None:  # the rows after them keep stale (valid) indices: rows nobody reads
+                self._rows[:rows_n].copy_(rows)
         if banned is not self._banned_from:
             if self._banned is None or self._banned.shape != banned.shape:
                 with torch.inference_mode(False):
                     self._banned = torch.zeros_like(banned)
             self._banned.copy_(banned)
             self._banned_from = banned
-        key = ("beam", b, width, length, source_length, m, rows is not None, after_softmax)
+        b = bucket(n, cache.rows // width) if self.graphs else n  # sentences: whole groups of `width` rows
+        view = cache.view(b * width, length, source_length)
+        tokens_b, scores_b = self._tokens[: b * width], self._scores[: b * width].view(b, width)
+        rows_b, next_inputs = self._rows[: b * width], (self._tokens, self._scores, self._rows)
+
+        def step(reorder_by: Tensor | None, chain_into: tuple[Tensor, Tensor, Tensor]) -> Tensor:
+            if reorder_by is not None:
+                cache.reorder(reorder_by, length, source_length, cross=False)
+            packed = self._continuations(tokens_b, scores_b, view, m, self._banned, after_softmax)
+            if eos is not None:
+                _chain(packed, eos, width, chain_into)
+            return packed
+
+        if not self.graphs:
+            return step(rows_b if reorder else None, next_inputs)[:n]
+        key = ("beam", b, width, length, source_length, m, reorder, after_softmax, eos)
         if key not in self._captured:
-            view, tokens_b = cache.view(b * width, length, source_length), self._tokens[: b * width]
-            scores_b, rows_b = self._scores[: b * width].view(b, width), self._rows[: b * width]
             identity = torch.arange(b * width, device=self.device)
-
-            def step(reorder: Tensor | None) -> Tensor:
-                if reorder is not None:
-                    cache.reorder(reorder, length, source_length, cross=False)
-                return self._continuations(tokens_b, scores_b, view, m, self._banned, after_softmax)
-
-            # the warm-up reorders nothing (an identity), so that only the replay applies `rows`
+            scratch = tuple(torch.empty_like(x) for x in next_inputs)
+            # the warm-up reorders nothing (an identity) and chains into scratch buffers: the inputs stay the replay's
             self._captured[key] = self._capture(
-                lambda: step(rows_b if rows is not None else None),
-                warm_up=lambda: step(identity if rows is not None else None),
+                lambda: step(rows_b if reorder else None, next_inputs),
+                warm_up=lambda: step(identity if reorder else None, scratch),
             )
         graph, packed = self._captured[key]
         graph.replay()
         return packed[:n]
+
+    def compact(self, kept: Tensor, width: int, written: int, source_length: int) -> None:
+        """Between chained steps (`continuations` with `eos`), only the sentences `kept` (their positions among
+        those of the last step) go on: the cache's rows (self-attention up to `written`, encoder-decoder) and the next
+        step's inputs gathered, its reordering renumbered. Shape: kept (n',)"""
+        rows = (kept[:, None] * width + torch.arange(width, device=kept.device)).view(-1)
+        self.cache.reorder(rows, written, source_length, cross=True)
+        m = rows.numel()
+        self._tokens[:m] = self._tokens.index_select(0, rows)
+        self._scores[:m] = self._scores.index_select(0, rows)
+        old = self._rows.index_select(0, rows)  # rows of the last step's layout, each of a kept sentence
+        place = torch.zeros(self.cache.rows, dtype=torch.long, device=kept.device)  # a sentence's new position
+        place.index_copy_(0, kept, torch.arange(kept.numel(), device=kept.device))
+        self._rows[:m] = place.index_select(0, old // width) * width + old % width
 
     def _continuations(
         self, tokens: Tensor, scores: Tensor, view, m: int, banned: Tensor, after_softmax: bool
@@ -265,6 +291,21 @@ class StaticDecoding:
         with torch.cuda.graph(graph, pool=self._pool), cast:
             out = body()
         return graph, out
+
+
+def _chain(packed: Tensor, eos: int, width: int, into: tuple[Tensor, Tensor, Tensor]) -> None:
+    """The next beam step's inputs from this one's best continuations, as search.beam_search makes them: each
+    sentence's first `width` continuations that do not end in EOS (best first), their words, summed
+    log-probabilities and the rows they extend, written into `into` (tokens, scores, rows). Shape: packed (b, 3m)"""
+    top_scores, origin, word = unpacked_continuations(packed)
+    b, m = word.shape
+    rank = torch.arange(m, device=word.device) + (word == eos) * m
+    live = rank.argsort(dim=1)[:, :width]  # (b, width)
+    tokens, scores, rows = into
+    tokens[: b * width].copy_(word.gather(1, live).view(-1))
+    scores[: b * width].copy_(top_scores.gather(1, live).view(-1))
+    base = torch.arange(b, device=word.device)[:, None] * width
+    rows[: b * width].copy_((base + origin.gather(1, live)).view(-1))
 
 
 class _StaticDecoder(torch.nn.Module):
@@ -300,6 +341,8 @@ class StaticSteps(EncoderDecoderSteps):
         self.source_lengths = (src != model.config.pad_id).sum(1).cpu()
         self.cache, self.prefix, self.written, self.shape = None, None, 0, None
         self.pending: Tensor | None = None  # a reordering the next fused step applies (reorder)
+        self.ahead: tuple[Tensor, torch.cuda.Event | None] | None = None  # the next step's results, launched
+        self.kept: Tensor | None = None  # the sentences of the step ahead that go on (reorder)
         self._banned_masks: dict[bool, Tensor] = {}  # ban_eos -> (V,) bool
 
     def limits(self, a: float, b: int) -> Tensor:
@@ -320,6 +363,8 @@ class StaticSteps(EncoderDecoderSteps):
 
     def _logits(self, tokens: Tensor) -> Tensor:
         self._room()
+        if self.ahead is not None:
+            raise RuntimeError("a chained beam step is in flight: the search must go on with best_continuations")
         if self.pending is not None:
             self.static.cache.reorder(self.pending, self.written, self.shape[1], cross=False)
             self.pending = None
@@ -328,27 +373,89 @@ class StaticSteps(EncoderDecoderSteps):
         return logits
 
     def best_continuations(
-        self, tokens: Tensor, scores: Tensor, n: int, width: int, m: int, ban_eos: bool = False
+        self,
+        tokens: Tensor,
+        scores: Tensor,
+        n: int,
+        width: int,
+        m: int,
+        ban_eos: bool = False,
+        ban_eos_next: bool | None = None,
     ) -> tuple[Tensor, Tensor, Tensor]:
         """Steps.best_continuations as one step of the static decoding (`StaticDecoding.continuations`: one graph
-        on a GPU) where it is `fused`; the reordering of the step before applied in it."""
+        on a GPU) where it is `fused`, the reordering of the step before applied in it. Where it also `chains`
+        (a GPU; from the second step on, when the beam is full), each step leaves the next one's inputs on the device
+        and the next step is launched before this one's results are read: the host's bookkeeping of a step runs
+        while the GPU computes the next. The next step runs for every sentence of this one; those the host then
+        finds done are dropped from its results and from the buffers (`StaticDecoding.compact`) before the step
+        after. `ban_eos_next`: whether the next step bans EOS (None: unknown, no step ahead)."""
         if not self.static.fused:
             return super().best_continuations(tokens, scores, n, width, m, ban_eos)
-        self._room()
+        static, after = self.static, self.ban_after_softmax
+        chain = self.static.chains and width * 2 == m
+        eos = self.model.config.eos_id if chain else None
+        if self.ahead is not None:  # this step was launched by the last call: its results, of the sentences kept
+            result, select = self.ahead, None
+            if self.kept is not None:
+                # to the host without waiting (`cpu()` would wait for the step before the next is launched)
+                select = self.kept.to("cpu", non_blocking=True)
+                if result[1] is not None:
+                    result = (result[0], torch.cuda.Event())
+                    result[1].record()
+                static.compact(self.kept, width, self.written, self.shape[1])
+        else:
+            self._room()
+            inputs = (tokens, scores, self.pending)
+            packed = static.continuations(
+                inputs, n, width, self.written, *self.shape, m, self._mask(ban_eos), after, eos
+            )
+            result, select = self._to_host(packed), None
+            self.pending = None
+            self.written += 1
+        self.ahead, self.kept = None, None
+        if chain and ban_eos_next is not None and self.written < self.shape[0]:  # the next step, launched now
+            mask = self._mask(ban_eos_next)
+            packed = static.continuations(None, n, width, self.written, *self.shape, m, mask, after, eos)
+            self.ahead = self._to_host(packed)
+            self.written += 1
+        packed, event = result
+        if event is not None:
+            event.synchronize()
+        if select is not None:
+            packed = packed.index_select(0, select)
+        return unpacked_continuations(packed.clone())
+
+    def _mask(self, ban_eos: bool) -> Tensor:
+        """The words a step bans (PAD and BOS; EOS too where asked), as a (V,) bool mask on the device."""
         if ban_eos not in self._banned_masks:
             ids = [*self.banned, self.model.config.eos_id] if ban_eos else self.banned
-            mask = torch.zeros(self.model.output_weight.size(0), dtype=torch.bool, device=tokens.device)
-            self._banned_masks[ban_eos] = mask.index_fill_(0, torch.tensor(ids, device=tokens.device), True)
-        packed = self.static.continuations(
-            tokens, scores, self.pending, self.written, *self.shape, m, self._banned_masks[ban_eos],
-            self.ban_after_softmax,
-        )  # fmt: skip
-        self.pending = None
-        self.written += 1
-        return unpacked_continuations(packed.cpu())  # one copy to the host (a synchronisation on a GPU)
+            device = self.static.device
+            mask = torch.zeros(self.model.output_weight.size(0), dtype=torch.bool, device=device)
+            self._banned_masks[ban_eos] = mask.index_fill_(0, torch.tensor(ids, device=device), True)
+        return self._banned_masks[ban_eos]
+
+    def _to_host(self, packed: Tensor) -> tuple[Tensor, torch.cuda.Event | None]:
+        """`packed` copied to the host: on a GPU without waiting, into one of two pinned buffers (a step and the one
+        launched after it), with the event to wait for."""
+        if packed.device.type != "cuda":
+            return packed, None
+        shape = (self.static.cache.rows, packed.size(1))
+        buffers = self.static._host
+        if not buffers or buffers[0].shape != shape:
+            with torch.inference_mode(False):
+                buffers[:] = [torch.empty(shape, pin_memory=True) for _ in range(2)]
+        buffers.reverse()
+        host = buffers[0][: packed.size(0)]
+        host.copy_(packed, non_blocking=True)
+        event = torch.cuda.Event()
+        event.record()
+        return host, event
 
     def reorder(self, index: Tensor, kept: Tensor | None) -> None:
         cache, rows = self.static.cache, self.rows
+        if self.ahead is not None:  # the next step, launched, reordered its rows itself: only the sentences kept
+            self.rows, self.kept = index.numel(), kept
+            return
         if self.pending is not None:  # not applied yet: both at once
             index, self.pending = self.pending.index_select(0, index), None
         self.rows = index.numel()
