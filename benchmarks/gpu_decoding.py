@@ -195,7 +195,7 @@ def profile(run, batches, say, label: str = "", out: Path | None = None) -> None
     steps = len(batches) * 24
     static = getattr(run, "static", None)
     if static is not None and static._captured:
-        key = max(static._captured, key=lambda key: key[1])  # the beam graph of the most rows
+        key = max(static._captured, key=lambda key: key[1] * key[2])  # the beam graph of the most rows
         graph = static._captured[key][0]
         graph.replay()
         torch.cuda.synchronize()

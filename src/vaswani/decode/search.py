@@ -594,10 +594,13 @@ def beam_search(
             [history_log_probs[keep[:, None], new_origin], word_log_probs.gather(1, live_c)[keep, :, None]], dim=2
         )
         scores_c = top_scores_c.gather(1, live_c)[keep]  # (n', k)
-        scores = scores_c.to(src.device)
-        tokens = word_c.gather(1, live_c)[keep].view(-1).to(src.device)
-        rows = (keep[:, None] * width + new_origin).view(-1).to(src.device)  # (n'*k,)
-        steps.reorder(rows, kept=None if keep.numel() == n else keep.to(src.device))
+        # to the device without waiting for it (a copy that waits would stall a chained static step, decode/static.py);
+        # the host's memory is staged at once, so these temporaries may go
+        to_device = lambda x: x.to(src.device, non_blocking=True)  # noqa: E731
+        scores = to_device(scores_c)
+        tokens = to_device(word_c.gather(1, live_c)[keep].view(-1))
+        rows = to_device((keep[:, None] * width + new_origin).view(-1))  # (n'*k,)
+        steps.reorder(rows, kept=None if keep.numel() == n else to_device(keep))
         active, width = active[keep], k
     return [sorted(hyps, key=lambda h: -h.score)[:n_best] for hyps in finished]
 
