@@ -72,7 +72,8 @@ def test_logits_are_transformers_within_1e_4(opus, lines):
 
 def assert_generate_s_outputs(src, model_dir, lines, beams: int) -> tuple[list[str], list[str]]:
     """Greedy search and the checkpoint's own default (its num_beams, length penalty, stopping rule, length limit)
-    give transformers' generate's outputs on every line, token for token; returns generate's (greedy, default)."""
+    give transformers' generate's outputs token for token: greedy on every line, beam search on every line but a
+    near-tie's (below); returns generate's (greedy, default)."""
     hf = transformers.MarianMTModel.from_pretrained(str(src)).eval()
     tokenizer = transformers.MarianTokenizer.from_pretrained(str(src))
     assert hf.generation_config.num_beams == beams
@@ -84,10 +85,32 @@ def assert_generate_s_outputs(src, model_dir, lines, beams: int) -> tuple[list[s
     found = translator.translate_with_details(lines, beam_size=1)
     assert [c.candidates[0].tokens for c in found] == [strip(ids) for ids in greedy.tolist()]
     found = translator.translate_with_details(lines)
-    assert [c.candidates[0].tokens for c in found] == [strip(ids) for ids in beam.tolist()]
+    ours, theirs = [c.candidates[0].tokens for c in found], [strip(ids) for ids in beam.tolist()]
+    # Beam search's choices turn on near-ties where a degenerate output repeats a word (21, 21, 21, ...): one CPU's
+    # kernels round them one way, another's the other (seen on an Intel Xeon with AVX-512, 1 line of 100; none on
+    # an AMD EPYC with AVX2). So at most 2 lines in 100 may differ, and only where generate's own model scores our
+    # output at least as high as its own (the search went on where generate's stopped on a tie); any other
+    # difference fails.
+    differ = [i for i, (a, b) in enumerate(zip(ours, theirs, strict=True)) if a != b]
+    assert len(differ) <= max(1, len(lines) // 50), differ
+    alpha = hf.generation_config.length_penalty
+    for i in differ:
+        source = {name: values[i : i + 1] for name, values in batch.items()}
+        assert generate_s_score(hf, source, ours[i], alpha) >= generate_s_score(hf, source, theirs[i], alpha) - 1e-6
     return tokenizer.batch_decode(greedy, skip_special_tokens=True), tokenizer.batch_decode(
         beam, skip_special_tokens=True
     )
+
+
+def generate_s_score(hf, source, tokens: list[int], alpha: float) -> float:
+    """The log-probability of `tokens` and EOS under transformers' model, over their length to the power alpha: the
+    score its beam search ranks finished outputs by."""
+    target = torch.tensor([[*tokens, hf.config.eos_token_id]])
+    start = torch.full((1, 1), hf.config.decoder_start_token_id)
+    with torch.no_grad():
+        logits = hf(**source, decoder_input_ids=torch.cat([start, target[:, :-1]], dim=1)).logits
+    log_probs = logits.log_softmax(-1).gather(2, target[..., None])
+    return float(log_probs.sum()) / target.size(1) ** alpha
 
 
 def test_greedy_and_beam_with_the_checkpoint_s_settings_are_generate_s(opus, lines):

@@ -111,6 +111,8 @@ class StaticDecoding:
         """The graphs dropped (they read buffers that are being replaced), and their memory pool with them: a new
         graph captured into a pool whose graphs are all gone, while a tensor of it lives on (a beam graph's output),
         fails an internal assertion of torch's allocator (seen on an H200, torch 2.11)."""
+        if self._captured and self.graphs:  # a chained step launched ahead may still run one of them
+            torch.cuda.current_stream(self.device).synchronize()
         self._captured.clear()
         self._pool = None
 
