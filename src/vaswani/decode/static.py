@@ -403,7 +403,7 @@ class StaticSteps(EncoderDecoderSteps):
                 select = self.kept.to("cpu", non_blocking=True)
                 if result[1] is not None:
                     result = (result[0], torch.cuda.Event())
-                    result[1].record()
+                    result[1].record(torch.cuda.current_stream(static.device))
                 static.compact(self.kept, width, self.written, self.shape[1])
         else:
             self._room()
@@ -450,7 +450,7 @@ class StaticSteps(EncoderDecoderSteps):
         host = buffers[0][: packed.size(0)]
         host.copy_(packed, non_blocking=True)
         event = torch.cuda.Event()
-        event.record()
+        event.record(torch.cuda.current_stream(self.static.device))
         return host, event
 
     def reorder(self, index: Tensor, kept: Tensor | None) -> None:
