@@ -140,13 +140,18 @@ class Steps:
         logits = self._logits(tokens).float()
         if repetition is not None:
             repetition.penalize(logits, histories)
-        if ban_eos not in self._banned:  # on the logits' device once, not copied there at every step
-            ids = [*self.banned, self.model.config.eos_id] if ban_eos else self.banned
-            self._banned[ban_eos] = torch.tensor(ids, dtype=torch.long, device=logits.device)
-        log_probs = banned_log_probs(logits, self._banned[ban_eos], self.ban_after_softmax)
+        log_probs = banned_log_probs(logits, self.banned_ids(ban_eos, logits.device), self.ban_after_softmax)
         if repetition is not None:
             repetition.ban(log_probs, histories)
         return log_probs
+
+    def banned_ids(self, ban_eos: bool, device: torch.device) -> Tensor:
+        """The words a step bans (PAD and BOS; EOS too where asked), on `device` once, not copied there at every
+        step. Shape: (banned,)"""
+        if ban_eos not in self._banned:
+            ids = [*self.banned, self.model.config.eos_id] if ban_eos else self.banned
+            self._banned[ban_eos] = torch.tensor(ids, dtype=torch.long, device=device)
+        return self._banned[ban_eos]
 
     def best_continuations(
         self,

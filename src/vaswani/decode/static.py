@@ -428,12 +428,11 @@ class StaticSteps(EncoderDecoderSteps):
         return unpacked_continuations(packed.clone())
 
     def _mask(self, ban_eos: bool) -> Tensor:
-        """The words a step bans (PAD and BOS; EOS too where asked), as a (V,) bool mask on the device."""
+        """`banned_ids` as a (V,) bool mask on the device."""
         if ban_eos not in self._banned_masks:
-            ids = [*self.banned, self.model.config.eos_id] if ban_eos else self.banned
             device = self.static.device
             mask = torch.zeros(self.model.output_weight.size(0), dtype=torch.bool, device=device)
-            self._banned_masks[ban_eos] = mask.index_fill_(0, torch.tensor(ids, device=device), True)
+            self._banned_masks[ban_eos] = mask.index_fill_(0, self.banned_ids(ban_eos, device), True)
         return self._banned_masks[ban_eos]
 
     def _to_host(self, packed: Tensor) -> tuple[Tensor, torch.cuda.Event | None]:
