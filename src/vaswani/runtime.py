@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import TypeVar
 
 import torch
@@ -20,11 +21,13 @@ def autocast(device: torch.device, precision: str) -> contextlib.AbstractContext
 @contextlib.contextmanager
 def compiling(setting: str, fix: str):
     """Where code compiled by torch.compile runs: a failure to compile (no C++ compiler, an operation Dynamo cannot
-    trace) becomes a one-line ValueError naming `setting` and `fix`. Errors of the compiled code itself pass."""
+    trace) becomes a one-line ValueError naming `setting` and `fix`. Errors of the compiled code itself pass.
+    Compiled code is cached per CPU kind (`cpu_kind`)."""
     from torch._dynamo.exc import TorchDynamoException, TorchRuntimeError
 
     try:
-        yield
+        with torch.compiler.config.patch(cache_key_tag=cpu_kind()):
+            yield
     except TorchRuntimeError:  # the traced code's own error (a shape that does not fit, ...): not the compiler's
         raise
     except TorchDynamoException as error:
@@ -33,6 +36,18 @@ def compiling(setting: str, fix: str):
         raise ValueError(
             f"{setting}: torch.compile failed ({type(inner).__name__}: {lines[0][:200]}); {fix}"
         ) from error
+
+
+def cpu_kind() -> str:
+    """What the CPU code Inductor makes depends on: the vector instructions it picks and oneDNN's, which the
+    environment can lower (ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA). Inductor's on-disk cache leaves them out of
+    its key, so code compiled for one kind ran under the other and gave wrong outputs or corrupted memory (an
+    AVX-512 Xeon and the same machine with `ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2`, one cache): this
+    string goes into the key."""
+    from torch._inductor.cpu_vec_isa import pick_vec_isa
+
+    settings = [f"{name}={os.environ.get(name, '')}" for name in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")]
+    return " ".join([f"vec_isa={pick_vec_isa()}", *settings])
 
 
 def pick_device(name: str) -> torch.device:

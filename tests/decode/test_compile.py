@@ -5,6 +5,9 @@ runs compiled code: past Dynamo's limit of variants a function runs eager again,
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -153,3 +156,42 @@ def test_a_failure_to_compile_is_a_one_line_error_naming_the_setting_and_the_fix
             raise AssertionError("no error")
     assert message.startswith("decode.compile: torch.compile failed (FileNotFoundError: no C++ compiler")
     assert message.endswith("decode without --compile (decode.compile false)") and "\n" not in message
+
+
+STEP_TWICE = """
+import sys, torch
+from tests.conftest import random_ids
+from tests.decode.models import random_model
+from vaswani.decode import search
+model = random_model(50, seed=3)
+with torch.inference_mode():
+    memory, mask = model.encode(random_ids([3, 7, 5]))
+    step = search.compiled_step(model)
+    tokens = torch.full((3,), model.config.bos_id)
+    for _ in range(2):
+        eager, cache = model.decode_step(tokens, memory, mask, None if _ == 0 else cache)
+        compiled, compiled_cache = step(tokens, memory, mask, None if _ == 0 else compiled_cache)
+        print((eager - compiled).abs().max().item())
+        tokens = eager.argmax(-1)
+"""
+
+
+def test_code_compiled_for_one_cpu_kind_is_not_reused_for_another(tmp_path):
+    """Inductor's on-disk cache keys its code without the vector instructions it was made for: the step compiled
+    as an AVX2-only CPU (the AVX2 setting) and then loaded on the same machine natively (AVX-512) corrupted memory,
+    and the reverse gave wrong outputs (CI's second run, stop 53). runtime.cpu_kind goes into the key."""
+    avx2 = {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
+    env = {k: v for k, v in os.environ.items() if k not in avx2} | {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path)}
+    native = subprocess.run(
+        [sys.executable, "-c", "from vaswani.runtime import cpu_kind; print(cpu_kind())"],
+        env=env,
+        text=True,
+        capture_output=True,
+        check=True,
+    ).stdout
+    if "vec_isa=avx2" in native:
+        pytest.skip("this CPU's own kind is AVX2: one kind only")
+    for kind in (env | avx2, env):  # the order that corrupted memory
+        run = subprocess.run([sys.executable, "-c", STEP_TWICE], env=kind, text=True, capture_output=True, timeout=600)
+        assert run.returncode == 0, run.stderr[-2000:]
+        assert all(float(x) < 1e-4 for x in run.stdout.split()), run.stdout
