@@ -9,11 +9,16 @@ equal work, about a Multi30k sentence's length. The same test_2016_flickr source
     python benchmarks/imported_speed.py                    # ~7 minutes a round on 2 cores
     python benchmarks/imported_speed.py --rounds 3         # each engine 3 times, in turns: medians and ratios per round
     python benchmarks/imported_speed.py --engines "vaswani (fp32),CTranslate2 float32"
+    python benchmarks/imported_speed.py --as-avx2 amd      # every engine as an AVX2-only CPU (AVX2 below)
 
 Each engine runs alone in a fresh process (its peak resident memory is its own); a round runs every engine once,
 greedy then beam 4, so the engines of one round meet the same machine. "shortlist" engines decode with a
 vocabulary shortlist learned from Multi30k's training pairs (decode/shortlist.py; `vaswani shortlist`), the others
-over all 58,101 words. Prints a Markdown table for docs/benchmarks.md (sentences/s and peak memory, medians over
+over all 58,101 words. `--as-avx2` plays an AVX2-only CPU on a newer one, for every engine's kernels: torch's
+and oneDNN's (ONEDNN_MAX_CPU_ISA, ATEN_CPU_CAPABILITY), CTranslate2's own (CT2_FORCE_CPU_ISA) and MKL's
+(MKL_ENABLE_INSTRUCTIONS: CTranslate2 multiplies through MKL on an Intel CPU, which the first three leave at
+AVX-512); "amd" also has CTranslate2 multiply through oneDNN (CT2_USE_MKL=0), its choice on any other CPU, "intel"
+keeps MKL. Prints a Markdown table for docs/benchmarks.md (sentences/s and peak memory, medians over
 the rounds; CPU named), the ratios (median and range of the per-round ratios), and how many outputs int8 changes.
 """
 
@@ -22,6 +27,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -88,6 +94,12 @@ ENGINES = (
     "CTranslate2 int8",
 )
 THREADS = torch.get_num_threads()
+AS_AVX2 = {  # the environment every engine's process gets with --as-avx2 (read as each one loads its libraries)
+    "ONEDNN_MAX_CPU_ISA": "AVX2",
+    "ATEN_CPU_CAPABILITY": "avx2",
+    "CT2_FORCE_CPU_ISA": "AVX2",
+    "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+}
 
 
 def _engine_worker(name: str, hf_dir: str, model_dir: str, batches, beam: int, steps: int):
@@ -162,7 +174,14 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="instead: where vaswani's beam 4 step spends its time")
     parser.add_argument("--rounds", type=int, default=1, help="every engine this many times, in turns")
     parser.add_argument("--engines", help=f"comma-separated, of: {', '.join(ENGINES)} (default: all)")
+    parser.add_argument(
+        "--as-avx2", choices=("intel", "amd"), help="every engine as an AVX2-only CPU of that maker (see above)"
+    )
     args = parser.parse_args()
+    if args.as_avx2 and args.profile:
+        parser.error("--profile runs in this process, whose torch is loaded: set the variables of AS_AVX2 instead")
+    if args.as_avx2:  # before any engine's process starts (spawned: each loads torch and CTranslate2 afresh)
+        os.environ.update(AS_AVX2, **({"CT2_USE_MKL": "0"} if args.as_avx2 == "amd" else {}))
     engines = ENGINES if not args.engines else [e.strip() for e in args.engines.split(",")]
     unknown = sorted(set(engines) - set(ENGINES))
     if unknown:
@@ -204,7 +223,8 @@ def main() -> None:
                     outputs.setdefault(key, out)
                     print(f"round {round_ + 1}, {name}, beam {beam}: {results[key][-1]:.1f} sentences/s, peak "
                           f"{rss:,.0f} MiB", flush=True)  # fmt: skip
-    print(f"\nCPU: {cpu_name()}, {THREADS} threads; torch {torch.__version__}, transformers "
+    played = f" played as an AVX2-only {args.as_avx2.upper()} CPU" if args.as_avx2 else ""
+    print(f"\nCPU: {cpu_name()}{played}, {THREADS} threads; torch {torch.__version__}, transformers "
           f"{transformers.__version__}, ctranslate2 {ctranslate2.__version__}; {len(sources)} sentences in "
           f"batches of {args.batch} sorted by length, {args.steps} tokens each; each engine alone in a fresh "
           f"process; median of {args.rounds} round(s)\n")  # fmt: skip
