@@ -224,18 +224,12 @@ def test_a_compiled_training_step_trains_as_the_eager_one(tmp_path):
     the same losses step by step, to float reordering. (Its weights differ by up to ~lr in single elements whose
     gradient is float noise, such as the attention's key biases, which Adam blows up.) Off by default: it measured
     slower here (docs/benchmarks.md, "MFU") and on an H100 ("The paper's scale on a GPU")."""
-    from vaswani.config import ConfigError
-    from vaswani.train.trainer import _inductor_isa
 
     def config(**train) -> Config:  # no dropout: compiled code draws its masks apart from eager's
-        config = toy_config(max_steps=3, valid_every=3, **train)
+        config = toy_config(max_steps=6, valid_every=6, **train)  # batch shapes vary: the AVX2 refusal was found so
         return dataclasses.replace(config, model=dataclasses.replace(config.model, dropout=0.0))
 
     trainer = Trainer(config(compile=True), tmp_path / "compiled", quiet())
-    if _inductor_isa() == "avx2":  # Inductor's AVX2 code gave NaN gradients (ATEN_CPU_CAPABILITY=avx2 plays it)
-        with pytest.raises(ConfigError, match=r"train\.compile: on this CPU torch\.compile writes AVX2 code"):
-            trainer.train()
-        return
     Trainer(config(), tmp_path / "eager", quiet()).train()
     trainer.train()
     assert type(trainer.wrapped).__name__ == "OptimizedModule"
@@ -245,7 +239,7 @@ def test_a_compiled_training_step_trains_as_the_eager_one(tmp_path):
         return [r["train_loss"] for r in records if "train_loss" in r]
 
     eager, compiled = losses("eager"), losses("compiled")
-    assert len(eager) == 3 and eager[0] == pytest.approx(compiled[0], rel=1e-6)  # the same model, the same batch
+    assert len(eager) == 6 and eager[0] == pytest.approx(compiled[0], rel=1e-6)  # the same model, the same batch
     assert eager[1:] == pytest.approx(compiled[1:], rel=1e-4)  # after updates from compiled gradients
     assert eager[2] < eager[0] - 0.1  # it learns: a wrong gradient would not stay within 1e-4
 
@@ -254,13 +248,11 @@ def test_a_compiled_training_step_trains_as_the_eager_one(tmp_path):
 def test_a_failure_to_compile_the_training_step_is_a_one_line_error(tmp_path, monkeypatch):
     """train.compile where torch.compile cannot compile (here a backend that fails as a missing C++ compiler does):
     `vaswani train` prints one line naming the setting and the fix, not the compiler's traceback."""
-    from vaswani.train import trainer as trainer_module
 
     def no_compiler(gm, example_inputs):
         raise FileNotFoundError("no C++ compiler: g++ not found")
 
     compile_ = torch.compile
-    monkeypatch.setattr(trainer_module, "_inductor_isa", lambda: "avx512")  # past the AVX2 refusal
     monkeypatch.setattr(torch, "compile", lambda module, **kw: compile_(module, **{**kw, "backend": no_compiler}))
     with pytest.raises(ValueError) as error:
         Trainer(toy_config(max_steps=2, compile=True), tmp_path / "run", quiet()).train()

@@ -51,7 +51,6 @@ class TrainConfig:
     # on this project's CPUs it compiles for 20-55 s and then runs 2-11% slower (docs/benchmarks.md, "MFU"),
     # and on an H100 (torch 2.11) the trainer spent its first 2 minutes compiling for new batch shapes and
     # trained 8 steps where the eager step trained 2,500 (docs/benchmarks.md, "The paper's scale on a GPU").
-    # Refused on a CPU where Inductor writes AVX2 code, which gave NaN gradients here.
     compile: bool = False
     device: str = "auto"
     seed: int = 1

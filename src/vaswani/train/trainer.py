@@ -146,12 +146,6 @@ class Trainer:
             ids = [self.device.index] if self.device.type == "cuda" else None
             self.wrapped = torch.nn.parallel.DistributedDataParallel(self.wrapped, device_ids=ids)
         if c.train.compile:  # the step runs the compiled module; validation and checkpoints use self.model
-            if self.device.type == "cpu" and _inductor_isa() == "avx2":
-                raise ConfigError(
-                    "train.compile: on this CPU torch.compile writes AVX2 code, whose backward pass gave "
-                    "non-finite gradients for this model once batch shapes vary (torch 2.13; "
-                    "tests/train/test_trainer.py); train with train.compile false"
-                )
             self.wrapped = torch.compile(self.wrapped, dynamic=True)
         torch.manual_seed(c.train.seed + 1 + self.rank)  # dropout differs per rank; restored on resume
 
@@ -451,13 +445,3 @@ class Trainer:
 
 def _mfu_text(value: float | None) -> str:
     return "" if value is None else f", MFU {value:.1%}"
-
-
-def _inductor_isa() -> str:
-    """The vector instruction set torch.compile's CPU code is written for ("avx512", "avx2", ...; "" unknown)."""
-    try:
-        from torch._inductor import cpu_vec_isa
-
-        return str(cpu_vec_isa.pick_vec_isa())
-    except Exception:  # a private module: its absence must not stop training
-        return ""
