@@ -1,6 +1,7 @@
 """precision auto in the trainer, train.max_time, the budget schedule, and progress lines in a log."""
 
 import io
+import time
 
 import pytest
 import yaml
@@ -101,6 +102,22 @@ def test_max_time_stops_validates_and_saves_and_a_resume_counts_the_time_spent(t
         toy_config(max_steps=100_000, valid_every=100_000, max_time="2s"), tmp_path / "run", quiet()
     ).train()
     assert longer.step > state.step and 2.0 <= longer.elapsed < 3.5
+
+
+@pytest.mark.slow
+def test_a_validation_that_spends_the_time_left_ends_the_run_without_another(tmp_path, monkeypatch):
+    """max_time counts validation: one that reaches the budget ends the run at its step, where the run went on for
+    one more update and validated that too (twice the validation's time, past the budget)."""
+    validate = Trainer.validate
+
+    def slow(self, data):
+        time.sleep(6.0)  # a long BLEU validation
+        return validate(self, data)
+
+    monkeypatch.setattr(Trainer, "validate", slow)
+    state = Trainer(toy_config(max_steps=100, valid_every=2, max_time="5s"), tmp_path / "run", quiet()).train()
+    validations = [r["step"] for r in state.history if "valid_loss" in r]
+    assert validations == [2] and state.step == 2
 
 
 @pytest.mark.parametrize(

@@ -376,6 +376,9 @@ class Trainer:
                     if self._validate_and_save(data, state, metrics_path):
                         ended = f"early stopping: no improvement in {t.patience} validations"
                     state.elapsed = rank0_clock(elapsed_before + time.perf_counter() - started, self._clock_world)
+                    # a validation that spent the time left ends the run here: one more update would be validated
+                    # again, past the budget, for the change of one step
+                    ended = ended or self._limit_reached(state)
                     meter.resume()  # tokens/s counts training steps only
         self.log(f"training ended at step {state.step} after {format_duration(state.elapsed)}: {ended}")
         if state.best_step:
