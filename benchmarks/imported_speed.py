@@ -15,11 +15,12 @@ Each engine runs alone in a fresh process (its peak resident memory is its own);
 greedy then beam 4, so the engines of one round meet the same machine. "shortlist" engines decode with a
 vocabulary shortlist learned from Multi30k's training pairs (decode/shortlist.py; `vaswani shortlist`), the others
 over all 58,101 words. `--as-avx2` plays an AVX2-only CPU on a newer one, for every engine's kernels: torch's
-and oneDNN's (ONEDNN_MAX_CPU_ISA, ATEN_CPU_CAPABILITY), CTranslate2's own (CT2_FORCE_CPU_ISA) and MKL's
+and oneDNN's (ONEDNN_MAX_CPU_ISA, ATEN_CPU_CAPABILITY), CTranslate2's own (CT2_FORCE_CPU_ISA), MKL's
 (MKL_ENABLE_INSTRUCTIONS: CTranslate2 multiplies through MKL on an Intel CPU, which the first three leave at
-AVX-512); "amd" also has CTranslate2 multiply through oneDNN (CT2_USE_MKL=0), its choice on any other CPU, "intel"
-keeps MKL. Prints a Markdown table for docs/benchmarks.md (sentences/s and peak memory, medians over
-the rounds; CPU named), the ratios (median and range of the per-round ratios), and how many outputs int8 changes.
+AVX-512) and fbgemm's (FBGEMM_ENABLE_INSTRUCTIONS: vaswani's int8, likewise); "amd" also has CTranslate2
+multiply through oneDNN (CT2_USE_MKL=0), its choice on any other CPU, "intel" keeps MKL. Prints a Markdown
+table for docs/benchmarks.md (sentences/s and peak memory, medians over the rounds; CPU named), the ratios
+(median and range of the per-round ratios), and how many outputs int8 changes.
 """
 
 from __future__ import annotations
@@ -99,6 +100,7 @@ AS_AVX2 = {  # the environment every engine's process gets with --as-avx2 (read 
     "ATEN_CPU_CAPABILITY": "avx2",
     "CT2_FORCE_CPU_ISA": "AVX2",
     "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+    "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2",  # our int8's kernel (fbgemm) reads none of the others
 }
 
 
