@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from typing import TypeVar
 
@@ -38,6 +39,7 @@ def compiling(setting: str, fix: str):
         ) from error
 
 
+@functools.cache  # read once: torch reads those variables as it loads, and every compiled step asks
 def cpu_kind() -> str:
     """What the CPU code Inductor makes depends on: the vector instructions it picks and oneDNN's, which the
     environment can lower (ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA). Inductor's on-disk cache leaves them out of
