@@ -29,7 +29,7 @@ import imported_speed
 from vaswani.data.batching import collate
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.decode.request import DecodeRequest
-from vaswani.decode.search import beam_search, decoding, greedy, length_batches
+from vaswani.decode.search import beam_search, compiled_step, decoding, greedy, length_batches
 from vaswani.decode.static import StaticDecoding
 from vaswani.decode.translator import Translator
 from vaswani.export.ctranslate2 import converted
@@ -44,6 +44,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     parser.add_argument("--precisions", default="fp32,bf16", help="vaswani's decoders in these (a CPU: fp32)")
     parser.add_argument("--device", default="cuda", help="cuda (cpu: a dry run of the script)")
+    parser.add_argument("--compiled", action="store_true", help="also decode.compile's step (dynamic cache)")
+    parser.add_argument("--decoders", help="only these decoders (names as in the table, separated by ;)")
     parser.add_argument("--profile", action="store_true", help="instead: where beam 4 spends its time")
     parser.add_argument("--profile-runs", default="bf16:64,fp32:64,fp32:1", help="precision:batch pairs profiled")
     args = parser.parse_args()
@@ -80,7 +82,9 @@ def main() -> None:
 
         def ours(precision: str, static: bool, mode: str = "chained"):
             step = StaticDecoding(model, rows=64 * 4) if static else None
-            if step is not None:  # unfused: each beam step's search outside the graph, autocast's casts in it
+            if mode == "compiled":  # decode.compile: torch.compile's step on the dynamic cache
+                step = compiled_step(model)
+            if static:  # unfused: each beam step's search outside the graph, autocast's casts in it
                 step.fused = step.cast_weights = mode != "unfused"
                 step.chains = mode == "chained"  # fused: no step launched before the last one's results are read
 
@@ -92,7 +96,7 @@ def main() -> None:
                         return [h.tokens for h in greedy(model, src, request, step=step)]
                     return [h[0].tokens for h in beam_search(model, src, request, step=step)]
 
-            run.static = step
+            run.static = step if static else None
             return run
 
         def ctranslate2_engine(kind: str):
@@ -118,10 +122,16 @@ def main() -> None:
             "vaswani bf16, CUDA graphs, not chained": ours("bf16", True, "fused"),
             "vaswani bf16, CUDA graphs, unfused (stop 52)": ours("bf16", True, "unfused"),
         }
+        if args.compiled:
+            decoders["vaswani fp32, compiled"] = ours("fp32", False, "compiled")
+            decoders["vaswani bf16, compiled"] = ours("bf16", False, "compiled")
         decoders = {name: run for name, run in decoders.items() if name.split()[1].strip(",") in args.precisions}
+        if args.decoders:
+            decoders = {name: run for name, run in decoders.items() if name in args.decoders.split(";")}
         try:
-            decoders["CTranslate2 float16"] = ctranslate2_engine("float16")
-            decoders["CTranslate2 float32"] = ctranslate2_engine("float32")
+            for kind in ("float16", "float32"):
+                if not args.decoders or f"CTranslate2 {kind}" in args.decoders.split(";"):
+                    decoders[f"CTranslate2 {kind}"] = ctranslate2_engine(kind)
         except Exception as error:
             say(f"# CTranslate2 could not run: {type(error).__name__}: {error}")
         if args.profile:
@@ -134,9 +144,11 @@ def main() -> None:
             batches = [[chosen[i] for i in chunk] for chunk in length_batches(chosen, batch_size)]
             for beam in (1, 4):
                 for name, run in decoders.items():
+                    began = time.perf_counter()
                     for batch in (batches[0], batches[-1]):  # warm-up: allocations, kernels, the graphs captured
                         run(batch, beam)
                     sync()
+                    print(f"{name}, batch {batch_size}, beam {beam}: warm-up {time.perf_counter() - began:.1f} s")
                     reset()
                     start = time.perf_counter()
                     produced = [run(b, beam) for b in batches]
@@ -148,13 +160,18 @@ def main() -> None:
                     outputs[key] = [x for p in produced for x in p]
                     print(f"{name}, batch {batch_size}, beam {beam}: {results[key]:,.0f} tok/s", flush=True)
                 for precision in args.precisions.split(","):
-                    a = outputs[(f"vaswani {precision}", batch_size, beam)]
-                    for variant in ("CUDA graphs", "CUDA graphs, not chained", "CUDA graphs, unfused (stop 52)"):
-                        if (f"vaswani {precision}, {variant}", batch_size, beam) not in outputs:
+                    a = outputs.get((f"vaswani {precision}", batch_size, beam))
+                    for variant in (
+                        "compiled",
+                        "CUDA graphs",
+                        "CUDA graphs, not chained",
+                        "CUDA graphs, unfused (stop 52)",
+                    ):
+                        if a is None or (f"vaswani {precision}, {variant}", batch_size, beam) not in outputs:
                             continue
                         b = outputs[(f"vaswani {precision}, {variant}", batch_size, beam)]
                         same = sum(x == y for x, y in zip(a, b, strict=True))
-                        say(f"# batch {batch_size}, beam {beam}, {precision}: static ({variant}) output = dynamic on "
+                        say(f"# batch {batch_size}, beam {beam}, {precision}: {variant} output = dynamic on "
                             f"{same}/{len(a)} sentences")  # fmt: skip
         say()
         say("| target tokens/s | " + " | ".join(decoders) + " | best vaswani vs CT2 float16 |")

@@ -4,6 +4,7 @@ runs compiled code: past Dynamo's limit of variants a function runs eager again,
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import subprocess
@@ -18,6 +19,7 @@ from vaswani.decode import search
 from vaswani.decode.engine import TorchEngine
 from vaswani.decode.request import DecodeRequest
 from vaswani.nn import build_model
+from vaswani.nn.packed import PackedLinear, packed_available
 
 pytestmark = pytest.mark.slow  # torch.compile
 
@@ -104,12 +106,17 @@ def test_a_language_models_compiled_step_compiles_a_few_graphs_too():
     backend.check()
 
 
-def test_compiled_decoding_gives_the_searchs_own_outputs(model, monkeypatch):
-    """Inductor's code (a C++ compiler on the CPU), through the engine as `vaswani translate --compile` runs it."""
+@pytest.mark.parametrize("owned", [False, True], ids=["as-passed", "packed"])
+def test_compiled_decoding_gives_the_searchs_own_outputs(model, monkeypatch, owned):
+    """Inductor's code (a C++ compiler on the CPU), through the engine as `vaswani translate --compile` runs it:
+    there the engine owns its model and packs its float32 layers for oneDNN (nn/packed.py), whose products
+    Inductor's lowering refused ("torch.compile failed (LoweringException...)") for every model loaded from disk."""
     backend = Counted(inductor=True)
     monkeypatch.setattr(search, "compiled_step", backend.step)
     sources = [random_ids([n])[0].tolist() for n in (3, 7, 5, 2, 8, 6, 1, 4)]
-    engine = TorchEngine(model, "fp32")
+    engine = TorchEngine(copy.deepcopy(model) if owned else model, "fp32", owned=owned)
+    if owned and packed_available():
+        assert any(isinstance(m, PackedLinear) for m in engine.model.modules())
     for beam in (4, 1):
         request = DecodeRequest.of(beam_size=beam, batch_size=3, n_best=beam)
         eager = engine(sources, request)

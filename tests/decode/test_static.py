@@ -7,6 +7,7 @@ from tests.conftest import random_ids, tiny_config
 from vaswani import Transformer
 from vaswani.config import ConfigError, DecodeConfig
 from vaswani.decode import search
+from vaswani.decode.engine import TorchEngine, compiles
 from vaswani.decode.request import DecodeRequest
 from vaswani.decode.static import StaticDecoding, bucket
 
@@ -141,3 +142,26 @@ def test_cuda_graphs_give_the_dynamic_caches_outputs(model, precision, mode):
     assert static._captured  # replayed as graphs
     assert any(key[0] == "beam" for key in static._captured) == fused
     assert bool(static._weights) == (fused and precision == "bf16")
+
+
+def test_decode_compile_gives_way_to_the_cuda_graphs_on_a_gpu():
+    """On a GPU the static cache's graphs ran 1.2-4.3x torch.compile's step (H200, docs/benchmarks.md): --compile
+    there keeps them (the CLI says so), unless decode.static_cache is false; on a CPU it compiles."""
+    request = DecodeRequest.of(compile=True)
+    assert not compiles(request, torch.device("cuda"))
+    assert compiles(request.replace(static_cache=False), torch.device("cuda"))
+    assert compiles(request, torch.device("cpu"))
+    assert not compiles(DecodeRequest.of(), torch.device("cpu"))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA GPU")
+def test_an_engine_asked_to_compile_on_a_gpu_runs_the_graphs(model):
+    on_gpu = Transformer(model.config)
+    on_gpu.load_state_dict(model.state_dict())
+    engine = TorchEngine(on_gpu.cuda().eval(), "fp32")
+    request = DecodeRequest.of(compile=True, beam_size=4)
+    sources = [random_ids([n])[0].tolist() for n in (3, 7, 5)]
+    assert [h[0].tokens for h in engine(sources, request)] == [
+        h[0].tokens for h in engine(sources, request.replace(static_cache=False, compile=False))
+    ]
+    assert isinstance(engine._step(request), StaticDecoding) and engine._compiled is None

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from vaswani.cli.lines import Lines, stderr_console
 from vaswani.config import DECODING_PRECISIONS
-from vaswani.decode.engine import CT2_TYPES
+from vaswani.decode.engine import CT2_TYPES, compiles
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -90,10 +90,16 @@ def report_precision(translator: Translator, request: DecodeRequest, console: Co
     choice = translator.engine.prepare(request)
     if choice.measurement is not None or choice.reason:
         console.print(f"vaswani: {choice.describe()}")
+    device = next(translator.model.parameters()).device
+    if not compiles(request, device) and decode.compile:
+        console.print(
+            "vaswani: note: on a GPU the decoder's step runs as CUDA graphs (decode.static_cache), faster than "
+            "compiled: --compile is not used (decode.static_cache: false in the model's config.yaml compiles it)"
+        )
     shortlist = getattr(translator.engine, "shortlist", None)
     if shortlist is not None:
         console.print(f"vaswani: {shortlist.describe()}")
-        if next(translator.model.parameters()).device.type == "cuda":
+        if device.type == "cuda":
             console.print(
                 "vaswani: note: with a shortlist the decoder's step runs without the static cache and CUDA graphs"
             )
@@ -278,7 +284,7 @@ def _add_decode_options(parser: argparse.ArgumentParser) -> None:
         action=argparse.BooleanOptionalAction,
         help="torch.compile the decoder's step (decode.compile; default: the model's config.yaml, off): minutes "
         "of compiling as new kinds of step come, then faster steps where the step is overhead (one sentence at a "
-        "time, a GPU)",
+        "time on a CPU; a GPU runs its faster CUDA graphs instead)",
     )
     group.add_argument(
         "--precision",

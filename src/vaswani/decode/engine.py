@@ -58,6 +58,13 @@ class Engine(Protocol):
         ...
 
 
+def compiles(request: DecodeRequest, device: torch.device) -> bool:
+    """Whether decode.compile's step runs. On a GPU the static cache's CUDA graphs (decode.static_cache auto) run
+    instead: measured on an H200, 1.2-4.3x the compiled step (docs/benchmarks.md, "Decoding compiled on a GPU");
+    decode.static_cache false lets it compile."""
+    return request.decode.compile and not (device.type == "cuda" and request.decode.static_cache == "auto")
+
+
 class TorchEngine:
     """Our own search (greedy, beam, sampling on the KV cache) on a model in memory.
 
@@ -136,7 +143,7 @@ class TorchEngine:
                     "out --shortlist, or set decode.static_cache to auto in the model's config.yaml"
                 )
             return None
-        if not request.decode.compile:
+        if not compiles(request, next(self.model.parameters()).device):
             return self._static(request)
         if self._compiled is None:
             from vaswani.decode.search import compiled_step

@@ -45,8 +45,23 @@ class PackedLinear(nn.Module):
         if self._weight is None:  # used in parts: the whole is theirs side by side
             return torch.cat([part(x) for part in self._parts.values()], dim=-1)
         flat = x.reshape(-1, self.in_features)
-        y = torch.ops.mkldnn._linear_pointwise(flat, self._weight, self._bias, "none", [], "")
+        if torch.compiler.is_compiling():  # decode.compile: Inductor's own lowering takes frozen weights alone
+            y = packed_linear(flat, self._weight, self._bias)
+        else:
+            y = torch.ops.mkldnn._linear_pointwise(flat, self._weight, self._bias, "none", [], "")
         return y.view(*x.shape[:-1], self.out_features)
+
+
+@torch.library.custom_op("vaswani::packed_linear", mutates_args=())
+def packed_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """oneDNN's product with a reordered weight as one operation torch.compile calls as it is: Inductor lowers
+    `mkldnn._linear_pointwise` only for weights it froze itself, and failed on ours. x: (rows, in_features)"""
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+
+
+@packed_linear.register_fake
+def _(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    return x.new_empty((x.shape[0], weight.shape[0]))
 
 
 def covers(parts: Parts, rows: int) -> bool:
