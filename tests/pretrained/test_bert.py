@@ -104,15 +104,24 @@ def test_mlm_logits_are_transformers_within_1e_4(bert, texts):
     _mlm_logits_agree(bert.mlm, bert.hf_mlm, bert.tokenizer, texts)
 
 
-@pytest.mark.parametrize("layout", ["pretraining-heads", "own-decoder"])
+@pytest.mark.parametrize("layout", ["pretraining-heads", "gamma-beta", "own-decoder"])
 def test_older_and_untied_layouts_import_equal(bert, texts, tmp_path, layout):
     """A BertForPreTraining upload as the hub's older ones are (pytorch_model.bin with the position_ids buffer, the
-    pooler and the next-sentence head, which a masked language model leaves), and an MLM head whose decoder is its
-    own matrix (tie_word_embeddings false): MLM logits equal to transformers' on either."""
+    pooler and the next-sentence head, which a masked language model leaves, and TensorFlow's LayerNorm.gamma and
+    LayerNorm.beta for LayerNorm.weight and .bias, as bert-base-uncased's files are written), those names alone in a
+    model.safetensors (bert-base-uncased's own), and an MLM head whose decoder is its own matrix (tie_word_embeddings
+    false): MLM logits equal to transformers' on each."""
     src = shutil.copytree(bert.hf_mlm, tmp_path / "hf")
 
     def edit(weights):
         D = weights["bert.embeddings.word_embeddings.weight"].size(1)
+        if layout in ("pretraining-heads", "gamma-beta"):
+            norms = [name for name in weights if ".LayerNorm." in name]
+            assert len(norms) >= 6
+            for name in norms:
+                weights[
+                    name.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta")
+                ] = weights.pop(name)
         if layout == "pretraining-heads":
             weights["bert.embeddings.position_ids"] = torch.arange(512)[None]
             weights["bert.pooler.dense.weight"], weights["bert.pooler.dense.bias"] = torch.eye(D), torch.zeros(D)
@@ -120,7 +129,7 @@ def test_older_and_untied_layouts_import_equal(bert, texts, tmp_path, layout):
                 torch.ones(2, D),
                 torch.ones(2),
             )
-        else:
+        elif layout == "own-decoder":
             words = weights["bert.embeddings.word_embeddings.weight"]
             weights["cls.predictions.decoder.weight"] = words + 0.05 * torch.randn(words.shape)
             weights["cls.predictions.decoder.bias"] = weights["cls.predictions.bias"].clone()  # untied: stored apart

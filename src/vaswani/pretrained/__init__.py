@@ -97,11 +97,28 @@ def read_weights(src: Path) -> Checkpoint:
     model.safetensors.index.json / pytorch_model.bin.index.json list them."""
     for name in ("model.safetensors", "pytorch_model.bin"):
         if (src / name).is_file():
-            return Checkpoint(_read_weight_file(src / name))
+            return Checkpoint(_legacy_names(_read_weight_file(src / name), src / name))
     for name in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
         if (src / name).is_file():
-            return Checkpoint(_read_shards(src / name))
+            return Checkpoint(_legacy_names(_read_shards(src / name), src / name))
     raise PretrainedError(f"{src} has no model.safetensors or pytorch_model.bin (nor their sharded index)")
+
+
+LEGACY_NAMES = {"LayerNorm.gamma": "LayerNorm.weight", "LayerNorm.beta": "LayerNorm.bias"}
+
+
+def _legacy_names(weights: dict[str, torch.Tensor], path: Path) -> dict[str, torch.Tensor]:
+    """The names of TensorFlow-era checkpoints as transformers reads them: LayerNorm.gamma and LayerNorm.beta are
+    LayerNorm.weight and LayerNorm.bias (bert-base-uncased's files, its model.safetensors too, are written so)."""
+    renamed: dict[str, torch.Tensor] = {}
+    for name, tensor in weights.items():
+        for old, new in LEGACY_NAMES.items():
+            if name.endswith(old):
+                name = name[: -len(old)] + new
+                if name in weights and not torch.equal(weights[name], tensor):
+                    raise PretrainedError(f"{path} holds {name} twice, under its old name ({old}) too, unequal")
+        renamed[name] = tensor
+    return renamed
 
 
 def _read_weight_file(path: Path) -> dict[str, torch.Tensor]:
