@@ -88,6 +88,7 @@ def opus_shaped(out: Path) -> Path:
 ENGINES = (
     "vaswani (fp32)",
     "vaswani (int8)",
+    "vaswani (int8) fbgemm output",
     "vaswani (fp32) shortlist",
     "vaswani (int8) shortlist",
     "transformers generate (fp32)",
@@ -116,6 +117,10 @@ def _engine_worker(name: str, hf_dir: str, model_dir: str, batches, beam: int, s
     if name.startswith("vaswani"):
         precision = "int8" if "int8" in name else "fp32"
         shortlist = name.endswith("shortlist") or None
+        if name.endswith("fbgemm output"):  # the output projection on fbgemm where oneDNN's AMX product would run
+            from vaswani.nn import int8
+
+            int8.OUTPUT_KERNEL = "fbgemm"
         engine = Translator.load(model_dir, "cpu", precision, shortlist=shortlist).engine
 
         def run(batch):
@@ -242,6 +247,8 @@ def main() -> None:
         ("vaswani (int8) shortlist", "CTranslate2 int8"),
         ("vaswani (fp32) shortlist", "CTranslate2 float32"),
         ("vaswani (fp32) shortlist", "vaswani (fp32)"),
+        ("vaswani (int8)", "vaswani (int8) fbgemm output"),
+        ("vaswani (int8) fbgemm output", "CTranslate2 int8"),
     )
     for ours, theirs in pairs:
         if ours not in engines or theirs not in engines:
@@ -252,7 +259,11 @@ def main() -> None:
             shown.append(f"{what} {_spread(ratios)}")
         memory_ratios = [a / b for a, b in zip(memory[(ours, 4)], memory[(theirs, 4)], strict=True)]
         print(f"{ours} vs {theirs}: {', '.join(shown)}, memory {_spread(memory_ratios)}")
-    for a, b in (("vaswani (fp32)", "vaswani (int8)"), ("CTranslate2 float32", "CTranslate2 int8")):
+    for a, b in (
+        ("vaswani (fp32)", "vaswani (int8)"),
+        ("vaswani (fp32)", "vaswani (int8) fbgemm output"),
+        ("CTranslate2 float32", "CTranslate2 int8"),
+    ):
         if a not in engines or b not in engines:
             continue
         for beam in (1, 4):

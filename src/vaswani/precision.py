@@ -119,9 +119,9 @@ def choose(
     if requested == "fp32":
         return Choice("fp32", requested)
     if requested == "int8":
-        from vaswani.nn.int8 import KERNEL
+        from vaswani.nn.int8 import kernels
 
-        return Choice("int8", requested, reason=f"int8 linear layers, {KERNEL}")
+        return Choice("int8", requested, reason=f"int8 linear layers, {kernels()}")
     if requested == "auto" and not training:
         return Choice("fp32", requested, reason=DECODING_AUTO)
     if device.type == "cuda" and not torch.cuda.is_bf16_supported():

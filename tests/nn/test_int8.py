@@ -10,7 +10,8 @@ from tests.conftest import random_ids, tiny_config
 from vaswani import Transformer
 from vaswani.decode import search
 from vaswani.decode.request import DecodeRequest
-from vaswani.nn.int8 import Int8Linear, int8_available, quantize_int8
+from vaswani.nn import int8
+from vaswani.nn.int8 import Int8Linear, OnednnWeight, int8_available, output_kernel, quantize_int8
 
 pytestmark = pytest.mark.skipif(int8_available() is not None, reason=str(int8_available()))
 
@@ -35,12 +36,45 @@ def test_an_int8_linear_is_the_float_product_within_quantization_error():
     assert Int8Linear.of(linear, parts=((32, 96),))._packed is not None
 
 
-def test_an_int8_model_keeps_its_interface_and_its_translations_close():
+ONEDNN = hasattr(torch.ops.onednn, "qlinear_pointwise")
+
+
+@pytest.mark.skipif(not ONEDNN, reason="this torch has no oneDNN int8 product")
+def test_the_onednn_int8_product_is_the_float_product_within_quantization_error():
+    """The output projection's kernel where oneDNN runs int8 on AMX tiles; it runs (slower) on any x86 CPU."""
+    torch.manual_seed(0)
+    linear = nn.Linear(256, 300)
+    q = Int8Linear(linear.weight, linear.bias, kernel="onednn")
+    assert isinstance(q._packed, OnednnWeight)
+    with torch.no_grad():
+        for x in (torch.randn(5, 7, 256), torch.randn(1, 256) + 3, -torch.rand(4, 256)):  # zero inside, or not
+            assert q(x).shape == (*x.shape[:-1], 300)
+            assert relative_error(q(x), linear(x)) < 0.02
+            assert not torch.allclose(q(x), linear(x), atol=1e-6)
+        assert q(torch.randn(0, 256)).shape == (0, 300)
+
+
+def test_the_output_kernel_follows_the_cpu_and_its_limits(monkeypatch):
+    monkeypatch.setattr(int8, "OUTPUT_KERNEL", "fbgemm")
+    assert output_kernel() == "fbgemm"
+    monkeypatch.setattr(int8, "OUTPUT_KERNEL", None)
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_VNNI")  # AMX kept from oneDNN: fbgemm is as fast
+    assert output_kernel() == "fbgemm"
+    monkeypatch.setattr(int8, "_amx", lambda: True)
+    assert output_kernel() == ("onednn" if ONEDNN else "fbgemm")
+
+
+@pytest.mark.parametrize("kernel", ["fbgemm", "onednn"])
+def test_an_int8_model_keeps_its_interface_and_its_translations_close(monkeypatch, kernel):
+    if kernel == "onednn" and not ONEDNN:
+        pytest.skip("this torch has no oneDNN int8 product")
+    monkeypatch.setattr(int8, "OUTPUT_KERNEL", kernel)
     torch.manual_seed(3)
     model = Transformer(tiny_config(src_vocab_size=200, tgt_vocab_size=200, d_model=64, d_ff=128)).eval()
     q = quantize_int8(copy.deepcopy(model))
     linears = [m for m in q.modules() if isinstance(m, nn.Linear)]
     assert not linears and q.output_projection is not None  # every product int8, the output projection too
+    assert isinstance(q.output_projection._packed, OnednnWeight) == (kernel == "onednn")
     src = random_ids([9, 4, 12, 7], vocab=200)
     with torch.inference_mode():
         assert relative_error(q(src, src), model(src, src)) < 0.05

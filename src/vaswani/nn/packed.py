@@ -76,15 +76,19 @@ def covers(parts: Parts, rows: int) -> bool:
 
 
 def replace_linears(
-    model: nn.Module, make: Callable[[Tensor, Tensor | None, Parts], nn.Module], whole_output: bool = True
+    model: nn.Module,
+    make: Callable[[Tensor, Tensor | None, Parts], nn.Module],
+    whole_output: bool = True,
+    output: Callable[[Tensor, Tensor | None, Parts], nn.Module] | None = None,
 ) -> nn.Module:
     """Every nn.Linear of `model` replaced, in place, by `make(weight, bias, parts)`, and its output projection
-    (`logits`) by `make(output_weight, logit_bias, ())` (output_bias where the model has no logit_bias); `parts`
-    are attention's W^Q and W^K W^V rows, which encoder-decoder attention uses apart (a layer's `cross_attn`, and
-    a MultiHeadAttention on its own; self-attention never does, and its layers get no copy of them).
-    `model.output_kind` becomes `make`, the kind of layer a shortlist's rows are made into (OutputRows); without
-    `whole_output` (decoding with a shortlist) the whole output projection is not made: its copy of the output
-    matrix (119 MB at 58k words and d_model 512 in float32) would never run. Returns `model`."""
+    (`logits`) by `output(output_weight, logit_bias, ())` (`make` by default; output_bias where the model has no
+    logit_bias); `parts` are attention's W^Q and W^K W^V rows, which encoder-decoder attention uses apart (a
+    layer's `cross_attn`, and a MultiHeadAttention on its own; self-attention never does, and its layers get no copy
+    of them). `model.output_kind` becomes `output` (or `make`), the kind of layer a shortlist's rows are made into
+    (OutputRows), so that they give the whole layer's logits; without `whole_output` (decoding with a shortlist)
+    the whole output projection is not made: its copy of the output matrix (119 MB at 58k words and d_model 512 in
+    float32) would never run. Returns `model`."""
     from vaswani.nn.attention import MultiHeadAttention
 
     self_attention = {id(m.self_attn) for m in model.modules() if isinstance(getattr(m, "self_attn", None), nn.Module)}
@@ -101,8 +105,8 @@ def replace_linears(
                 setattr(module, name, make(child.weight, child.bias, parts))
         if hasattr(model, "output_weight"):
             bias = getattr(model, "logit_bias", model.output_bias)
-            model.output_kind = make
-            model.output_projection = make(model.output_weight, bias, ()) if whole_output else None
+            model.output_kind = output or make
+            model.output_projection = (output or make)(model.output_weight, bias, ()) if whole_output else None
     return model
 
 
