@@ -1,5 +1,8 @@
 """decode.static_cache (decode/static.py): the same outputs as the dynamic KV cache, on buffers allocated once."""
 
+import dataclasses
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -144,14 +147,26 @@ def test_cuda_graphs_give_the_dynamic_caches_outputs(model, precision, mode):
     assert bool(static._weights) == (fused and precision == "bf16")
 
 
-def test_decode_compile_gives_way_to_the_cuda_graphs_on_a_gpu():
+def test_decode_compile_gives_way_to_the_cuda_graphs_on_a_gpu(model):
     """On a GPU the static cache's graphs ran 1.2-4.3x torch.compile's step (H200, docs/benchmarks.md): --compile
-    there keeps them (the CLI says so), unless decode.static_cache is false; on a CPU it compiles."""
+    there keeps them (the CLI says so), unless decode.static_cache is false; on a CPU it compiles, and so does a
+    model that has no static cache (a language model)."""
+
+    class OnGpu:  # a model's device and type, as compiles reads them, without a GPU
+        def __init__(self, config) -> None:
+            self.config = config
+
+        def parameters(self):
+            yield SimpleNamespace(device=torch.device("cuda"))
+
     request = DecodeRequest.of(compile=True)
-    assert not compiles(request, torch.device("cuda"))
-    assert compiles(request.replace(static_cache=False), torch.device("cuda"))
-    assert compiles(request, torch.device("cpu"))
-    assert not compiles(DecodeRequest.of(), torch.device("cpu"))
+    gpu = OnGpu(model.config)
+    assert not compiles(request, gpu)
+    assert compiles(request.replace(static_cache=False), gpu)
+    assert compiles(request, model)  # on the CPU
+    assert not compiles(DecodeRequest.of(), model)
+    language_model = OnGpu(dataclasses.replace(model.config, type="decoder_only"))
+    assert compiles(request, language_model)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA GPU")

@@ -91,7 +91,7 @@ def report_precision(translator: Translator, request: DecodeRequest, console: Co
     if choice.measurement is not None or choice.reason:
         console.print(f"vaswani: {choice.describe()}")
     device = next(translator.model.parameters()).device
-    if not compiles(request, device) and decode.compile:
+    if not compiles(request, translator.model) and decode.compile:
         console.print(
             "vaswani: note: on a GPU the decoder's step runs as CUDA graphs (decode.static_cache), faster than "
             "compiled: --compile is not used (decode.static_cache: false in the model's config.yaml compiles it)"

@@ -58,11 +58,15 @@ class Engine(Protocol):
         ...
 
 
-def compiles(request: DecodeRequest, device: torch.device) -> bool:
-    """Whether decode.compile's step runs. On a GPU the static cache's CUDA graphs (decode.static_cache auto) run
-    instead: measured on an H200, 1.2-4.3x the compiled step (docs/benchmarks.md, "Decoding compiled on a GPU");
-    decode.static_cache false lets it compile."""
-    return request.decode.compile and not (device.type == "cuda" and request.decode.static_cache == "auto")
+def compiles(request: DecodeRequest, model: torch.nn.Module) -> bool:
+    """Whether decode.compile's step runs for `model`. On a GPU a translation model's static cache runs as CUDA
+    graphs instead (decode.static_cache auto): measured on an H200, 1.2-4.3x the compiled step (docs/benchmarks.md,
+    "Decoding compiled on a GPU"); decode.static_cache false lets it compile."""
+    from vaswani.families import TRANSLATE, family
+
+    device = next(model.parameters()).device
+    graphs = device.type == "cuda" and request.decode.static_cache == "auto"
+    return request.decode.compile and not (graphs and TRANSLATE in family(model.config.type).can)
 
 
 class TorchEngine:
@@ -143,7 +147,7 @@ class TorchEngine:
                     "out --shortlist, or set decode.static_cache to auto in the model's config.yaml"
                 )
             return None
-        if not compiles(request, next(self.model.parameters()).device):
+        if not compiles(request, self.model):
             return self._static(request)
         if self._compiled is None:
             from vaswani.decode.search import compiled_step
