@@ -7,7 +7,7 @@ on CPUs without VNNI), multiplied with the int8 weights into int32, and scaled b
 the other kernels torch has for int8 on a CPU (benchmarks/int8_kernels.py, docs/benchmarks.md "int8 on the CPU"),
 it is the one faster than float32: at a decoding step's sizes a 58k-word output projection reads a quarter of the
 bytes. Where oneDNN runs int8 on AMX tiles (Intel Xeons since Sapphire Rapids), the output projection runs through
-oneDNN's quantized product instead (`OnednnWeight`): 3.3x fbgemm's at 128 rows x 58,101 words, and beam 4 1.19x
+oneDNN's quantized product instead (`OnednnWeight`): 3.3x fbgemm's at 128 rows x 58,101 words, and beam 4 1.22x
 faster in all (docs/benchmarks.md, "int8 on AMX"); elsewhere fbgemm's is as fast or faster. The choice follows the
 CPU (`output_kernel`), never a timing, so the same command gives the same output on a machine under any load.
 Layer norms, softmax, attention over the cache and the embeddings stay float32.
@@ -60,11 +60,13 @@ def kernels() -> str:
 
 
 def _amx() -> bool:
+    """Whether oneDNN may run AMX instructions in this process."""
     limit = os.environ.get("ONEDNN_MAX_CPU_ISA", "ALL").upper()
     if limit not in ("ALL", "DEFAULT") and "AMX" not in limit and not limit.startswith("AVX10_2"):
         return False
     supported = getattr(torch.cpu, "_is_amx_tile_supported", None)
-    return bool(supported and supported() and torch._C._cpu._init_amx())
+    allowed = getattr(torch._C._cpu, "_init_amx", None)  # asks the kernel for the tiles' state (Linux)
+    return bool(supported and allowed and supported() and allowed())
 
 
 class Int8Linear(nn.Module):
