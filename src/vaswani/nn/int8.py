@@ -114,7 +114,7 @@ class OnednnWeight:
 
     def __init__(self, weight: Tensor, bias: Tensor | None) -> None:
         weight = weight.detach().float().cpu()
-        self.scales = (weight.abs().amax(dim=1) / 127.0).clamp(min=1e-12)
+        self.scales = row_scales(weight)
         quantized = torch.round(weight / self.scales[:, None]).clamp(-127, 127).to(torch.int8)
         self.weight = torch.ops.onednn.qlinear_prepack(quantized, None)
         self.zeros = torch.zeros(weight.size(0), dtype=torch.long)
@@ -150,9 +150,14 @@ def _(x: Tensor, weight: Tensor, scales: Tensor, zeros: Tensor, bias: Tensor | N
     return x.new_empty((x.shape[0], zeros.shape[0]))
 
 
+def row_scales(weight: Tensor) -> Tensor:
+    """Each output row's symmetric int8 scale (its largest magnitude is 127), for either kernel. (out, in) -> (out,)"""
+    return (weight.abs().amax(dim=1) / 127.0).clamp(min=1e-12)
+
+
 def _pack(weight: Tensor, bias: Tensor | None):
     weight = weight.detach().float().cpu()
-    scales = (weight.abs().amax(dim=1) / 127.0).clamp(min=1e-12).double()
+    scales = row_scales(weight).double()
     zero = torch.zeros(weight.size(0), dtype=torch.long)
     with warnings.catch_warnings():  # the quantized tensor type is deprecated; fbgemm's prepacking still takes it
         warnings.simplefilter("ignore", UserWarning)
