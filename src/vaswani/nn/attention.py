@@ -15,6 +15,7 @@ from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from vaswani.nn.masks import causal_mask
+from vaswani.nn.unpad import TokenRows
 
 
 def _full_mask(mask: Tensor | None, causal: bool, query_len: int, key_len: int, device: torch.device) -> Tensor | None:
@@ -180,6 +181,23 @@ class MultiHeadAttention(nn.Module):
 
         Shape: q (B, H, T, Dh), k and v (B or n, H, S, Dh) -> output (B, T, D), weights (B, H, T, S) or None
         """
+        out, weights = self._heads(q, k, v, mask, causal, need_weights)
+        return self.out_proj(out), weights
+
+    def attend_rows(self, x: Tensor, rows: TokenRows, mask: Tensor) -> Tensor:
+        """Self-attention over a padded batch's real tokens held as rows (nn/unpad.py): the projections run on
+        those rows only, the attention on the padded layout.
+
+        Shape: x (N, D), mask (B, 1, 1, S) -> (N, D)
+        """
+        q, k, v = self._split(rows.pad(self.in_proj(x)), 3)  # 3 x (B, H, S, Dh)
+        out, _ = self._heads(q, k, v, mask)
+        return self.out_proj(rows.pack(out))
+
+    def _heads(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool = False, need_weights: bool = False
+    ) -> tuple[Tensor, Tensor | None]:
+        """`attend` before W^O: the heads' outputs side by side. Shape: as attend"""
         dropout_p = self.dropout if self.training else 0.0
         B, H, T, Dh = q.shape
         n = k.size(0)
@@ -201,7 +219,7 @@ class MultiHeadAttention(nn.Module):
                 weights = weights.view(n, H, g, T, -1).transpose(1, 2).reshape(B, H, T, -1)
         else:
             out = out.transpose(1, 2).reshape(B, T, H * Dh)  # (B, T, D)
-        return self.out_proj(out), weights
+        return out, weights
 
     def forward(
         self,

@@ -16,6 +16,7 @@ from vaswani.config import ModelConfig
 from vaswani.nn.attention import MultiHeadAttention
 from vaswani.nn.cache import GrowingSlot, KeyValue, StaticSlot
 from vaswani.nn.dropout import Dropout
+from vaswani.nn.unpad import TokenRows
 
 ACTIVATIONS = {
     "relu": F.relu,  # §3.3
@@ -111,6 +112,16 @@ class TransformerLayer(nn.Module):
 
     def _ff_block(self, x: Tensor) -> Tensor:
         return self.feed_forward(x)
+
+    def forward_rows(self, x: Tensor, rows: TokenRows, mask: Tensor) -> Tensor:
+        """An encoder layer (self-attention, feed-forward) over a padded batch's real tokens held as rows
+        (nn/unpad.py): `forward` without the padding's positions, for inference.
+
+        Shape: x (N, D), mask (B, 1, 1, S) -> (N, D)
+        """
+        x = self._post(x + self.dropout(self.self_attn.attend_rows(self._pre(x, 0), rows, mask)), 0)
+        i = len(self.norms) - 1
+        return self._post(x + self.dropout(self._ff_block(self._pre(x, i))), i)
 
     def forward(
         self,

@@ -14,6 +14,7 @@ from vaswani.nn.cache import GrowingKVCache, KVCache, StaticView
 from vaswani.nn.embedding import Embeddings, LearnedPositions, SinusoidalPositions, TokenEmbedding
 from vaswani.nn.layers import TransformerLayer
 from vaswani.nn.masks import padding_mask
+from vaswani.nn.unpad import TokenRows
 
 # The logit of a word the output layer does not produce (model.output_words target): finite, so that a forced
 # word (a glossary's, a scored reference's) still has a score, and representable in float16; exp(-10,000) is 0.
@@ -58,11 +59,24 @@ class Encoder(nn.Module):
         self.norm = _final_norm(config)
 
     def forward(
-        self, src: Tensor, mask: Tensor, need_weights: bool = False, segments: Tensor | None = None
+        self,
+        src: Tensor,
+        mask: Tensor,
+        need_weights: bool = False,
+        segments: Tensor | None = None,
+        unpad: bool = False,
     ) -> tuple[Tensor, list[Tensor]]:
-        """Shape: src (B, S), mask (B, 1, 1, S), segments None or (B, S) -> memory (B, S, D), weights n_layers x
+        """`unpad`: at inference, the layers' position-wise work on the real tokens only where the batch has
+        padding enough (nn/unpad.py); the memory then holds zeros at the padding (masked wherever it is read).
+        Shape: src (B, S), mask (B, 1, 1, S), segments None or (B, S) -> memory (B, S, D), weights n_layers x
         (B, H, S, S)"""
         x = self.embed(src, segments=segments)
+        rows = TokenRows.worth_it(mask) if unpad and not need_weights and not self.training else None
+        if rows is not None:
+            x = rows.pack(x)  # (N, D)
+            for layer in self.layers:
+                x = layer.forward_rows(x, rows, mask)
+            return rows.pad(self.norm(x)), []
         weights = []
         for layer in self.layers:
             x, _, (w, _) = layer(x, mask=mask, need_weights=need_weights)
@@ -196,7 +210,8 @@ class Transformer(nn.Module):
         """Shape: src (B, S) -> memory (B, S, D), memory_mask (B, 1, 1, S)"""
         check_ids(src, "src")
         mask = padding_mask(src, self.config.pad_id)
-        memory, _ = self.encoder(src, mask)
+        unpad = not torch.is_grad_enabled() and not torch.compiler.is_compiling()
+        memory, _ = self.encoder(src, mask, unpad=unpad)
         return memory, mask
 
     def decode(self, tgt_in: Tensor, memory: Tensor, memory_mask: Tensor) -> Tensor:
