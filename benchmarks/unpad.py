@@ -1,0 +1,75 @@
+"""The encoder with and without its padding (nn/unpad.py), side by side in one process: an OPUS-MT-shaped model
+(benchmarks/imported_speed.py, packed float32 or int8 as `Translator.load` makes it) encoding test_2016_flickr's
+sources in batches of 32, sorted by length (as `vaswani translate` batches a file) and in the order they come
+(as a server's micro-batches meet them); rounds alternate the two, medians.
+
+    python benchmarks/unpad.py
+    python benchmarks/unpad.py --precision int8
+    ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 python benchmarks/unpad.py   # an AVX2-only CPU's kernels
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import tempfile
+import time
+from pathlib import Path
+from statistics import median
+
+import torch
+from imported_speed import RAW, opus_shaped
+
+from vaswani.data.batching import collate
+from vaswani.data.tokenizer import Tokenizer
+from vaswani.decode.translator import Translator
+from vaswani.machine import cpu_name
+from vaswani.nn import unpad
+from vaswani.pretrained import import_pretrained
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sentences", type=int, default=512)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--precision", choices=("fp32", "int8"), default="fp32")
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+    with gzip.open(RAW / "test_2016_flickr.de.gz", "rt", encoding="utf-8") as f:
+        sources = [line.strip() for _, line in zip(range(args.sentences), f, strict=False)]
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = import_pretrained(opus_shaped(Path(tmp) / "hf"), Path(tmp) / "model")
+        tokenizer = Tokenizer.load(model_dir)
+        model = Translator.load(model_dir, "cpu", args.precision).model
+    c, threshold = model.config, unpad.MIN_PADDING
+    ids = tokenizer.encode_src(sources)
+    orders = {
+        "sorted by length": sorted(range(len(ids)), key=lambda i: -len(ids[i])),
+        "as they come": list(range(len(ids))),
+    }
+    print(f"CPU: {cpu_name()}, 2 threads, torch {torch.__version__}; {args.precision}; {len(ids)} sources in "
+          f"batches of {args.batch}; median of {args.rounds} rounds, the two alternating\n")  # fmt: skip
+    print("| batches | padding | padded (s) | without padding (s) | speed-up |\n|---|---|---|---|---|")
+    for name, order in orders.items():
+        batches = [
+            collate([(ids[i], []) for i in order[j : j + args.batch]], c.pad_id, c.bos_id, c.eos_id).src
+            for j in range(0, len(order), args.batch)
+        ]
+        positions = sum(b.numel() for b in batches)
+        padding = sum(int((b == c.pad_id).sum()) for b in batches) / positions
+        times: dict[str, list[float]] = {"padded": [], "unpadded": []}
+        for _ in range(args.rounds + 1):  # the first round warms up, untimed
+            for kind in times:
+                unpad.MIN_PADDING = 2.0 if kind == "padded" else threshold  # 2.0: never without padding
+                start = time.perf_counter()
+                with torch.inference_mode():
+                    for src in batches:
+                        model.encode(src)
+                times[kind].append(time.perf_counter() - start)
+        padded, unpadded = (median(t[1:]) for t in times.values())
+        print(f"| {name} | {padding:.0%} | {padded:.3f} | {unpadded:.3f} | **{padded / unpadded:.2f}x** |")
+
+
+if __name__ == "__main__":
+    main()
