@@ -1,7 +1,9 @@
 """The encoder with and without its padding (nn/unpad.py), side by side in one process: an OPUS-MT-shaped model
 (benchmarks/imported_speed.py, packed float32 or int8 as `Translator.load` makes it) encoding test_2016_flickr's
 sources in batches of 32, sorted by length (as `vaswani translate` batches a file) and in the order they come
-(as a server's micro-batches meet them); rounds alternate the two, medians.
+(as a server's micro-batches meet them); rounds alternate the two, medians. Then how many of beam 4's outputs
+(24 tokens at most) the padding's removal changes, at each order (its products have other row counts, so they
+round differently).
 
     python benchmarks/unpad.py
     python benchmarks/unpad.py --precision int8
@@ -22,6 +24,8 @@ from imported_speed import RAW, opus_shaped
 
 from vaswani.data.batching import collate
 from vaswani.data.tokenizer import Tokenizer
+from vaswani.decode.request import DecodeRequest
+from vaswani.decode.search import beam_search
 from vaswani.decode.translator import Translator
 from vaswani.machine import cpu_name
 from vaswani.nn import unpad
@@ -50,7 +54,9 @@ def main() -> None:
     }
     print(f"CPU: {cpu_name()}, 2 threads, torch {torch.__version__}; {args.precision}; {len(ids)} sources in "
           f"batches of {args.batch}; median of {args.rounds} rounds, the two alternating\n")  # fmt: skip
-    print("| batches | padding | padded (s) | without padding (s) | speed-up |\n|---|---|---|---|---|")
+    print("| batches | padding | padded (s) | without padding (s) | speed-up | beam 4's outputs unchanged |")
+    print("|---|---|---|---|---|---|")
+    request = DecodeRequest.of(beam_size=4, max_len_a=0, max_len_b=24)
     for name, order in orders.items():
         batches = [
             collate([(ids[i], []) for i in order[j : j + args.batch]], c.pad_id, c.bos_id, c.eos_id).src
@@ -68,7 +74,14 @@ def main() -> None:
                         model.encode(src)
                 times[kind].append(time.perf_counter() - start)
         padded, unpadded = (median(t[1:]) for t in times.values())
-        print(f"| {name} | {padding:.0%} | {padded:.3f} | {unpadded:.3f} | **{padded / unpadded:.2f}x** |")
+        outputs = {}
+        for kind in times:
+            unpad.MIN_PADDING = 2.0 if kind == "padded" else threshold
+            with torch.inference_mode():
+                outputs[kind] = [hyps[0].tokens for src in batches for hyps in beam_search(model, src, request)]
+        same = sum(a == b for a, b in zip(*outputs.values(), strict=True))
+        print(f"| {name} | {padding:.0%} | {padded:.3f} | {unpadded:.3f} | **{padded / unpadded:.2f}x** | "
+              f"{same}/{len(ids)} |")  # fmt: skip
 
 
 if __name__ == "__main__":
