@@ -11,6 +11,8 @@ import itertools
 import multiprocessing
 from collections import deque
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from vaswani.data.corpus import DataError
@@ -90,17 +92,29 @@ def in_order(
 ) -> Iterator[dict]:
     """`work(job)` of each job, in input order; with workers > 1 on a process pool (each process set up by
     `initializer(*initargs)`) holding at most 2 x workers chunks in flight, so reading never runs ahead of
-    encoding (bounded memory). `work` and `initializer` are module-level functions (spawned processes import them)."""
+    encoding (bounded memory). `work` and `initializer` are module-level functions (spawned processes import them).
+    Stopped early (an error, Ctrl-C, the consumer closing it), the chunks not yet started are cancelled and the
+    running ones finished before it returns; a worker that dies (killed, out of memory) is a one-line DataError.
+    (multiprocessing.Pool's terminate could hang there: its task thread blocked on the queue of workers it had
+    just killed, seen once in this project's tests.)"""
     if workers <= 1:
         initializer(*initargs)
         yield from map(work, jobs)
         return
     context = multiprocessing.get_context("spawn")  # no fork of a process that may hold torch's threads
-    with context.Pool(workers, initializer=initializer, initargs=initargs) as pool:
-        pending: deque = deque()
-        for job in jobs:
-            pending.append(pool.apply_async(work, (job,)))
-            if len(pending) >= 2 * workers:
-                yield pending.popleft().get()
-        while pending:
-            yield pending.popleft().get()
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=initializer, initargs=initargs) as pool:
+        pending: deque[Future] = deque()
+        try:
+            for job in jobs:
+                pending.append(pool.submit(work, job))
+                if len(pending) >= 2 * workers:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        except BrokenProcessPool as error:
+            raise DataError(
+                f"a worker preparing the data died ({error}): killed, or out of memory; run again with fewer --workers"
+            ) from None
+        finally:
+            for future in pending:
+                future.cancel()
