@@ -9,7 +9,7 @@ from tests.nn.test_transformer import torch_reference
 from vaswani import Transformer
 from vaswani.decode.request import DecodeRequest
 from vaswani.decode.search import beam_search, greedy
-from vaswani.nn import unpad
+from vaswani.nn import MaskedLM, unpad
 from vaswani.nn.masks import padding_mask
 from vaswani.nn.packed import pack_fp32, packed_available
 from vaswani.nn.unpad import TokenRows
@@ -88,3 +88,17 @@ def test_searches_give_the_padded_encoders_outputs(packed, monkeypatch):
     expected = both()
     assert [h.tokens for h in found] == [h.tokens for h in expected]
     assert [h.score for h in found] == pytest.approx([h.score for h in expected], abs=1e-4)
+
+
+@pytest.mark.parametrize("pooling", ["first", "mean", "last"])
+def test_a_masked_lm_classifies_and_fills_as_with_its_padding(pooling):
+    model = MaskedLM(tiny_config(type="encoder_only", n_classes=3, pool=pooling)).eval()
+    ids = random_ids(LENGTHS)
+    real = ids != 0
+    with torch.no_grad():
+        hidden, logits, classes = model.hidden_states(ids), model(ids), model.classify(ids)
+        padded, _ = model.encoder(ids, padding_mask(ids, 0))
+    assert torch.count_nonzero(hidden[~real]) == 0  # the padding was dropped
+    torch.testing.assert_close(hidden[real], padded[real], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(logits[real], model.logits(padded)[real], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(classes, model.classify(ids, padded), rtol=1e-5, atol=1e-5)

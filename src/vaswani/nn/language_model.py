@@ -19,6 +19,7 @@ from vaswani.nn.embedding import TokenEmbedding
 from vaswani.nn.layers import OutputTransform
 from vaswani.nn.masks import padding_mask
 from vaswani.nn.transformer import Decoder, Encoder, check_ids, init_weights, own_output_weight
+from vaswani.nn.unpad import at_inference
 
 
 def pair_segments(ids: Tensor, sep_id: int) -> Tensor:
@@ -167,5 +168,5 @@ class MaskedLM(_LanguageModel):
         a sentence pair `[CLS] a [SEP] b [SEP]`: the tokens after its first [SEP] are segment B."""
         check_ids(ids, "ids")
         segments = pair_segments(ids, self.config.eos_id) if self.config.pairs else None
-        hidden, _ = self.encoder(ids, padding_mask(ids, self.config.pad_id), segments=segments)
-        return hidden
+        hidden, _ = self.encoder(ids, padding_mask(ids, self.config.pad_id), segments=segments, unpad=at_inference())
+        return hidden  # at inference zeros at the padding, which no pooling and no masked word reads

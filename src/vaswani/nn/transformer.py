@@ -14,7 +14,7 @@ from vaswani.nn.cache import GrowingKVCache, KVCache, StaticView
 from vaswani.nn.embedding import Embeddings, LearnedPositions, SinusoidalPositions, TokenEmbedding
 from vaswani.nn.layers import TransformerLayer
 from vaswani.nn.masks import padding_mask
-from vaswani.nn.unpad import TokenRows
+from vaswani.nn.unpad import TokenRows, at_inference
 
 # The logit of a word the output layer does not produce (model.output_words target): finite, so that a forced
 # word (a glossary's, a scored reference's) still has a score, and representable in float16; exp(-10,000) is 0.
@@ -210,8 +210,7 @@ class Transformer(nn.Module):
         """Shape: src (B, S) -> memory (B, S, D), memory_mask (B, 1, 1, S)"""
         check_ids(src, "src")
         mask = padding_mask(src, self.config.pad_id)
-        unpad = not torch.is_grad_enabled() and not torch.compiler.is_compiling()
-        memory, _ = self.encoder(src, mask, unpad=unpad)
+        memory, _ = self.encoder(src, mask, unpad=at_inference())
         return memory, mask
 
     def decode(self, tgt_in: Tensor, memory: Tensor, memory_mask: Tensor) -> Tensor:

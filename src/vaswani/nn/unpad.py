@@ -6,11 +6,18 @@ without its padding").
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
 # Below this share of padding positions the copies in and out of the padded layout (~2% of a layer's time at
 # d_model 512) cost more than the rows they save.
 MIN_PADDING = 0.05
+
+
+def at_inference() -> bool:
+    """Whether an encoder called now may drop its padding: no gradients asked for (training keeps the padded layout,
+    one compiled graph of fixed structure) and not being compiled (the real tokens' count is data-dependent)."""
+    return not torch.is_grad_enabled() and not torch.compiler.is_compiling()
 
 
 class TokenRows:
