@@ -7,6 +7,7 @@ round differently).
 
     python benchmarks/unpad.py
     python benchmarks/unpad.py --precision int8
+    python benchmarks/unpad.py --bert          # a BERT-base-shaped classifier (random weights) on SST-2's dev sentences
     ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 python benchmarks/unpad.py   # an AVX2-only CPU's kernels
 """
 
@@ -20,15 +21,16 @@ from pathlib import Path
 from statistics import median
 
 import torch
-from imported_speed import RAW, opus_shaped
+from imported_speed import RAW, ROOT, opus_shaped
 
+from vaswani.config import ModelConfig
 from vaswani.data.batching import collate
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.decode.request import DecodeRequest
 from vaswani.decode.search import beam_search
 from vaswani.decode.translator import Translator
 from vaswani.machine import cpu_name
-from vaswani.nn import unpad
+from vaswani.nn import MaskedLM, unpad
 from vaswani.pretrained import import_pretrained
 
 
@@ -38,8 +40,11 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--precision", choices=("fp32", "int8"), default="fp32")
+    parser.add_argument("--bert", action="store_true", help="instead: `classify` of a BERT-base-shaped model (fp32)")
     args = parser.parse_args()
     torch.set_num_threads(2)
+    if args.bert:
+        return bert(args)
     with gzip.open(RAW / "test_2016_flickr.de.gz", "rt", encoding="utf-8") as f:
         sources = [line.strip() for _, line in zip(range(args.sentences), f, strict=False)]
     with tempfile.TemporaryDirectory() as tmp:
@@ -82,6 +87,43 @@ def main() -> None:
         same = sum(a == b for a, b in zip(*outputs.values(), strict=True))
         print(f"| {name} | {padding:.0%} | {padded:.3f} | {unpadded:.3f} | **{padded / unpadded:.2f}x** | "
               f"{same}/{len(ids)} |")  # fmt: skip
+
+
+def bert(args) -> None:
+    """`MaskedLM.classify` (what `vaswani classify` runs) of a BERT-base-shaped model with random weights, as a
+    Classifier holds it in fp32, over SST-2's dev sentences: [CLS], a piece per word (SST-2's text is split into
+    words already; WordPiece gives a few more), [SEP]."""
+    config = ModelConfig(
+        type="encoder_only", src_vocab_size=30522, tgt_vocab_size=30522, d_model=768, n_heads=12, d_ff=3072,
+        n_layers=12, activation="gelu", positions="learned", max_positions=512, n_classes=2,
+    )  # fmt: skip
+    model = MaskedLM(config).eval()
+    lines = (ROOT / "../shared/data/sst2/dev.tsv").read_text(encoding="utf-8").splitlines()[1:]
+    lengths = [len(line.split("\t", 1)[1].split()) + 2 for line in lines]
+    print(f"CPU: {cpu_name()}, 2 threads, torch {torch.__version__}; BERT-base-shaped classify, fp32; {len(lengths)} "
+          f"SST-2 dev sentences in batches of 64; median of {args.rounds} rounds, the two alternating\n")  # fmt: skip
+    print("| batches | padding | padded (s) | without padding (s) | speed-up |\n|---|---|---|---|---|")
+    threshold = unpad.MIN_PADDING
+    for name, order in (("sorted by length", sorted(lengths, reverse=True)), ("as they come", lengths)):
+        batches = []
+        for j in range(0, len(order), 64):
+            part = order[j : j + 64]
+            ids = torch.zeros(len(part), max(part), dtype=torch.long)  # 0: BERT's [PAD]
+            for row, n in enumerate(part):
+                ids[row, :n] = torch.randint(1000, 30000, (n,))
+            batches.append(ids)
+        padding = sum(int((b == 0).sum()) for b in batches) / sum(b.numel() for b in batches)
+        times: dict[str, list[float]] = {"padded": [], "unpadded": []}
+        for _ in range(args.rounds + 1):  # the first round warms up, untimed
+            for kind in times:
+                unpad.MIN_PADDING = 2.0 if kind == "padded" else threshold
+                start = time.perf_counter()
+                with torch.inference_mode():
+                    for ids in batches:
+                        model.classify(ids)
+                times[kind].append(time.perf_counter() - start)
+        padded, unpadded = (median(t[1:]) for t in times.values())
+        print(f"| {name} | {padding:.0%} | {padded:.3f} | {unpadded:.3f} | **{padded / unpadded:.2f}x** |")
 
 
 if __name__ == "__main__":
