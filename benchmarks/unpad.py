@@ -17,6 +17,8 @@ import argparse
 import gzip
 import tempfile
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from statistics import median
 
@@ -51,7 +53,7 @@ def main() -> None:
         model_dir = import_pretrained(opus_shaped(Path(tmp) / "hf"), Path(tmp) / "model")
         tokenizer = Tokenizer.load(model_dir)
         model = Translator.load(model_dir, "cpu", args.precision).model
-    c, threshold = model.config, unpad.MIN_PADDING
+    c = model.config
     ids = tokenizer.encode_src(sources)
     orders = {
         "sorted by length": sorted(range(len(ids)), key=lambda i: -len(ids[i])),
@@ -69,24 +71,41 @@ def main() -> None:
         ]
         positions = sum(b.numel() for b in batches)
         padding = sum(int((b == c.pad_id).sum()) for b in batches) / positions
-        times: dict[str, list[float]] = {"padded": [], "unpadded": []}
-        for _ in range(args.rounds + 1):  # the first round warms up, untimed
-            for kind in times:
-                unpad.MIN_PADDING = 2.0 if kind == "padded" else threshold  # 2.0: never without padding
-                start = time.perf_counter()
-                with torch.inference_mode():
-                    for src in batches:
-                        model.encode(src)
-                times[kind].append(time.perf_counter() - start)
-        padded, unpadded = (median(t[1:]) for t in times.values())
+        padded, unpadded = side_by_side(model.encode, batches, args.rounds)
         outputs = {}
-        for kind in times:
-            unpad.MIN_PADDING = 2.0 if kind == "padded" else threshold
-            with torch.inference_mode():
+        for kind in ("padded", "unpadded"):
+            with padding_kept(kind == "padded"), torch.inference_mode():
                 outputs[kind] = [hyps[0].tokens for src in batches for hyps in beam_search(model, src, request)]
         same = sum(a == b for a, b in zip(*outputs.values(), strict=True))
         print(f"| {name} | {padding:.0%} | {padded:.3f} | {unpadded:.3f} | **{padded / unpadded:.2f}x** | "
               f"{same}/{len(ids)} |")  # fmt: skip
+
+
+@contextmanager
+def padding_kept(kept: bool) -> Iterator[None]:
+    """The encoders keep their padding (`kept`) or drop it as they do by default (nn/unpad.py)."""
+    default = unpad.MIN_PADDING
+    unpad.MIN_PADDING = 2.0 if kept else default  # 2.0: no batch has that much padding
+    try:
+        yield
+    finally:
+        unpad.MIN_PADDING = default
+
+
+def side_by_side(
+    run: Callable[[torch.Tensor], object], batches: list[torch.Tensor], rounds: int
+) -> tuple[float, float]:
+    """Seconds for `run` over every batch with the padding kept and dropped, alternating, medians over `rounds`
+    (after one untimed round of each)."""
+    times: dict[bool, list[float]] = {True: [], False: []}
+    for _ in range(rounds + 1):
+        for kept, spent in times.items():
+            with padding_kept(kept), torch.inference_mode():
+                start = time.perf_counter()
+                for batch in batches:
+                    run(batch)
+                spent.append(time.perf_counter() - start)
+    return median(times[True][1:]), median(times[False][1:])
 
 
 def bert(args) -> None:
@@ -103,7 +122,6 @@ def bert(args) -> None:
     print(f"CPU: {cpu_name()}, 2 threads, torch {torch.__version__}; BERT-base-shaped classify, fp32; {len(lengths)} "
           f"SST-2 dev sentences in batches of 64; median of {args.rounds} rounds, the two alternating\n")  # fmt: skip
     print("| batches | padding | padded (s) | without padding (s) | speed-up |\n|---|---|---|---|---|")
-    threshold = unpad.MIN_PADDING
     for name, order in (("sorted by length", sorted(lengths, reverse=True)), ("as they come", lengths)):
         batches = []
         for j in range(0, len(order), 64):
@@ -113,16 +131,7 @@ def bert(args) -> None:
                 ids[row, :n] = torch.randint(1000, 30000, (n,))
             batches.append(ids)
         padding = sum(int((b == 0).sum()) for b in batches) / sum(b.numel() for b in batches)
-        times: dict[str, list[float]] = {"padded": [], "unpadded": []}
-        for _ in range(args.rounds + 1):  # the first round warms up, untimed
-            for kind in times:
-                unpad.MIN_PADDING = 2.0 if kind == "padded" else threshold
-                start = time.perf_counter()
-                with torch.inference_mode():
-                    for ids in batches:
-                        model.classify(ids)
-                times[kind].append(time.perf_counter() - start)
-        padded, unpadded = (median(t[1:]) for t in times.values())
+        padded, unpadded = side_by_side(model.classify, batches, args.rounds)
         print(f"| {name} | {padding:.0%} | {padded:.3f} | {unpadded:.3f} | **{padded / unpadded:.2f}x** |")
 
 
