@@ -14,7 +14,9 @@ equal work, about a Multi30k sentence's length. The same test_2016_flickr source
 Each engine runs alone in a fresh process (its peak resident memory is its own); a round runs every engine once,
 greedy then beam 4, so the engines of one round meet the same machine. "shortlist" engines decode with a
 vocabulary shortlist learned from Multi30k's training pairs (decode/shortlist.py; `vaswani shortlist`), the others
-over all 58,101 words. `--as-avx2` plays an AVX2-only CPU on a newer one, for every engine's kernels: torch's
+over all 58,101 words. vaswani returns the tokens alone, as CTranslate2 does here (no return_scores); "scores"
+engines return each output's log-probability too (greedy then runs the log-softmax it otherwise skips).
+`--as-avx2` plays an AVX2-only CPU on a newer one, for every engine's kernels: torch's
 and oneDNN's (ONEDNN_MAX_CPU_ISA, ATEN_CPU_CAPABILITY), CTranslate2's own (CT2_FORCE_CPU_ISA), MKL's
 (MKL_ENABLE_INSTRUCTIONS: CTranslate2 multiplies through MKL on an Intel CPU, which the first three leave at
 AVX-512) and fbgemm's (FBGEMM_ENABLE_INSTRUCTIONS: vaswani's int8, likewise); "amd" also has CTranslate2
@@ -91,6 +93,8 @@ ENGINES = (
     "vaswani (int8) fbgemm output",
     "vaswani (fp32) shortlist",
     "vaswani (int8) shortlist",
+    "vaswani (fp32) scores",
+    "vaswani (int8) scores",
     "transformers generate (fp32)",
     "CTranslate2 float32",
     "CTranslate2 int8",
@@ -124,8 +128,9 @@ def _engine_worker(name: str, hf_dir: str, model_dir: str, batches, beam: int, s
         engine = Translator.load(model_dir, "cpu", precision, shortlist=shortlist).engine
 
         def run(batch):
-            request = DecodeRequest.of(
-                beam_size=beam, max_len_a=0, max_len_b=steps, min_len=steps, batch_size=len(batch)
+            request = DecodeRequest.of(  # the tokens alone, as CTranslate2's translate_batch returns them below
+                scores=name.endswith("scores"), beam_size=beam, max_len_a=0, max_len_b=steps, min_len=steps,
+                batch_size=len(batch),
             )  # fmt: skip
             return [hyps[0].tokens for hyps in engine(tokenizer.encode_src(batch), request)]
 
@@ -249,6 +254,8 @@ def main() -> None:
         ("vaswani (fp32) shortlist", "vaswani (fp32)"),
         ("vaswani (int8)", "vaswani (int8) fbgemm output"),
         ("vaswani (int8) fbgemm output", "CTranslate2 int8"),
+        ("vaswani (fp32)", "vaswani (fp32) scores"),
+        ("vaswani (int8)", "vaswani (int8) scores"),
     )
     for ours, theirs in pairs:
         if ours not in engines or theirs not in engines:

@@ -1,4 +1,5 @@
 import itertools
+import math
 
 import pytest
 import torch
@@ -242,3 +243,38 @@ def test_the_scores_written_in_place_are_log_softmax_exactly(after_softmax):
         assert scores.data_ptr() == written.data_ptr()  # no second (rows, V) tensor on a CPU
     strided = torch.randn(8, 6).t()  # not contiguous: a new tensor, the same values
     assert torch.equal(search.log_softmax_(strided), F.log_softmax(strided, -1))
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {},
+        {"min_len": 3},
+        {"ban_after_softmax": True},
+        {"no_repeat_ngram": 2},
+        {"repetition_penalty": 1.5, "no_repeat_ngram": 1},
+    ],
+)
+def test_greedy_without_scores_picks_the_same_words_without_the_softmax(model, monkeypatch, settings):
+    src = random_ids(LENGTHS)
+    request = DecodeRequest.of(max_len_a=1.0, max_len_b=4, **settings)
+    scored = greedy(model, src, request)
+    assert len({len(h.tokens) for h in scored}) >= 3  # outputs end at different steps: rows leave the batch
+
+    def no_softmax(*args, **kwargs):
+        raise AssertionError("the log-softmax ran, though no score was asked for")
+
+    monkeypatch.setattr(search, "banned_log_probs", no_softmax)
+    bare = greedy(model, src, request.replace(scores=False))
+    assert [h.tokens for h in bare] == [h.tokens for h in scored]
+    assert all(math.isnan(h.log_prob) and math.isnan(h.score) and h.confidence is None for h in bare)
+    with pytest.raises(AssertionError, match="log-softmax ran"):  # a sample's draw still needs probabilities
+        sample(model, src, DecodeRequest.of(sampling=True, scores=False, max_len_a=1.0, max_len_b=4))
+
+
+def test_an_untrained_model_s_near_ties_pick_alike_with_and_without_scores():
+    model = random_model(12, seed=4)  # random logits: every step's best word is narrowly ahead
+    src = random_ids(LENGTHS, vocab=12)
+    request = DecodeRequest.of(max_len_a=2.0, max_len_b=6)
+    bare = greedy(model, src, request.replace(scores=False))
+    assert [h.tokens for h in bare] == [h.tokens for h in greedy(model, src, request)]

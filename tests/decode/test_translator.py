@@ -47,6 +47,33 @@ def test_translations_keep_input_order_and_do_not_depend_on_the_batch(model_dir)
     ]
 
 
+def test_texts_alone_skip_the_greedy_softmax_and_details_keep_the_scores(model_dir, monkeypatch):
+    from vaswani.decode import search
+
+    translator = Translator.load(model_dir)
+    details = translator.translate_with_details(SENTENCES, beam_size=1)
+    scored = [r.candidates[0] for r in details if r.candidates]
+    assert all(c.log_prob <= 0 and 0 < c.confidence <= 1 for c in scored)
+    assert details[0].to_dict()["log_prob"] is not None
+    softmaxes = []
+    counted = search.banned_log_probs
+
+    def counting(*args, **kwargs):
+        softmaxes.append(1)
+        return counted(*args, **kwargs)
+
+    monkeypatch.setattr(search, "banned_log_probs", counting)
+    assert translator.translate(SENTENCES, beam_size=1) == [r.text for r in details]
+    assert not softmaxes  # the texts alone: no softmax over the vocabulary
+    bare = translator.translate_with_details(SENTENCES, translator.request(beam_size=1).replace(scores=False))
+    assert [r.text for r in bare] == [r.text for r in details] and not softmaxes
+    assert bare[0].to_dict()["log_prob"] is None and bare[0].to_dict()["confidence"] is None  # unknown, not 0
+    assert translator.translate(SENTENCES[:1], beam_size=4) == [
+        translator.translate_with_details(SENTENCES[:1])[0].text
+    ]
+    assert softmaxes  # a beam ranks by the log-probabilities
+
+
 def test_details_n_best_scores_and_attention(model_dir):
     translator = Translator.load(model_dir)
     [result] = translator.translate_with_details([SENTENCES[0]], n_best=3, attention=True)

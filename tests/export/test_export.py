@@ -226,6 +226,9 @@ def test_ctranslate2_scores_are_our_log_probabilities(trained, tmp_path, beam):
     for a, b in zip(ours.stdout.splitlines(), theirs.stdout.splitlines(), strict=True):
         (a,), (b,) = json.loads(a), json.loads(b)
         assert a["text"] == b["text"] and a["log_prob"] == pytest.approx(b["log_prob"], abs=1e-3)
+    texts = _cli(*[x for x in common if x != "--scores"], "--engine", "ctranslate2")  # without return_scores
+    assert texts.returncode == 0, texts.stderr
+    assert texts.stdout.splitlines() == [json.loads(a)[0]["text"] for a in theirs.stdout.splitlines()]
 
 
 def test_new_weights_are_converted_again(trained, tmp_path):

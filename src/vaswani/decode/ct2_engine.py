@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -131,7 +132,7 @@ class CTranslate2Engine:
                 max_decoding_length=limit,
                 min_decoding_length=decode.min_len,
                 max_input_length=0,
-                return_scores=True,
+                return_scores=request.scores,
                 suppress_sequences=[[self.tokenizer.tgt.id_to_piece(i)] for i in (c.pad_id, c.bos_id)],
                 num_hypotheses=request.n_best,
                 length_penalty=alpha,
@@ -150,7 +151,8 @@ class CTranslate2Engine:
             results = self.translator.translate_batch([[piece(i) for i in sources[i]] for i in chunk], **options)
             for i, result in zip(chunk, results, strict=True):
                 hyps = []
-                for tokens, score in zip(result.hypotheses, result.scores, strict=True):
+                scores = result.scores if request.scores else [math.nan] * len(result.hypotheses)
+                for tokens, score in zip(result.hypotheses, scores, strict=True):
                     ids = [self.tokenizer.tgt.piece_to_id(p) for p in tokens]
                     hyps.append(Hypothesis(ids, score * (len(ids) + 1) ** alpha, score))
                 out[i] = hyps

@@ -26,15 +26,18 @@ DECODE_FIELDS = frozenset(f.name for f in dataclasses.fields(DecodeConfig))
 class DecodeRequest:
     """The search settings (decode), how many candidates per input (n_best), whether the best one's attention
     weights come back (attention: the Translator's, not the search's), the user's terms (glossary:
-    decode/glossary.py, applied by decode/constrained.py) and whether the best one's word alignment comes back
-    (alignment: decode/align.py; markup needs it). Invalid settings raise ConfigError or ValueError in one line at
-    construction."""
+    decode/glossary.py, applied by decode/constrained.py), whether the best one's word alignment comes back
+    (alignment: decode/align.py; markup needs it) and whether scores do (scores: each candidate's log-probability
+    and its tokens' probabilities; without them a greedy search picks each word from the logits, skipping the
+    softmax over the vocabulary, as CTranslate2 does without return_scores: its log_prob and score are then NaN
+    and its confidence None). Invalid settings raise ConfigError or ValueError in one line at construction."""
 
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     n_best: int = 1
     attention: bool = False
     glossary: Glossary | None = None  # terms each translation must hold where the source has them
     alignment: bool = False
+    scores: bool = True
 
     def __post_init__(self) -> None:
         self.decode.validate()
@@ -51,6 +54,7 @@ class DecodeRequest:
         attention: bool = False,
         glossary: Glossary | Mapping[str, str] | Sequence[tuple[str, str]] | None = None,
         alignment: bool = False,
+        scores: bool = True,
         **overrides: Any,
     ) -> DecodeRequest:
         """`base` (default: the paper's settings) with `overrides` (DecodeConfig fields; None keeps base's), as a
@@ -63,14 +67,16 @@ class DecodeRequest:
         given = {k: v for k, v in overrides.items() if v is not None}
         if glossary is not None and not isinstance(glossary, Glossary):  # pairs or a mapping, checked here
             glossary = Glossary.of(glossary)
-        return cls(dataclasses.replace(base or DecodeConfig(), **given), n_best, attention, glossary or None, alignment)
+        decode = dataclasses.replace(base or DecodeConfig(), **given)
+        return cls(decode, n_best, attention, glossary or None, alignment, scores)
 
     def replace(self, **overrides: Any) -> DecodeRequest:
-        """This request with some DecodeConfig fields (or n_best, attention, glossary, alignment) changed, validated
-        again."""
+        """This request with some DecodeConfig fields (or n_best, attention, glossary, alignment, scores) changed,
+        validated again."""
         n_best, attention = overrides.pop("n_best", self.n_best), overrides.pop("attention", self.attention)
         glossary, alignment = overrides.pop("glossary", self.glossary), overrides.pop("alignment", self.alignment)
-        return DecodeRequest.of(self.decode, n_best, attention, glossary, alignment, **overrides)
+        scores = overrides.pop("scores", self.scores)
+        return DecodeRequest.of(self.decode, n_best, attention, glossary, alignment, scores, **overrides)
 
     @property
     def rows(self) -> int:

@@ -130,17 +130,26 @@ class Steps:
         ban_eos: bool = False,
         repetition: Repetition | None = None,
         histories: Sequence[Sequence[int]] = (),
+        normalize: bool = True,
     ) -> Tensor:
         """Next-token log-probabilities, PAD and BOS (and EOS if asked) at -inf: banned before the softmax, their
         probability spread over the other tokens (CTranslate2's way; the default), or with `ban_after_softmax`
         after it, their probability lost (transformers' generate and fairseq: an imported model's way).
         `repetition` (decode/repetition.py): its penalty on the logits of each row's `histories` (the tokens so far,
         a prompt's included), and its n-grams that would repeat banned after the softmax.
-        Shape: tokens (rows,) -> log-probabilities (rows, V) in float32"""
+        `normalize=False`: the logits so banned, without the log-softmax (the same best word in each row, a
+        greedy step's pick where no score is asked for). Shape: tokens (rows,) -> log-probabilities (rows, V) in
+        float32"""
         logits = self._logits(tokens).float()
         if repetition is not None:
             repetition.penalize(logits, histories)
-        log_probs = banned_log_probs(logits, self.banned_ids(ban_eos, logits.device), self.ban_after_softmax)
+        banned = self.banned_ids(ban_eos, logits.device)
+        if not normalize:
+            logits[..., banned] = float("-inf")
+            if repetition is not None:
+                repetition.ban(logits, histories)
+            return logits
+        log_probs = banned_log_probs(logits, banned, self.ban_after_softmax)
         if repetition is not None:
             repetition.ban(log_probs, histories)
         return log_probs
@@ -375,6 +384,7 @@ def _token_by_token(
     `stop_at_eos=False` keeps EOS as a token (a language model's line break) and runs to the limit;
     `on_step(tokens)` sees each step's picks (rows still running, in input order)."""
     c, d, repetition = model.config, request.decode, request.repetition
+    scores = request.scores or choose is not row_argmax  # a sample's draw needs the probabilities
     steps = start_steps(model, src, 1, cache, context, step, d.ban_after_softmax)
     B = src.size(0)
     limits = steps.limits(d.max_len_a, d.max_len_b)  # (B,)
@@ -387,15 +397,18 @@ def _token_by_token(
     tokens = steps.first
     for t in range(out.size(1)):
         histories = _histories(steps, active, out[active, :t]) if repetition is not None else ()
-        next_log_probs = steps.step(tokens, t < d.min_len, repetition, histories)  # (rows, V)
+        next_log_probs = steps.step(tokens, t < d.min_len, repetition, histories, scores)  # (rows, V)
         tokens = choose(next_log_probs)  # (rows,)
         if on_step is not None:
             on_step(tokens)
-        picked = next_log_probs.gather(1, tokens[:, None]).squeeze(1)
-        # one copy to the host per step (each is a synchronisation on a GPU); ids < 2^24 are exact in float32
-        picked, cpu_tokens = torch.stack([picked, tokens.to(picked.dtype)]).cpu()
-        log_probs[active] += picked.double()
-        token_log_probs[active, t] = picked.double()
+        if scores:
+            picked = next_log_probs.gather(1, tokens[:, None]).squeeze(1)
+            # one copy to the host per step (each is a synchronisation on a GPU); ids < 2^24 are exact in float32
+            picked, cpu_tokens = torch.stack([picked, tokens.to(picked.dtype)]).cpu()
+            log_probs[active] += picked.double()
+            token_log_probs[active, t] = picked.double()
+        else:
+            cpu_tokens = tokens.cpu()
         cpu_tokens = cpu_tokens.long()
         ended = cpu_tokens == c.eos_id if stop_at_eos else torch.zeros(len(active), dtype=torch.bool)
         chose_eos[active[ended]] = True
@@ -410,6 +423,8 @@ def _token_by_token(
             keep = keep.to(src.device)
             tokens = tokens.index_select(0, keep)
             steps.reorder(keep, kept=keep)
+    if not scores:  # not asked for: unknown (NaN; confidence None)
+        return [Hypothesis(out[i, : lengths[i]].tolist(), math.nan, math.nan) for i in range(B)]
     return [
         Hypothesis(
             out[i, : lengths[i]].tolist(),

@@ -247,7 +247,7 @@ class Translator:
         `target_language`: a multilingual model's target (see encode_sources).
         `request` (`self.request(...)`), or `options`: any DecodeConfig field (beam_size, length_penalty, sampling,
         top_p, ...)."""
-        request = self._request(request, options)
+        request = self._request(request, options).replace(scores=False)  # the texts alone: greedy skips the softmax
         results = self.translate_with_details(sentences, request, progress=progress, target_language=target_language)
         return [t.text for t in results]
 

@@ -241,5 +241,7 @@ class Translation(Task):
     def translate_ids(self, model, sources: list[list[int]]) -> list[list[int]]:
         """Greedy translations of tokenized sources, in input order (the same code as `vaswani translate`;
         in the precision of the trainer's autocast, which it runs under)."""
-        found = search_ids(model, sources, DecodeRequest.of(self.config.decode, beam_size=1, sampling=False))
+        found = search_ids(
+            model, sources, DecodeRequest.of(self.config.decode, scores=False, beam_size=1, sampling=False)
+        )
         return [hyps[0].tokens for hyps in found]
