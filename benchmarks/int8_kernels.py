@@ -3,14 +3,18 @@
 
 Products of an OPUS-MT-sized model (d_model 512, d_ff 2048, 58,101 words) at 32 rows (greedy, batch 32) and 128
 (beam 4): milliseconds per product, each candidate with its own activation quantization included, and its error
-against the float32 product (relative, Frobenius norm).
+against the float32 product (relative, Frobenius norm). The rows' magnitudes differ (log-normal, as a batch's
+sentences' do), which is where quantizing the activations per row or per tensor differs; "per row" are
+nn/int8.py's own layers (FbgemmWeight, OnednnWeight), the others written here.
 
     python benchmarks/int8_kernels.py
-    ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 python benchmarks/int8_kernels.py   # an AVX2-only CPU's kernels
+    python benchmarks/int8_kernels.py --quick          # float32 and the fbgemm and oneDNN products only
+    ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 FBGEMM_ENABLE_INSTRUCTIONS=AVX2 python benchmarks/int8_kernels.py
 """
 
 from __future__ import annotations
 
+import argparse
 import time
 import warnings
 
@@ -18,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from vaswani.machine import cpu_name
+from vaswani.nn.int8 import FbgemmWeight, OnednnWeight
 
 SHAPES = [(512, 2048), (2048, 512), (512, 1536), (512, 58101)]  # (in, out): d_ff, back, W^Q W^K W^V, the output
 
@@ -31,23 +36,20 @@ def timed(run, n: int = 20) -> float:
     return (time.perf_counter() - start) / n * 1e3
 
 
-def candidates(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> dict:
+def candidates(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, quick: bool = False) -> dict:
     scale = w.abs().amax(1) / 127
     wq = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8)
     runs = {"float32": lambda: F.linear(x, w, b)}
-
-    def int_mm():  # per-row activation scales, int8 x int8 -> int32 (torch._int_mm)
-        s = x.abs().amax(1, keepdim=True).clamp(min=1e-8) / 127
-        return torch._int_mm(torch.round(x / s).to(torch.int8), wq.t()) * s * scale + b
-
-    runs["torch._int_mm"] = int_mm
-    runs["aten._weight_int8pack_mm"] = lambda: torch.ops.aten._weight_int8pack_mm(x, wq, scale) + b
+    if not quick:
+        _slow_candidates(runs, x, w, b, scale, wq)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         zero = torch.zeros(w.size(0), dtype=torch.long)
         qw = torch.quantize_per_channel(w, scale.double(), zero, 0, torch.qint8)
     packed = torch.ops.quantized.linear_prepack(qw, b)
-    runs["fbgemm linear_dynamic (chosen)"] = lambda: torch.ops.quantized.linear_dynamic(x, packed, True)
+    runs["fbgemm linear_dynamic, per tensor"] = lambda: torch.ops.quantized.linear_dynamic(x, packed, True)
+    per_row = FbgemmWeight(w, b)
+    runs["fbgemm, per row (chosen)"] = lambda: per_row(x)
     onednn = torch.ops.onednn.qlinear_prepack(wq, list(x.shape))
 
     def onednn_qlinear():  # per-tensor asymmetric uint8 activations
@@ -59,7 +61,9 @@ def candidates(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> dict:
             xq, s, zp, onednn, scale, zero, b, 1.0, 0, torch.float32, "none", [], ""
         )  # fmt: skip
 
-    runs["onednn qlinear_pointwise"] = onednn_qlinear
+    runs["onednn qlinear_pointwise, per tensor"] = onednn_qlinear
+    onednn_per_row = OnednnWeight(w, b)
+    runs["onednn, per row"] = lambda: onednn_per_row(x)
     reference = F.linear(x, w, b)
     out = {}
     for name, run in runs.items():
@@ -71,15 +75,30 @@ def candidates(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> dict:
     return out
 
 
+def _slow_candidates(runs: dict, x, w, b, scale, wq) -> None:
+    """The kernels that run reference loops where the CPU lacks VNNI (10-25x float32 on an AVX2 CPU)."""
+
+    def int_mm():  # per-row activation scales, int8 x int8 -> int32 (torch._int_mm)
+        s = x.abs().amax(1, keepdim=True).clamp(min=1e-8) / 127
+        return torch._int_mm(torch.round(x / s).to(torch.int8), wq.t()) * s * scale + b
+
+    runs["torch._int_mm"] = int_mm
+    runs["aten._weight_int8pack_mm"] = lambda: torch.ops.aten._weight_int8pack_mm(x, wq, scale) + b
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="float32, fbgemm and oneDNN only")
+    args = parser.parse_args()
     torch.manual_seed(0)
     capability = torch.backends.cpu.get_cpu_capability()
     print(f"# {cpu_name()} ({capability}), torch {torch.__version__}, {torch.get_num_threads()} threads\n")
     rows = {}
     for m in (32, 128):
         for k, n in SHAPES:
-            x, w, b = torch.randn(m, k), torch.randn(n, k) * k**-0.5, torch.randn(n) * 0.1
-            rows[(m, k, n)] = candidates(x, w, b)
+            x = torch.randn(m, k) * torch.exp(0.5 * torch.randn(m, 1))  # rows of different magnitudes
+            w, b = torch.randn(n, k) * k**-0.5, torch.randn(n) * 0.1
+            rows[(m, k, n)] = candidates(x, w, b, args.quick)
     names = list(next(iter(rows.values())))
     print("| rows x in -> out | " + " | ".join(names) + " |")
     print("|---|" + "---|" * len(names))

@@ -2,8 +2,12 @@
 weights and one scale per output row, made once when the model is loaded.
 
 The products run through fbgemm's dynamically quantized linear kernel, which torch maintains for x86 CPUs
-(`torch.ops.quantized.linear_dynamic`): the activations are quantized per call (per tensor, 7 bits, as fbgemm needs
-on CPUs without VNNI), multiplied with the int8 weights into int32, and scaled back to float32. Side by side with
+(`torch.ops.quantized.linear_dynamic`): the activations are quantized per call (7 bits, as fbgemm needs on CPUs
+without VNNI), multiplied with the int8 weights into int32, and scaled back to float32. The activations are
+quantized per row, as CTranslate2 quantizes them, so that a sentence's output never depends on the sentences
+batched with it: each row is divided by its largest magnitude, and one row more (+1 and -1, its product dropped)
+fixes every call's range to [-1, 1], so fbgemm's one scale per call is the same for every row of every call; the
+output is multiplied back by each row's magnitude (`FbgemmWeight`). Side by side with
 the other kernels torch has for int8 on a CPU (benchmarks/int8_kernels.py, docs/benchmarks.md "int8 on the CPU"),
 it is the one faster than float32: at a decoding step's sizes a 58k-word output projection reads a quarter of the
 bytes. Where oneDNN runs int8 on AMX tiles (Intel Xeons since Sapphire Rapids), the output projection runs through
@@ -81,7 +85,7 @@ class Int8Linear(nn.Module):
         super().__init__()
         self.out_features, self.in_features = weight.shape
         self._parts = {(a, b): Int8Linear(weight[a:b], None if bias is None else bias[a:b]) for a, b in parts}
-        pack = OnednnWeight if kernel == "onednn" else _pack
+        pack = OnednnWeight if kernel == "onednn" else FbgemmWeight
         self._packed = None if covers(parts, self.out_features) else pack(weight, bias)
 
     @classmethod
@@ -96,21 +100,59 @@ class Int8Linear(nn.Module):
         if self._packed is None:  # used in parts: the whole is theirs side by side
             return torch.cat([part(x) for part in self._parts.values()], dim=-1)
         flat = x.reshape(-1, self.in_features).float()
-        if isinstance(self._packed, OnednnWeight):
-            y = self._packed(flat)
-        else:
-            y = torch.ops.quantized.linear_dynamic(flat, self._packed, True)
-        return y.view(*x.shape[:-1], self.out_features)
+        if flat.size(0) == 0:
+            return x.new_zeros(*x.shape[:-1], self.out_features, dtype=torch.float32)
+        return self._packed(flat).view(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8 per-channel"
 
 
+def row_magnitudes(x: Tensor) -> Tensor:
+    """Each row's largest magnitude (a tiny number for a row of zeros), what its int8 activations are scaled by.
+    Shape: (rows, in) -> (rows, 1)"""
+    return x.abs().amax(dim=1, keepdim=True).clamp_(min=1e-30)
+
+
+def row_scaled(y: Tensor, magnitudes: Tensor, bias: Tensor | None) -> Tensor:
+    """The product of the rows divided by their magnitudes, scaled back, plus the bias, in place.
+    Shape: (rows, out), (rows, 1), (out,) -> (rows, out)"""
+    return y.mul_(magnitudes) if bias is None else torch.addcmul(bias, y, magnitudes, out=y)
+
+
+class FbgemmWeight:
+    """int8 weights for fbgemm's dynamically quantized product (per-channel symmetric int8), whose activations it
+    quantizes with one scale per call, over the call's range of values. Each call's rows, divided by their largest
+    magnitude, are multiplied with one row more, +1 and -1 then zeros (`_PINS`), whose product is dropped: every
+    call's range is then [-1, 1] and its scale the same whatever the batch, which is quantizing each row on its
+    own. Shape: (rows, in_features) -> (rows, out_features)"""
+
+    def __init__(self, weight: Tensor, bias: Tensor | None) -> None:
+        weight = weight.detach().float().cpu()
+        scales = row_scales(weight).double()
+        zero = torch.zeros(weight.size(0), dtype=torch.long)
+        with warnings.catch_warnings():  # the quantized tensor type is deprecated; fbgemm's prepacking still takes it
+            warnings.simplefilter("ignore", UserWarning)
+            quantized = torch.quantize_per_channel(weight, scales, zero, axis=0, dtype=torch.qint8)
+        self.weight = torch.ops.quantized.linear_prepack(quantized, None)
+        self.bias = None if bias is None else bias.detach().float().cpu().contiguous()
+        self.pins = torch.zeros(1, weight.size(1))
+        self.pins[0, :2] = torch.tensor([1.0, -1.0])
+
+    def __call__(self, x: Tensor) -> Tensor:
+        rows, magnitudes = x.size(0), row_magnitudes(x)
+        pinned = x.new_empty(rows + 1, x.size(1))
+        torch.div(x, magnitudes, out=pinned[:rows])
+        pinned[rows:] = self.pins
+        y = torch.ops.quantized.linear_dynamic(pinned, self.weight, True)  # 7 bits: no 16-bit overflow without VNNI
+        return row_scaled(y[:rows], magnitudes, self.bias)
+
+
 class OnednnWeight:
     """int8 weights for oneDNN's quantized product (torch.ops.onednn: torch's x86 int8 path, the one its compiled
     code uses), which runs on AMX tiles where the CPU has them: per-channel symmetric int8 weights as fbgemm's, the
-    activations quantized per call, per tensor, to uint8 with a zero point (fbgemm's 7 bits use half the range).
-    Shape: (rows, in_features) -> (rows, out_features)"""
+    activations quantized per row to uint8 around 128 (each row divided by its largest magnitude: one scale, 1/127,
+    for every row of every call). Shape: (rows, in_features) -> (rows, out_features)"""
 
     def __init__(self, weight: Tensor, bias: Tensor | None) -> None:
         weight = weight.detach().float().cpu()
@@ -128,14 +170,12 @@ class OnednnWeight:
 def _onednn_int8_linear(x: Tensor, weight: Tensor, scales: Tensor, zeros: Tensor, bias: Tensor | None) -> Tensor:
     if x.numel() == 0:
         return x.new_zeros(x.size(0), zeros.size(0))
-    low, high = (float(v) for v in torch.aminmax(x))
-    low, high = min(low, 0.0), max(high, 0.0)  # zero exactly representable
-    scale = max((high - low) / 255.0, 1e-12)
-    zero = round(-low / scale)
-    quantized = torch.clamp(torch.round(x * (1.0 / scale)) + zero, 0, 255).to(torch.uint8)
-    return torch.ops.onednn.qlinear_pointwise(
-        quantized, scale, zero, weight, scales, zeros, bias, 1.0, 0, torch.float32, "none", [], ""
+    magnitudes = row_magnitudes(x)
+    quantized = torch.round(x * (127.0 / magnitudes)).add_(128).to(torch.uint8)  # 1..255
+    y = torch.ops.onednn.qlinear_pointwise(
+        quantized, 1.0 / 127.0, 128, weight, scales, zeros, None, 1.0, 0, torch.float32, "none", [], ""
     )  # fmt: skip
+    return row_scaled(y, magnitudes, bias)
 
 
 @torch.library.custom_op("vaswani::onednn_int8_linear", mutates_args=())
@@ -153,16 +193,6 @@ def _(x: Tensor, weight: Tensor, scales: Tensor, zeros: Tensor, bias: Tensor | N
 def row_scales(weight: Tensor) -> Tensor:
     """Each output row's symmetric int8 scale (its largest magnitude is 127), for either kernel. (out, in) -> (out,)"""
     return (weight.abs().amax(dim=1) / 127.0).clamp(min=1e-12)
-
-
-def _pack(weight: Tensor, bias: Tensor | None):
-    weight = weight.detach().float().cpu()
-    scales = row_scales(weight).double()
-    zero = torch.zeros(weight.size(0), dtype=torch.long)
-    with warnings.catch_warnings():  # the quantized tensor type is deprecated; fbgemm's prepacking still takes it
-        warnings.simplefilter("ignore", UserWarning)
-        quantized = torch.quantize_per_channel(weight, scales, zero, axis=0, dtype=torch.qint8)
-    return torch.ops.quantized.linear_prepack(quantized, None if bias is None else bias.detach().float().cpu())
 
 
 def quantize_int8(model: nn.Module, whole_output: bool = True) -> nn.Module:
