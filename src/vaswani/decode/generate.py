@@ -98,6 +98,7 @@ class Generator:
         src = torch.tensor([prompt], dtype=torch.long, device=self.device)
         sampling = {} if greedy_search else dict(sampling=True, temperature=temperature, top_k=top_k, top_p=top_p)
         request = DecodeRequest.of(
+            scores=False,  # the tokens alone: greedy search skips the softmax over the vocabulary
             beam_size=1,
             max_len_a=0.0,
             max_len_b=max_new_tokens,
