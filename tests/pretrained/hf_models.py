@@ -49,6 +49,9 @@ def _marian_vocab(
     return {piece: i for i, piece in enumerate(pieces)}
 
 
+_TRAINED: dict[tuple, dict] = {}  # save_marian's trained weights, per training: layouts of one model train it once
+
+
 def save_marian(
     out: Path,
     separate: bool = False,
@@ -116,7 +119,12 @@ def save_marian(
         source_lang="de",
         target_lang="en",
     )
-    _train(model, tokenizer, src_lines, tgt_lines, steps)
+    key = (separate, steps, d_model, pairs, tie_output)  # what training depends on (the layout and settings do not)
+    if key not in _TRAINED:
+        _train(model, tokenizer, src_lines, tgt_lines, steps)
+        _TRAINED[key] = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    model.load_state_dict(_TRAINED[key])
+    model.eval()
     settings = {"forced_eos_token_id": 0, "bad_words_ids": [[tgt_vocab["<pad>"]]], "num_beams": num_beams,
                 "max_length": 64, **(generation or {})}  # fmt: skip
     model.generation_config = transformers.GenerationConfig(
