@@ -10,10 +10,12 @@ fixes every call's range to [-1, 1], so fbgemm's one scale per call is the same 
 output is multiplied back by each row's magnitude (`FbgemmWeight`). Side by side with
 the other kernels torch has for int8 on a CPU (benchmarks/int8_kernels.py, docs/benchmarks.md "int8 on the CPU"),
 it is the one faster than float32: at a decoding step's sizes a 58k-word output projection reads a quarter of the
-bytes. Where oneDNN runs int8 on AMX tiles (Intel Xeons since Sapphire Rapids), the output projection runs through
-oneDNN's quantized product instead (`OnednnWeight`): 3.3x fbgemm's at 128 rows x 58,101 words, and beam 4 1.22x
-faster in all (docs/benchmarks.md, "int8 on AMX"); elsewhere fbgemm's is as fast or faster. The choice follows the
-CPU (`output_kernel`), never a timing, so the same command gives the same output on a machine under any load.
+bytes. Where oneDNN runs int8 on AMX tiles (Intel Xeons since Sapphire Rapids), every layer runs through oneDNN's
+quantized product instead (`OnednnWeight`, 8-bit activations per row): the output projection 3.3x fbgemm's at 128
+rows x 58,101 words, beam 4 1.22x faster in all (docs/benchmarks.md, "int8 on AMX"), the other layers 1.10x more
+(beam 4; "int8 activations quantized per row"); elsewhere fbgemm's is as fast or faster. The choice follows the
+CPU (`output_kernel`, `layer_kernel`), never a timing, so the same command gives the same output on a machine under
+any load.
 Layer norms, softmax, attention over the cache and the embeddings stay float32.
 """
 
@@ -29,6 +31,7 @@ from vaswani.nn.packed import Parts, covers, replace_linears
 
 KERNEL = "fbgemm's dynamic int8 linear (per-channel weights)"
 OUTPUT_KERNEL: str | None = None  # the output projection's kernel, "fbgemm" or "onednn"; None: output_kernel() picks
+LAYER_KERNEL: str | None = None  # the other layers' kernel; None: layer_kernel() picks
 
 
 def int8_available() -> str | None:
@@ -51,6 +54,18 @@ def output_kernel() -> str:
     return "onednn" if _amx() and hasattr(torch.ops.onednn, "qlinear_pointwise") else "fbgemm"
 
 
+def layer_kernel() -> str:
+    """The other linear layers' int8 kernel (LAYER_KERNEL, else as output_kernel picks)."""
+    if LAYER_KERNEL is not None:
+        return LAYER_KERNEL
+    return "onednn" if _amx() and hasattr(torch.ops.onednn, "qlinear_pointwise") else "fbgemm"
+
+
+def layer(weight: Tensor, bias: Tensor | None, parts: Parts = ()) -> Int8Linear:
+    """A linear layer (its parts too), through `layer_kernel()`'s kernel."""
+    return Int8Linear(weight, bias, parts, kernel=layer_kernel())
+
+
 def output_layer(weight: Tensor, bias: Tensor | None, parts: Parts = ()) -> Int8Linear:
     """A model's output projection (or a shortlist's rows of it), through `output_kernel()`'s kernel."""
     return Int8Linear(weight, bias, parts, kernel=output_kernel())
@@ -58,9 +73,13 @@ def output_layer(weight: Tensor, bias: Tensor | None, parts: Parts = ()) -> Int8
 
 def kernels() -> str:
     """The int8 kernels, in words (for the log)."""
-    if output_kernel() == "onednn":
-        return f"{KERNEL}; the output projection through oneDNN's quantized product on AMX"
-    return KERNEL
+    onednn = "oneDNN's quantized product on AMX (per-channel weights)"
+    layers, output = layer_kernel(), output_kernel()
+    if layers == output:
+        return onednn if layers == "onednn" else KERNEL
+    if output == "onednn":
+        return f"{KERNEL}; the output projection through {onednn}"
+    return f"{onednn}; the output projection through {KERNEL}"
 
 
 def _amx() -> bool:
@@ -84,7 +103,9 @@ class Int8Linear(nn.Module):
     def __init__(self, weight: Tensor, bias: Tensor | None, parts: Parts = (), kernel: str = "fbgemm") -> None:
         super().__init__()
         self.out_features, self.in_features = weight.shape
-        self._parts = {(a, b): Int8Linear(weight[a:b], None if bias is None else bias[a:b]) for a, b in parts}
+        self._parts = {
+            (a, b): Int8Linear(weight[a:b], None if bias is None else bias[a:b], kernel=kernel) for a, b in parts
+        }
         pack = OnednnWeight if kernel == "onednn" else FbgemmWeight
         self._packed = None if covers(parts, self.out_features) else pack(weight, bias)
 
@@ -205,4 +226,4 @@ def quantize_int8(model: nn.Module, whole_output: bool = True) -> nn.Module:
     why = int8_available()
     if why is not None:
         raise ValueError(f"--precision int8 cannot run here: {why}; use --precision fp32")
-    return replace_linears(model, Int8Linear, whole_output, output=output_layer)
+    return replace_linears(model, layer, whole_output, output=output_layer)
