@@ -51,7 +51,7 @@ def test_the_onednn_int8_product_is_the_float_product_within_quantization_error(
     with torch.no_grad():
         for x in (torch.randn(5, 7, 256), torch.randn(1, 256) + 3, -torch.rand(4, 256)):  # zero inside, or not
             assert q(x).shape == (*x.shape[:-1], 300)
-            if int8._amx():
+            if int8._onednn_exact():
                 assert relative_error(q(x), linear(x)) < 0.02
             assert not torch.allclose(q(x), linear(x), atol=1e-6)
         assert q(torch.randn(0, 256)).shape == (0, 300)
@@ -81,7 +81,7 @@ def test_each_row_is_quantized_on_its_own_whatever_it_is_batched_with(kernel):
             beside_a_large_row = q(torch.stack([x[i], 1000 * x[0]]))
             assert torch.equal(beside_a_large_row[0], together[i]), i
         assert torch.equal(together[2], linear.bias)  # a row of zeros: the bias alone
-        if kernel == "fbgemm" or int8._amx():  # oneDNN's 8 bits saturate without AMX or VNNI (above)
+        if kernel == "fbgemm" or int8._onednn_exact():  # oneDNN's 8 bits saturate without AMX or VNNI (above)
             small = linear.weight @ x[1]
             assert relative_error(together[1] - linear.bias, small) < 0.03
 
@@ -91,24 +91,46 @@ def close(a: torch.Tensor, b: torch.Tensor) -> bool:
     return torch.allclose(a, b, rtol=1e-6, atol=1e-6 * float(b.abs().max()))
 
 
-def test_the_kernels_follow_the_cpu_and_its_limits(monkeypatch):
+@pytest.mark.parametrize(
+    ("flags", "limit", "kernel"),
+    [
+        ({"avx512_vnni": True, "avx_vnni": True}, None, "onednn"),  # a Xeon since Cascade Lake, AMD Zen 4
+        ({"avx512_vnni": True}, "AVX512_CORE_VNNI", "onednn"),
+        ({"avx512_vnni": True}, "AVX512_CORE_BF16", "onednn"),
+        ({"avx512_vnni": True}, "AVX512_CORE", "fbgemm"),  # oneDNN kept below VNNI: its sums would saturate
+        ({"avx512_vnni": True}, "AVX2", "fbgemm"),  # CI's AVX2 run
+        ({"avx512_vnni": True}, "AVX2_VNNI", "fbgemm"),  # no AVX-VNNI on this CPU
+        ({"avx_vnni": True}, None, "onednn"),  # an Intel client CPU since Alder Lake
+        ({"avx_vnni": True}, "AVX2_VNNI", "onednn"),
+        ({}, None, "fbgemm"),  # AVX2 alone (AMD Zen 2 and 3, Intel before Cascade Lake)
+    ],
+)
+def test_the_kernels_follow_the_cpu_and_its_limits(monkeypatch, flags, limit, kernel):
+    monkeypatch.setattr(int8, "_amx", lambda: False)
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: flags)
+    if limit is None:
+        monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    else:
+        monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", limit)
+    expected = kernel if ONEDNN else "fbgemm"
+    assert output_kernel() == layer_kernel() == expected
+    assert ("oneDNN" in int8.kernels()) == (expected == "onednn")
+    monkeypatch.setattr(int8, "_amx", lambda: True)  # AMX tiles: oneDNN wherever it can
+    assert output_kernel() == layer_kernel() == ("onednn" if ONEDNN else "fbgemm")
     monkeypatch.setattr(int8, "OUTPUT_KERNEL", "fbgemm")
     monkeypatch.setattr(int8, "LAYER_KERNEL", "fbgemm")
-    assert output_kernel() == layer_kernel() == "fbgemm"
-    monkeypatch.setattr(int8, "OUTPUT_KERNEL", None)
-    monkeypatch.setattr(int8, "LAYER_KERNEL", None)
-    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_VNNI")  # AMX kept from oneDNN: fbgemm is as fast
-    assert output_kernel() == layer_kernel() == "fbgemm"
-    assert int8.kernels() == int8.KERNEL
-    monkeypatch.setattr(int8, "_amx", lambda: True)
-    assert output_kernel() == layer_kernel() == ("onednn" if ONEDNN else "fbgemm")
-    if ONEDNN:
-        assert "oneDNN" in int8.kernels() and "fbgemm" not in int8.kernels()
-        model = quantize_int8(Transformer(tiny_config()).eval())
-        layers = [m for m in model.modules() if isinstance(m, Int8Linear)]
-        assert layers and all(isinstance(m._packed, OnednnWeight) or m._packed is None for m in layers)
-        parts = [p for m in layers for p in m._parts.values()]
-        assert parts and all(isinstance(p._packed, OnednnWeight) for p in parts)  # encoder-decoder W^Q, W^K W^V
+    assert output_kernel() == layer_kernel() == "fbgemm" and int8.kernels() == int8.KERNEL
+
+
+@pytest.mark.skipif(not ONEDNN, reason="this torch has no oneDNN int8 product")
+def test_where_onednn_is_chosen_every_layer_and_part_is_onednn_s(monkeypatch):
+    monkeypatch.setattr(int8, "_onednn_exact", lambda: True)
+    assert "fbgemm" not in int8.kernels()
+    model = quantize_int8(Transformer(tiny_config()).eval())
+    layers = [m for m in model.modules() if isinstance(m, Int8Linear)]
+    assert layers and all(isinstance(m._packed, OnednnWeight) or m._packed is None for m in layers)
+    parts = [p for m in layers for p in m._parts.values()]
+    assert parts and all(isinstance(p._packed, OnednnWeight) for p in parts)  # encoder-decoder W^Q, W^K W^V
 
 
 @pytest.mark.parametrize("kernel", ["fbgemm", "onednn"])
@@ -125,7 +147,7 @@ def test_an_int8_model_keeps_its_interface_and_its_translations_close(monkeypatc
     assert isinstance(q.output_projection._packed, OnednnWeight) == (kernel == "onednn")
     assert isinstance(q.encoder.layers[0].feed_forward.linear1._packed, OnednnWeight) == (kernel == "onednn")
     src = random_ids([9, 4, 12, 7], vocab=200)
-    exact_enough = kernel == "fbgemm" or int8._amx()  # oneDNN's 8 bits saturate without AMX or VNNI (above)
+    exact_enough = kernel == "fbgemm" or int8._onednn_exact()  # oneDNN's 8 bits saturate without AMX or VNNI (above)
     with torch.inference_mode():
         if not exact_enough:  # every layer's 16-bit sums saturate: it runs, nothing more (never chosen there)
             assert q(src, src).shape == model(src, src).shape

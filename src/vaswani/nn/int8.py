@@ -10,12 +10,13 @@ fixes every call's range to [-1, 1], so fbgemm's one scale per call is the same 
 output is multiplied back by each row's magnitude (`FbgemmWeight`). Side by side with
 the other kernels torch has for int8 on a CPU (benchmarks/int8_kernels.py, docs/benchmarks.md "int8 on the CPU"),
 it is the one faster than float32: at a decoding step's sizes a 58k-word output projection reads a quarter of the
-bytes. Where oneDNN runs int8 on AMX tiles (Intel Xeons since Sapphire Rapids), every layer runs through oneDNN's
-quantized product instead (`OnednnWeight`, 8-bit activations per row): the output projection 3.3x fbgemm's at 128
-rows x 58,101 words, beam 4 1.22x faster in all (docs/benchmarks.md, "int8 on AMX"), the other layers 1.10x more
-(beam 4; "int8 activations quantized per row"); elsewhere fbgemm's is as fast or faster. The choice follows the
-CPU (`output_kernel`, `layer_kernel`), never a timing, so the same command gives the same output on a machine under
-any load.
+bytes. Where oneDNN multiplies int8 with 32-bit sums (AMX tiles, as on Intel Xeons since Sapphire Rapids, or VNNI
+instructions, as on AMD Zen 4 and Intel CPUs since Cascade Lake and Alder Lake), every layer runs through oneDNN's
+quantized product instead (`OnednnWeight`, 8-bit activations per row): on AMX the output projection 3.3x fbgemm's
+at 128 rows x 58,101 words, beam 4 1.22x faster in all (docs/benchmarks.md, "int8 on AMX"), the other layers 1.10x
+more ("int8 activations quantized per row"), and faster than fbgemm with VNNI alone too. On a CPU with AVX2 alone
+fbgemm's is faster and oneDNN's 8-bit sums would saturate. The choice follows the CPU (`output_kernel`,
+`layer_kernel`), never a timing, so the same command gives the same output on a machine under any load.
 Layer norms, softmax, attention over the cache and the embeddings stay float32.
 """
 
@@ -47,18 +48,22 @@ def _engines() -> list[str]:
 
 
 def output_kernel() -> str:
-    """The output projection's int8 kernel here: "onednn" where oneDNN may run int8 on AMX tiles (the CPU has them,
-    the kernel lets this process use them, ONEDNN_MAX_CPU_ISA does not stop short of them), else "fbgemm"."""
+    """The output projection's int8 kernel here: "onednn" where oneDNN may multiply int8 with 32-bit sums (AMX tiles
+    or VNNI instructions: `_onednn_exact`), else "fbgemm"."""
     if OUTPUT_KERNEL is not None:
         return OUTPUT_KERNEL
-    return "onednn" if _amx() and hasattr(torch.ops.onednn, "qlinear_pointwise") else "fbgemm"
+    return _by_cpu()
 
 
 def layer_kernel() -> str:
     """The other linear layers' int8 kernel (LAYER_KERNEL, else as output_kernel picks)."""
     if LAYER_KERNEL is not None:
         return LAYER_KERNEL
-    return "onednn" if _amx() and hasattr(torch.ops.onednn, "qlinear_pointwise") else "fbgemm"
+    return _by_cpu()
+
+
+def _by_cpu() -> str:
+    return "onednn" if _onednn_exact() and hasattr(torch.ops.onednn, "qlinear_pointwise") else "fbgemm"
 
 
 def layer(weight: Tensor, bias: Tensor | None, parts: Parts = ()) -> Int8Linear:
@@ -80,6 +85,22 @@ def kernels() -> str:
     if output == "onednn":
         return f"{KERNEL}; the output projection through {onednn}"
     return f"{onednn}; the output projection through {KERNEL}"
+
+
+def _onednn_exact() -> bool:
+    """Whether oneDNN may multiply int8 with 32-bit sums in this process: on AMX tiles, or with VNNI instructions
+    (AVX-512 VNNI, or AVX-VNNI on CPUs without AVX-512) that the CPU has and ONEDNN_MAX_CPU_ISA does not stop short
+    of. Without them its 8-bit activations saturate 16-bit sums (fbgemm's 7 bits do not)."""
+    if _amx():
+        return True
+    capabilities = torch.cpu.get_capabilities() if hasattr(torch.cpu, "get_capabilities") else {}
+    avx512_vnni, avx_vnni = capabilities.get("avx512_vnni", False), capabilities.get("avx_vnni", False)
+    limit = os.environ.get("ONEDNN_MAX_CPU_ISA", "ALL").upper()
+    if limit in ("ALL", "DEFAULT") or limit.startswith("AVX10"):
+        return bool(avx512_vnni or avx_vnni)
+    if limit.startswith("AVX512"):  # AVX512_CORE_VNNI and every level above it hold VNNI; AVX512_CORE does not
+        return bool(avx512_vnni) and any(word in limit for word in ("VNNI", "BF16", "FP16", "AMX"))
+    return limit.startswith("AVX2_VNNI") and bool(avx_vnni)
 
 
 def _amx() -> bool:
