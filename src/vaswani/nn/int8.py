@@ -78,7 +78,7 @@ def output_layer(weight: Tensor, bias: Tensor | None, parts: Parts = ()) -> Int8
 
 def kernels() -> str:
     """The int8 kernels, in words (for the log)."""
-    onednn = "oneDNN's quantized product on AMX (per-channel weights)"
+    onednn = "oneDNN's quantized product (per-channel weights, 8-bit activations per row)"
     layers, output = layer_kernel(), output_kernel()
     if layers == output:
         return onednn if layers == "onednn" else KERNEL
@@ -165,7 +165,7 @@ def row_scaled(y: Tensor, magnitudes: Tensor, bias: Tensor | None) -> Tensor:
 class FbgemmWeight:
     """int8 weights for fbgemm's dynamically quantized product (per-channel symmetric int8), whose activations it
     quantizes with one scale per call, over the call's range of values. Each call's rows, divided by their largest
-    magnitude, are multiplied with one row more, +1 and -1 then zeros (`_PINS`), whose product is dropped: every
+    magnitude, are multiplied with one row more, +1 and -1 then zeros (`pins`), whose product is dropped: every
     call's range is then [-1, 1] and its scale the same whatever the batch, which is quantizing each row on its
     own. Shape: (rows, in_features) -> (rows, out_features)"""
 
@@ -192,9 +192,9 @@ class FbgemmWeight:
 
 class OnednnWeight:
     """int8 weights for oneDNN's quantized product (torch.ops.onednn: torch's x86 int8 path, the one its compiled
-    code uses), which runs on AMX tiles where the CPU has them: per-channel symmetric int8 weights as fbgemm's, the
-    activations quantized per row to uint8 around 128 (each row divided by its largest magnitude: one scale, 1/127,
-    for every row of every call). Shape: (rows, in_features) -> (rows, out_features)"""
+    code uses), which runs on AMX tiles or with VNNI where the CPU has them: per-channel symmetric int8 weights as
+    fbgemm's, the activations quantized per row to uint8 around 128 (each row divided by its largest magnitude: one
+    scale, 1/127, for every row of every call). Shape: (rows, in_features) -> (rows, out_features)"""
 
     def __init__(self, weight: Tensor, bias: Tensor | None) -> None:
         weight = weight.detach().float().cpu()
