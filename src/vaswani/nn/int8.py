@@ -30,7 +30,7 @@ from torch import Tensor, nn
 
 from vaswani.nn.packed import Parts, covers, replace_linears
 
-KERNEL = "fbgemm's dynamic int8 linear (per-channel weights)"
+KERNEL = "fbgemm's dynamic int8 linear (per-channel weights, 7-bit activations per row)"
 OUTPUT_KERNEL: str | None = None  # the output projection's kernel, "fbgemm" or "onednn"; None: output_kernel() picks
 LAYER_KERNEL: str | None = None  # the other layers' kernel; None: layer_kernel() picks
 
