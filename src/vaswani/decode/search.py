@@ -144,15 +144,14 @@ class Steps:
         if repetition is not None:
             repetition.penalize(logits, histories)
         banned = self.banned_ids(ban_eos, logits.device)
-        if not normalize:
+        if normalize:
+            scores = banned_log_probs(logits, banned, self.ban_after_softmax)
+        else:  # banned before or after a softmax: the same best word
             logits[..., banned] = float("-inf")
-            if repetition is not None:
-                repetition.ban(logits, histories)
-            return logits
-        log_probs = banned_log_probs(logits, banned, self.ban_after_softmax)
+            scores = logits
         if repetition is not None:
-            repetition.ban(log_probs, histories)
-        return log_probs
+            repetition.ban(scores, histories)
+        return scores
 
     def banned_ids(self, ban_eos: bool, device: torch.device) -> Tensor:
         """The words a step bans (PAD and BOS; EOS too where asked), on `device` once, not copied there at every

@@ -142,7 +142,7 @@ class Int8Linear(nn.Module):
         if self._packed is None:  # used in parts: the whole is theirs side by side
             return torch.cat([part(x) for part in self._parts.values()], dim=-1)
         flat = x.reshape(-1, self.in_features).float()
-        if flat.size(0) == 0:
+        if flat.size(0) == 0:  # no rows: no kernel called (fbgemm's and oneDNN's want some)
             return x.new_zeros(*x.shape[:-1], self.out_features, dtype=torch.float32)
         return self._packed(flat).view(*x.shape[:-1], self.out_features)
 
@@ -210,8 +210,6 @@ class OnednnWeight:
 
 
 def _onednn_int8_linear(x: Tensor, weight: Tensor, scales: Tensor, zeros: Tensor, bias: Tensor | None) -> Tensor:
-    if x.numel() == 0:
-        return x.new_zeros(x.size(0), zeros.size(0))
     magnitudes = row_magnitudes(x)
     quantized = torch.round(x * (127.0 / magnitudes)).add_(128).to(torch.uint8)  # 1..255
     y = torch.ops.onednn.qlinear_pointwise(
