@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from tests.conftest import random_ids
-from tests.decode.models import random_model
-from vaswani.decode.constrained import advance, constrained_beam_search
+from tests.decode.models import constrained_beam_search, random_model
 from vaswani.decode.glossary import Glossary, GlossaryError, missing
 from vaswani.decode.request import DecodeRequest
 from vaswani.decode.search import search_ids
+from vaswani.decode.terms import advance
 
 
 def _holds(tokens: list[int], term: list[int]) -> int:

@@ -8,7 +8,8 @@ import torch.nn.functional as F
 from tests.conftest import random_ids, tiny_config
 from tests.decode.models import random_model
 from vaswani import Transformer
-from vaswani.decode import search
+from vaswani.decode import search, steps
+from vaswani.decode.hypothesis import Finished
 from vaswani.decode.request import DecodeRequest
 from vaswani.decode.search import beam_search, greedy, length_penalty, sample
 
@@ -135,7 +136,7 @@ def test_the_stopping_rule_ends_a_sentence_only_when_going_on_could_not_change_i
     exact, exact_scores, exact_work = run()
     _, early_scores, early_work = run(early_stopping=True)
     with monkeypatch.context() as m:
-        m.setattr(search, "_cannot_improve", lambda *args: False)
+        m.setattr(Finished, "cannot_improve", lambda *args: False)
         to_the_limit, limit_scores, limit_work = run()
     assert exact == to_the_limit
     for a, b in zip(exact_scores, limit_scores, strict=True):
@@ -264,7 +265,7 @@ def test_greedy_without_scores_picks_the_same_words_without_the_softmax(model, m
     def no_softmax(*args, **kwargs):
         raise AssertionError("the log-softmax ran, though no score was asked for")
 
-    monkeypatch.setattr(search, "banned_log_probs", no_softmax)
+    monkeypatch.setattr(steps, "banned_log_probs", no_softmax)
     bare = greedy(model, src, request.replace(scores=False))
     assert [h.tokens for h in bare] == [h.tokens for h in scored]
     assert all(math.isnan(h.log_prob) and math.isnan(h.score) and h.confidence is None for h in bare)

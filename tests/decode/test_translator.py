@@ -48,7 +48,7 @@ def test_translations_keep_input_order_and_do_not_depend_on_the_batch(model_dir)
 
 
 def test_texts_alone_skip_the_greedy_softmax_and_details_keep_the_scores(model_dir, monkeypatch):
-    from vaswani.decode import search
+    from vaswani.decode import search, steps
 
     translator = Translator.load(model_dir)
     details = translator.translate_with_details(SENTENCES, beam_size=1)
@@ -62,7 +62,7 @@ def test_texts_alone_skip_the_greedy_softmax_and_details_keep_the_scores(model_d
         softmaxes.append(1)
         return counted(*args, **kwargs)
 
-    monkeypatch.setattr(search, "banned_log_probs", counting)
+    monkeypatch.setattr(steps, "banned_log_probs", counting)
     assert translator.translate(SENTENCES, beam_size=1) == [r.text for r in details]
     assert not softmaxes  # the texts alone: no softmax over the vocabulary
     bare = translator.translate_with_details(SENTENCES, translator.request(beam_size=1).replace(scores=False))

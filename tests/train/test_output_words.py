@@ -11,12 +11,12 @@ import torch
 import torch.nn.functional as F
 
 from tests.conftest import MULTI30K, random_ids, tiny_config
+from tests.decode.models import constrained_beam_search
 from tests.train.toy import quiet
 from vaswani import Transformer
 from vaswani.config import Config, ConfigError
 from vaswani.data import store
 from vaswani.decode import search
-from vaswani.decode.constrained import constrained_beam_search
 from vaswani.decode.request import DecodeRequest
 from vaswani.model_dir import WEIGHTS, load_model, load_weights
 from vaswani.nn.int8 import int8_available, quantize_int8

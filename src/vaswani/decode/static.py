@@ -1,7 +1,7 @@
 """decode.static_cache: the decoder's step on keys/values in buffers allocated once, and on a GPU replayed as CUDA
 graphs.
 
-A search step of the dynamic cache (search.EncoderDecoderSteps) launches some two hundred small kernels, and each
+A search step of the dynamic cache (steps.EncoderDecoderSteps) launches some two hundred small kernels, and each
 step the cache grows by a concatenation. Here every buffer is allocated once per engine (`StaticKVCache`: as many
 rows as the engine serves, the longest output and source seen, rounded up), a step writes its keys/values in
 place at a position held on the device, and attention reads the leading part of the buffers through a mask. So a
@@ -12,8 +12,8 @@ On a CPU the same step runs eagerly (what tests compare with the dynamic cache: 
 
 A beam search's step is one graph too (`continuations`, `fused`): the rows kept by the last step reordered in the
 buffers, the decoder's step, the log-softmax with its banned words, and each sentence's best continuations
-(search.packed_continuations), so that a step is a graph replay, three small copies in and one out, instead of some
-seventy launches and four synchronisations around the graph.
+(continuations.packed_continuations), so that a step is a graph replay, three small copies in and one out,
+instead of some seventy launches and four synchronisations around the graph.
 """
 
 from __future__ import annotations
@@ -22,13 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from vaswani.decode.search import (
-    EncoderDecoderSteps,
-    Steps,
-    additive_mask,
-    packed_continuations,
-    unpacked_continuations,
-)
+from vaswani.decode.continuations import packed_continuations, unpacked_continuations
+from vaswani.decode.steps import EncoderDecoderSteps, Steps, additive_mask
 from vaswani.nn.cache import StaticKVCache
 
 ROUND_POSITIONS = 32  # self-attention and source lengths are rounded up to a multiple of this
@@ -196,15 +191,15 @@ class StaticDecoding:
         after_softmax: bool,
         eos: int | None = None,
     ) -> Tensor:
-        """One beam step of n sentences' `width` hypotheses, as search.Steps.best_continuations computes it, on this
+        """One beam step of n sentences' `width` hypotheses, as steps.Steps.best_continuations computes it, on this
         step: first the rows reordered, then the step at `position`, its log-probabilities with the `banned` words
         at -inf (before the softmax, or after it), and each sentence's m best continuations; on a GPU one graph.
         `inputs`: the tokens, summed log-probabilities and reordering (row i takes row rows[i]; None: as they are),
         or None where the last step left them in the buffers (`eos`). With `eos`, the step also leaves there the
         next step's inputs for all n sentences: the first `width` continuations that do not end in EOS, as
-        search.beam_search keeps them, so that the next step can run before the host has read this one (chained).
+        beam.beam_search keeps them, so that the next step can run before the host has read this one (chained).
         Shape: tokens (n*width,), scores (n, width), banned (V,) bool -> (n, 3m') on the device
-        (search.packed_continuations)"""
+        (continuations.packed_continuations)"""
         cache, rows_n = self.cache, n * width
         cache.position.fill_(position)
         reorder = inputs is None or inputs[2] is not None
@@ -296,7 +291,7 @@ class StaticDecoding:
 
 
 def _chain(packed: Tensor, eos: int, width: int, into: tuple[Tensor, Tensor, Tensor]) -> None:
-    """The next beam step's inputs from this one's best continuations, as search.beam_search makes them: each
+    """The next beam step's inputs from this one's best continuations, as beam.beam_search makes them: each
     sentence's first `width` continuations that do not end in EOS (best first), their words, summed
     log-probabilities and the rows they extend, written into `into` (tokens, scores, rows). Shape: packed (b, 3m)"""
     top_scores, origin, word = unpacked_continuations(packed)
@@ -322,7 +317,7 @@ class _StaticDecoder(torch.nn.Module):
 
 
 class StaticSteps(EncoderDecoderSteps):
-    """The step protocol of search.py on a StaticDecoding: the sources encoded once, their encoder-decoder
+    """The step protocol of steps.py on a StaticDecoding: the sources encoded once, their encoder-decoder
     keys/values copied into the static buffers; rows reordered in place."""
 
     def __init__(self, static: StaticDecoding, src: Tensor, beam: int) -> None:
