@@ -3,17 +3,20 @@
     glossary = Glossary.read("terms.tsv")          # lines "source term<TAB>target term"
     glossary.targets("Der Hund schläft.")           # ["canine"]: one target term per occurrence in the sentence
 
-A source term occurs where it stands as whole words (not inside a longer word), compared case-insensitively,
-runs of spaces inside it matching any run of spaces; where terms overlap, the leftmost wins
-and at one place the longest. Each occurrence asks for its target term, exactly as written, in that sentence's
-translation: decode/constrained.py's search puts it there. A glossary is frozen and hashable, so it belongs to a
-DecodeRequest (decode/request.py) and requests with the same glossary are batched together by a server.
+A source term occurs where it stands as whole words (not inside a longer word), compared by Unicode case folding
+("STRASSE" is "Straße", "İstanbul" is "istanbul", the Kelvin sign is K; the dotless ı stays its own letter), runs of
+spaces inside it matching any run of spaces; where terms overlap, the leftmost wins and at one place the longest.
+Each occurrence asks for its target term, exactly as written, in that sentence's translation, as a word of its own in
+the place of the model's own word for it (decode/term_placement.py, decode/terms.py). A glossary is frozen and
+hashable, so it belongs to a DecodeRequest (decode/request.py) and requests with the same glossary are
+batched together by a server.
 """
 
 from __future__ import annotations
 
 import functools
 import re
+import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,8 +28,25 @@ class GlossaryError(ValueError):
     """A glossary that cannot be used; the message names the line (or pair) and the fix."""
 
 
+def fold(text: str) -> str:
+    """`text` for comparing without case: NFKC, Unicode case folding, and the dotted capital I's dot dropped
+    ("İ" folds to "i" and a combining dot above)."""
+    return unicodedata.normalize("NFKC", text).casefold().replace("i\u0307", "i")
+
+
 def _key(term: str) -> str:
-    return _SPACE.sub(" ", term.strip()).lower()
+    return fold(_SPACE.sub(" ", term.strip()))
+
+
+def folded_with_offsets(text: str) -> tuple[str, list[int]]:
+    """`fold(text)` and, for each of its characters and one past its end, the index in `text` it comes from."""
+    out, offsets = [], []
+    for i, char in enumerate(text):
+        folded = fold(char)
+        out.append(folded)
+        offsets += [i] * len(folded)
+    offsets.append(len(text))
+    return "".join(out), offsets
 
 
 @dataclass(frozen=True)
@@ -46,7 +66,7 @@ class Glossary:
         with # are skipped. A one-line GlossaryError names the file and line of anything else."""
         path = Path(path)
         try:
-            text = path.read_text(encoding="utf-8")
+            text = path.read_text(encoding="utf-8-sig")  # a byte-order mark (Windows editors) is not the first term's
         except UnicodeDecodeError as error:
             raise GlossaryError(f"{path}: not UTF-8 text (byte {error.start}); save it as UTF-8") from None
         entries = []
@@ -73,7 +93,7 @@ class Glossary:
             if not source or not target:
                 side = "source" if not source else "target"
                 raise GlossaryError(f"{where}: the {side} term is empty; give both terms")
-            if any(ch in term for term in (source, target) for ch in "\t\n\r"):
+            if any(ch in term for term in (source, target) for ch in "\t\n\r\ufeff"):
                 raise GlossaryError(f"{where}: a tab or line break inside a term; one pair per line, tab-separated")
             key = _key(source)
             if key in seen:
@@ -93,29 +113,39 @@ class Glossary:
 
     @functools.cached_property
     def _pattern(self) -> re.Pattern[str]:
-        # longest first, so that at any place the longest term matching there wins the alternation
-        terms = sorted({_key(s) for s, _ in self.pairs}, key=len, reverse=True)
-        body = "|".join(r"\s+".join(re.escape(word) for word in term.split(" ")) for term in terms)
-        return re.compile(rf"(?<!\w)(?:{body})(?!\w)", re.IGNORECASE)
-
-    @functools.cached_property
-    def _targets(self) -> dict[str, str]:
-        return {_key(s): t for s, t in self.pairs}
+        # over folded text; longest first, so that at any place the longest term matching there wins; one named
+        # group per term tells which matched
+        order = sorted(range(len(self.pairs)), key=lambda i: len(_key(self.pairs[i][0])), reverse=True)
+        words = {i: _key(self.pairs[i][0]).split(" ") for i in order}
+        body = "|".join(f"(?P<t{i}>" + r"\s+".join(re.escape(w) for w in words[i]) + ")" for i in order)
+        return re.compile(rf"(?<!\w)(?:{body})(?!\w)")
 
     def matches(self, sentence: str) -> list[tuple[int, int, str]]:
         """(start, end, target term) of each occurrence of a source term in `sentence`, left to right."""
         if not self.pairs:
             return []
-        return [(m.start(), m.end(), self._targets[_key(m.group())]) for m in self._pattern.finditer(sentence)]
+        folded, offsets = folded_with_offsets(sentence)
+        return [
+            (offsets[m.start()], offsets[m.end()], self.pairs[int(m.lastgroup[1:])][1])
+            for m in self._pattern.finditer(folded)
+        ]
 
     def targets(self, sentence: str) -> list[str]:
         """The target term of each occurrence of a source term in `sentence`, left to right."""
         return [target for _, _, target in self.matches(sentence)]
 
 
+def occurrences(term: str, text: str) -> int:
+    """How often `term` stands in `text` as whole words (not inside a longer word: "hound" is not in "hounding"),
+    compared by case folding."""
+    words = r"\s+".join(re.escape(w) for w in _key(term).split(" "))
+    return len(re.findall(rf"(?<!\w){words}(?!\w)", fold(text)))
+
+
 def missing(terms: Iterable[str], text: str) -> list[str]:
-    """The target terms (one per occurrence asked for) that `text` does not hold as often as asked."""
+    """The target terms (one per occurrence asked for) that `text` does not hold, as whole words, as often as
+    asked."""
     wanted: dict[str, int] = {}
     for term in terms:
         wanted[term] = wanted.get(term, 0) + 1
-    return [term for term, count in wanted.items() if text.count(term) < count]
+    return [term for term, count in wanted.items() if occurrences(term, text) < count]

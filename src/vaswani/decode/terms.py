@@ -4,7 +4,8 @@ terms, so that each output holds its terms, as whole words, where the model's ow
 What one sentence must hold is a `SentenceTerms`: a forced `prefix` (the beginning of the output, with the terms the
 translation layer could place already in it: decode/term_placement.py), the `terms` still to place anywhere (token
 ids of each, one entry per occurrence), and the words to `avoid` after the prefix (the model's own words for the
-terms placed, so that the term replaces its word instead of standing beside it).
+terms placed, so that the term replaces its word instead of standing beside it: `avoid_next` right after the prefix,
+`avoid` at every step after it).
 
 At each step the strategy
 - forces the prefix's next token while the prefix lasts;
@@ -46,6 +47,7 @@ class SentenceTerms:
     terms: tuple[tuple[int, ...], ...] = ()
     prefix: tuple[int, ...] = ()
     avoid: tuple[int, ...] = ()
+    avoid_next: tuple[int, ...] = ()  # banned right after the prefix only
 
     def __bool__(self) -> bool:
         return bool(self.terms or self.prefix)
@@ -181,7 +183,7 @@ class TermContinuations:
                     unmet.append(row)
                 if state.closing or (c.prefix and t == len(c.prefix)):
                     closing.append(row)
-                avoid += [(row, token) for token in c.avoid]
+                avoid += [(row, token) for token in (c.avoid_next if t == len(c.prefix) else c.avoid)]
         device, inf = log_probs.device, float("-inf")
         if forced:
             rows, words = torch.tensor(forced, device=device), torch.tensor(forced_tokens, device=device)

@@ -10,6 +10,7 @@ translator.translate_with_details(lines, request)                   # passed as 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -31,6 +32,8 @@ from vaswani.decode.search import Hypothesis, banned_log_probs
 from vaswani.decode.shortlist import FILE as SHORTLIST_FILE
 from vaswani.decode.shortlist import FREQUENT, TOP, Shortlist, check_sizes
 from vaswani.decode.shortlist import learn as learn_shortlist
+from vaswani.decode.term_placement import continuations, place_terms
+from vaswani.decode.terms import Constraints
 from vaswani.families import TRANSLATE, family
 from vaswani.model_dir import load_model
 from vaswani.nn import Transformer
@@ -281,12 +284,7 @@ class Translator:
         if progress is not None and len(todo) < len(ids):
             progress(len(ids) - len(todo))
         terms = self._terms(sentences, request.glossary)
-        constraints = None
-        if terms is not None:  # each distinct term tokenized once
-            distinct = sorted({term for i in todo for term in terms[i]})
-            ids_of = dict(zip(distinct, self.tokenizer.encode_tgt(distinct) if distinct else [], strict=True))
-            # a term the tokenizer gives no tokens for cannot be asked for: reported missing below
-            constraints = [[ids_of[term] for term in terms[i] if ids_of[term]] for i in todo]
+        constraints = self._constraints(sentences, ids, todo, request)
         found = self.engine([ids[i] for i in todo], request, progress, constraints)
         results: list[list[Hypothesis]] = [[] for _ in sentences]
         for i, hyps in zip(todo, found, strict=True):
@@ -311,6 +309,29 @@ class Translator:
             aligned = alignments(self, translations, encoded=ids)
             translations = [dataclasses.replace(t, alignment=a) for t, a in zip(translations, aligned, strict=True)]
         return translations
+
+    def _constraints(
+        self, sentences: Sequence[str], ids: list[list[int]], todo: list[int], request: DecodeRequest
+    ) -> Constraints | None:
+        """What the outputs of `todo` must hold: the glossary's terms, each in the place of the model's own word
+        (decode/term_placement.py); None without a glossary."""
+        if request.glossary is None:
+            return None
+        matches = [request.glossary.matches(sentences[i]) for i in todo]
+        return place_terms(self, [sentences[i] for i in todo], [ids[i] for i in todo], matches, request)
+
+    def first_translations(
+        self, sentences: Sequence[str], encoded: Sequence[list[int]], request: DecodeRequest
+    ) -> list[Translation]:
+        """The sentences translated as `request` asks but without its glossary, the best candidate alone: where a
+        glossary's terms are placed from (decode/term_placement.py)."""
+        plain = request.replace(glossary=None, n_best=1, attention=False, alignment=False)
+        return self.translate_with_details(sentences, plain, encoded=encoded)
+
+    @functools.cached_property
+    def continues_word(self) -> tuple[int, ...]:
+        """The target pieces that continue the word before them: never right after a term (decode/terms.py)."""
+        return continuations(self)
 
     def _terms(self, sentences: Sequence[str], glossary: Glossary | None) -> list[list[str]] | None:
         """Per sentence, the glossary's target term for each occurrence of a source term; None without one."""
