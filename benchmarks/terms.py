@@ -19,8 +19,9 @@ Measures (whole words, compared by case folding, never substrings):
   original reference; and lines without a term identical to the plain translation.
 Methods: `search` (the terms placed where the search fits them: dynamic beam allocation, whole words), `unbounded`
 (the same without the whole-word rule: what vaswani did before), `swap` (the plain translation's aligned word
-replaced in its text), `replace` (the default: the aligned word replaced, the search forced up to the last term and
-free after it, decode/term_placement.py).
+replaced in its text), `vaswani` (what `translate --glossary` does: the aligned word replaced token for token, the
+constrained search where a term has no aligned word, decode/term_placement.py). A fifth method, the edited
+translation forced up to its last term and searched on from there, was measured at commit b560493 (docs).
 """
 
 from __future__ import annotations
@@ -122,7 +123,7 @@ def run_methods(translator, sources, glossaries, plain_texts, plain) -> dict[str
         out[name] = translator.tokenizer.decode_tgt([h[0].tokens if h else [] for h in found])
     pairs = aligned_words(translator, sources, plain, glossaries)
     out["swap"] = [swapped(text, p) for text, p in zip(plain_texts, pairs, strict=True)]
-    out["replace"] = translate_each(translator, sources, glossaries)
+    out["vaswani"] = translate_each(translator, sources, glossaries)
     return out
 
 

@@ -206,3 +206,118 @@ def test_constrained_search_keeps_the_repetition_rules():
     for hyps in constrained_beam_search(model, src, [[[11, 12]], [[13]]], request):
         tokens = hyps[0].tokens
         assert len(set(itertools.pairwise(tokens))) == len(tokens) - 1  # no bigram twice
+
+
+def test_unicode_case_folding_a_bom_and_crlf_never_break_a_glossary(tmp_path):
+    glossary = Glossary.of({"istanbul": "Istanbul", "Straße": "street", "Kelvin": "K", "ıspanak": "spinach"})
+    sentence = "İSTANBUL, STRASSE, ſtraße und \u212aelvin; ispanak ist nicht ıspanak."
+    assert glossary.targets(sentence) == ["Istanbul", "street", "street", "K", "spinach"]  # no KeyError on İ
+    path = tmp_path / "terms.tsv"
+    path.write_bytes("\ufeffHund\thound\r\nMann\tgentleman\r\n".encode())
+    read = Glossary.read(path)
+    assert read.pairs == (("Hund", "hound"), ("Mann", "gentleman"))  # the BOM is not part of the first term
+    assert read.targets("Der Hund und der Mann.") == ["hound", "gentleman"]
+
+
+def test_missing_counts_whole_words_never_substrings():
+    assert missing(["hound"], "A dog is hounding a dog.") == ["hound"]
+    assert missing(["cat"], "a category") == ["cat"]
+    assert missing(["hound", "hound"], "A hound's bowl and a Hound.") == []
+    assert missing(["New York"], "in new  york") == []
+
+
+def test_a_term_is_never_followed_by_a_piece_that_continues_its_word():
+    model = random_model(40, seed=7)
+    src = random_ids([6, 5, 7, 4], vocab=40)
+    continues = [i for i in range(4, 40) if i % 4]  # most words continue the word before them
+    mask = torch.zeros(40, dtype=torch.bool)
+    mask[continues] = True
+    request = DecodeRequest.of(beam_size=4, max_len_a=1.0, max_len_b=8)
+    terms = [[[12]], [[20, 21]], [[8]], [[16]]]
+    glued = 0
+    for rule in (None, mask):
+        for wanted, hyps in zip(
+            terms, constrained_beam_search(model, src, terms, request, continues_word=rule), strict=True
+        ):
+            term, tokens = wanted[0], hyps[0].tokens
+            ends = [i + len(term) for i in range(len(tokens)) if tokens[i : i + len(term)] == term]
+            assert ends, (tokens, term)
+            after = [tokens[e] for e in ends if e < len(tokens)]
+            if rule is None:
+                glued += any(t in continues for t in after)
+            else:
+                assert not any(t in continues for t in after), (tokens, term)
+    assert glued  # without the rule the term is glued to a continuation: the test can fail
+
+
+def _copying_translator(tmp_path):
+    """The tiny model directory's model trained for a few seconds to copy its source (one tokenizer for both
+    sides): outputs that end, and an alignment that holds, as a trained translator's do."""
+    import torch.nn.functional as F
+
+    from tests.conftest import MULTI30K, write_tiny_model_directory
+    from vaswani.config import Config
+    from vaswani.data.corpus import read_lines
+    from vaswani.data.tokenizer import Tokenizer
+    from vaswani.decode.translator import Translator
+    from vaswani.nn import Transformer
+    from vaswani.train import checkpoint as ckpt
+
+    directory = tmp_path / "model"
+    directory.mkdir()
+    write_tiny_model_directory(directory, max_len_a=1.5, max_len_b=5)
+    c = Config.load(directory / "config.yaml").model
+    torch.manual_seed(0)
+    model = Transformer(c).train()
+    lines = read_lines(MULTI30K / "raw/val.de.gz")
+    lines = [x for x in Tokenizer.load(directory).encode_src(lines) if 3 <= len(x) <= 12]
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    for step in range(600):
+        batch = [lines[(step * 32 + i) % len(lines)] for i in range(32)]
+        longest = max(map(len, batch)) + 1
+        src = torch.tensor([[*x, c.eos_id] + [c.pad_id] * (longest - len(x) - 1) for x in batch])
+        tgt_in = torch.tensor([[c.bos_id, *x] + [c.pad_id] * (longest - len(x) - 1) for x in batch])
+        loss = F.cross_entropy(model(src, tgt_in).flatten(0, 1), src.flatten(), ignore_index=c.pad_id)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    ckpt.save_weights(ckpt.weights_of(model.eval()), directory / ckpt.WEIGHTS)
+    return Translator.load(directory, "cpu")
+
+
+def test_a_term_takes_the_place_of_the_model_s_word_nothing_added_nothing_after_the_end(tmp_path):
+    from vaswani.decode.glossary import occurrences
+
+    translator = _copying_translator(tmp_path)
+    sentences = ["Ein Hund läuft über die Straße.", "Der Mann und die Frau.", "Ein Hund und ein Hund.", "Zwei Katzen."]
+    glossary = Glossary.of({"Hund": "hound", "Mann": "gentleman", "Straße": "roadway"})
+    plain = translator.translate_with_details(sentences, alignment=True)
+    found = translator.translate_with_details(sentences, glossary=glossary)
+    old = search_ids(  # the terms placed by the search alone, as before: beside the model's word or glued
+        translator.model,
+        translator.encode_sources(sentences[:3]),
+        translator.request(),
+        constraints=[translator.term_ids(glossary.targets(s)) for s in sentences[:3]],
+    )
+    assert found[3].text == plain[3].text  # no term: the plain translation
+    moved = placed = 0
+    for source, before, after, searched in zip(sentences[:3], plain[:3], found[:3], old, strict=True):
+        assert after.missing_terms == ()
+        words, new = before.text.split(), after.text.split()
+        asked = glossary.targets(source)
+        for term in set(asked):
+            assert occurrences(term, after.text) >= asked.count(term), (after.text, term)  # as whole words
+        # each term where the model's aligned word stood: as many words as before, the others unchanged, in order
+        # (a sentence whose terms share an aligned word is searched with its terms as constraints instead)
+        if len(new) != len(words):
+            continue
+        placed += 1
+        changed = [i for i, (a, b) in enumerate(zip(words, new, strict=True)) if a != b]
+        aligned = set()
+        for start, end, _ in glossary.matches(source):
+            spans = before.alignment.source
+            aligned |= {t for w, (a, b) in enumerate(spans) if a < end and b > start for t in before.alignment.links[w]}
+        assert changed and set(changed) <= aligned, (before.text, after.text, aligned)
+        searched_text = translator.tokenizer.decode_tgt([searched[0].tokens])[0]
+        moved += searched_text.split() != new
+    assert placed >= 2 and moved  # the search alone did otherwise: the test can fail

@@ -168,6 +168,6 @@ class _Batches:
         if not sources:
             return []
         src, sentences = self._src(sources), [self.constraints[i] for i in indices]
-        words = [[i for ids in (*c.terms, c.prefix) for i in ids] for c in sentences]  # a shortlist's extra words
+        words = [[i for ids in c.terms for i in ids] for c in sentences]  # a shortlist's extra words
         strategy = TermContinuations(self.request, sentences, self.continues_word, self.model.config.eos_id)
         return beam_search(self.model, src, self.request, step=self._step(src, words), strategy=strategy)

@@ -1,14 +1,17 @@
 """Where a glossary's terms go: in the place of the model's own word for the source term.
 
 A model that was never trained for terminology (every imported OPUS-MT model, most trained here) writes its own word
-for a source term; a search that only has to fit the term somewhere puts it where it costs the model least: glued
-into another word, beside the model's own word, after the sentence's end. So a sentence with terms is translated
-twice. First as it would be without the glossary; the translation is aligned with its source from the model's own
-cross-attention (decode/align.py), and each source term's aligned target word is replaced by its target term. The
-translation so edited, up to and including its last term, is the second search's forced prefix; the search goes on
-from there (decode/terms.py: the term ends a word, the model's replaced words are not written again after it), so
-that what follows the terms reads as the model would continue them. A term whose source words have no aligned
-target word (or share it with another term) is left to the search to place (dynamic beam allocation).
+for a source term, and a search that only has to fit the term somewhere puts it where it costs the model least:
+glued into another word, beside the model's own word, after the sentence's end. So a sentence is first translated
+as it would be without the glossary (lines without terms are then exactly the plain translation), each candidate is
+aligned with its source from the model's own cross-attention (decode/align.py), and each source term's aligned target
+word is replaced by the term, token for token: the word's pieces give way to the term's, a suffix that starts with
+punctuation ("." or "'s") stays. The candidate so edited is scored by the model (one teacher-forced pass) where scores
+are asked for. Where a term's source words have no aligned target word (or share it with another term), the sentence
+is searched again with its terms as constraints (decode/terms.py: dynamic beam allocation, the term a whole word).
+
+Measured against the alternatives (forcing the edited translation up to its last term and searching on from there;
+the terms placed by the constrained search alone): docs/benchmarks.md, "Terms and markup".
 """
 
 from __future__ import annotations
@@ -17,10 +20,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from vaswani.decode.align import Alignment, alignments, piece_words
-from vaswani.decode.terms import Constraints, SentenceTerms, word_continuations
+import torch
+
+from vaswani.decode.align import alignments, piece_words
+from vaswani.decode.hypothesis import Hypothesis, length_penalty
+from vaswani.decode.steps import banned_log_probs, length_limits
+from vaswani.decode.terms import Constraints, word_continuations
 
 if TYPE_CHECKING:
+    from vaswani.decode.align import Alignment
     from vaswani.decode.request import DecodeRequest
     from vaswani.decode.translator import Translator
 
@@ -28,87 +36,105 @@ Match = tuple[int, int, str]  # (start, end) of a source term in the sentence, i
 
 
 @dataclass(frozen=True)
-class Placement:
-    """One term occurrence put in the place of target words first..last (inclusive) of the first translation."""
-
-    first: int
-    last: int
-    term: tuple[int, ...]
+class _Candidate:
+    tokens: list[int]
 
 
-def place_terms(
+@dataclass(frozen=True)
+class _Aligned:
+    """What decode/align.py reads of a translation: its source, its text and its (first) candidate's tokens."""
+
+    source: str
+    text: str
+    candidates: tuple[_Candidate, ...]
+
+
+def with_terms(
     translator: Translator,
     sentences: Sequence[str],
     encoded: Sequence[list[int]],
-    matches: Sequence[Sequence[Match]],
+    found: list[list[Hypothesis]],
     request: DecodeRequest,
-) -> Constraints:
-    """Per sentence, what its output must hold (decode/terms.py's SentenceTerms): the first translation (the request
-    without a glossary) edited up to its last placed term as the prefix, the terms it could not place, the replaced
-    words to avoid. `matches`: each sentence's glossary occurrences (Glossary.matches); `encoded`: the sources' ids.
-    Sentences without terms get none."""
-    tokenizer = translator.tokenizer
-    ids_of = _term_ids(translator, sorted({target for found in matches for _, _, target in found}))
-    todo = [i for i, found in enumerate(matches) if found and encoded[i]]
-    first = translator.first_translations([sentences[i] for i in todo], [encoded[i] for i in todo], request)
-    aligned = alignments(translator, first, encoded=[encoded[i] for i in todo])
-    out = [SentenceTerms() for _ in sentences]
-    for i, translation, alignment in zip(todo, first, aligned, strict=True):
+) -> list[list[Hypothesis]]:
+    """`found` (each sentence's plain hypotheses) with the glossary's terms of `request` put in (the module's
+    docstring). `encoded`: the sentences' source ids."""
+    matches = [request.glossary.matches(s) if ids else [] for s, ids in zip(sentences, encoded, strict=True)]
+    ids_of = _term_ids(translator, sorted({target for found_ in matches for _, _, target in found_}))
+    flat = [(i, j) for i, hyps in enumerate(found) if matches[i] for j in range(len(hyps))]
+    texts = translator.tokenizer.decode_tgt([found[i][j].tokens for i, j in flat])
+    aligned = alignments(
+        translator,
+        [
+            _Aligned(sentences[i], text, (_Candidate(found[i][j].tokens),))
+            for (i, j), text in zip(flat, texts, strict=True)
+        ],
+        encoded=[encoded[i] for i, _ in flat],
+    )
+    edited: dict[int, list[list[int]]] = {}
+    unplaced: set[int] = set()
+    for (i, j), alignment in zip(flat, aligned, strict=True):
         terms = [(start, end, ids_of[target]) for start, end, target in matches[i] if ids_of[target]]
-        tokens = translation.candidates[0].tokens if translation.candidates else []
-        pieces = [tokenizer.tgt.id_to_piece(t) for t in tokens]
-        out[i] = _sentence_terms(terms, tokens, pieces, alignment)
-    return Constraints(tuple(out), translator.continues_word)
+        tokens = _edited(terms, found[i][j].tokens, translator, alignment)
+        if tokens is None or len(tokens) > _limit(translator, len(encoded[i]), request):  # the search fits it
+            unplaced.add(i)
+        elif tokens not in edited.setdefault(i, []):
+            edited[i].append(tokens)
+    out = list(found)
+    for i, candidates in edited.items():
+        if i not in unplaced:
+            out[i] = _scored(translator, encoded[i], candidates, request)
+    if unplaced:  # the terms the alignment could not place: the constrained search places them
+        order = sorted(unplaced)
+        terms = [[ids_of[target] for _, _, target in matches[i] if ids_of[target]] for i in order]
+        searched = translator.engine(
+            [encoded[i] for i in order], request, None, Constraints.of(terms, translator.continues_word)
+        )
+        for i, hyps in zip(order, searched, strict=True):
+            out[i] = hyps
+    return out
 
 
-def _term_ids(translator: Translator, targets: list[str]) -> dict[str, tuple[int, ...]]:
+def _limit(translator: Translator, source_length: int, request: DecodeRequest) -> int:
+    """The search's length limit for a source of `source_length` tokens (EOS not counted)."""
+    d = request.decode
+    lengths = torch.tensor([source_length + 1])
+    return int(length_limits(lengths, translator.model.config, d.max_len_a, d.max_len_b)[0])
+
+
+def _term_ids(translator: Translator, targets: list[str]) -> dict[str, list[int]]:
     """Each target term's token ids, as the tokenizer writes it as a word of its own (a term it gives no tokens for
     cannot be asked for: reported missing)."""
     ids = translator.tokenizer.encode_tgt(targets) if targets else []
-    return {target: tuple(x) for target, x in zip(targets, ids, strict=True)}
+    return {target: list(x) for target, x in zip(targets, ids, strict=True)}
 
 
-def _sentence_terms(
-    terms: list[tuple[int, int, tuple[int, ...]]], tokens: list[int], pieces: list[str], alignment: Alignment
-) -> SentenceTerms:
-    """One sentence's SentenceTerms from its terms (source span, target ids), its first translation's tokens and
-    pieces, and their alignment."""
-    placed, unplaced, taken = [], [], set()
+def _edited(
+    terms: list[tuple[int, int, list[int]]], tokens: list[int], translator: Translator, alignment: Alignment
+) -> list[int] | None:
+    """`tokens` with each term in the place of its aligned target words; None where a term has none (or shares
+    them with another term)."""
+    spans: list[tuple[int, int, list[int]]] = []
     for start, end, ids in terms:
         words = _target_words(start, end, alignment)
-        if words is None or taken & set(range(words[0], words[1] + 1)):
-            unplaced.append(ids)
-            continue
-        taken |= set(range(words[0], words[1] + 1))
-        placed.append(Placement(words[0], words[1], ids))
-    if not placed:
-        return SentenceTerms(tuple(unplaced))
+        if words is None or any(a <= words[1] and words[0] <= b for a, b, _ in spans):
+            return None
+        spans.append((*words, ids))
+    pieces = [translator.tokenizer.tgt.id_to_piece(t) for t in tokens]
     word_of = piece_words(pieces, len(alignment.target))
-    placed.sort(key=lambda p: p.first)
-    prefix: list[int] = []
-    position = 0
-    for p in placed:  # the first translation's pieces up to the term's words, the term instead of them
-        while position < len(tokens) and (word_of[position] is None or word_of[position] < p.first):
-            prefix.append(tokens[position])
-            position += 1
-        while position < len(tokens) and word_of[position] is not None and word_of[position] <= p.last:
-            position += 1
-        prefix += p.term
-    rest, term_ids = set(tokens[position:]), {t for p in placed for t in p.term}
-    # the model's replaced words: never right after the prefix, nor later unless it wrote them again further on
-    replaced = {t for t in _first_pieces(placed, tokens, word_of) if t not in term_ids}
-    avoid = tuple(sorted(t for t in replaced if t not in rest))
-    return SentenceTerms(tuple(unplaced), tuple(prefix), avoid, tuple(sorted(replaced)))
-
-
-def _first_pieces(placed: list[Placement], tokens: list[int], word_of: list[int | None]) -> list[int]:
-    """The first piece of each word that a term replaced (the model's own word, which it would write again)."""
-    out, seen = [], set()
-    for position, word in enumerate(word_of):
-        if word is not None and word not in seen and any(p.first <= word <= p.last for p in placed):
-            seen.add(word)
+    out, position = [], 0
+    for first, last, ids in sorted(spans):
+        while position < len(tokens) and (word_of[position] is None or word_of[position] < first):
             out.append(tokens[position])
-    return out
+            position += 1
+        replaced = []
+        while position < len(tokens) and word_of[position] is not None and word_of[position] <= last:
+            replaced.append(position)
+            position += 1
+        # the last word's suffix from its first later piece that starts with punctuation ("." or "'s") stays
+        in_last = [p for p in replaced if word_of[p] == last][1:]
+        cut = next((p for p in in_last if not pieces[p][:1].isalnum() and pieces[p][:1] != "\u2581"), position)
+        out += ids + tokens[cut:position]
+    return out + tokens[position:]
 
 
 def _target_words(start: int, end: int, alignment: Alignment) -> tuple[int, int] | None:
@@ -119,6 +145,35 @@ def _target_words(start: int, end: int, alignment: Alignment) -> tuple[int, int]
     if not targets or targets[-1] - targets[0] > len(source):
         return None
     return targets[0], targets[-1]
+
+
+@torch.inference_mode()
+def _scored(
+    translator: Translator, src_ids: list[int], candidates: list[list[int]], request: DecodeRequest
+) -> list[Hypothesis]:
+    """The edited candidates as hypotheses, scored by the model (log-probabilities as the search computes them,
+    one teacher-forced pass) where the request asks for scores, best first; NaN scores otherwise."""
+    if not request.scores:
+        return [Hypothesis(tokens, float("nan"), float("nan")) for tokens in candidates]
+    model, d = translator.model, request.decode
+    c, device = model.config, next(model.parameters()).device
+    longest = max(len(t) for t in candidates) + 1
+    src = torch.tensor([[*src_ids, c.eos_id]] * len(candidates), device=device)  # (n, S + 1)
+    tgt_in = torch.full((len(candidates), longest), c.pad_id, dtype=torch.long, device=device)
+    tgt_out = torch.full_like(tgt_in, c.pad_id)
+    for row, tokens in enumerate(candidates):
+        tgt_in[row, : len(tokens) + 1] = torch.tensor([c.bos_id, *tokens])
+        tgt_out[row, : len(tokens) + 1] = torch.tensor([*tokens, c.eos_id])
+    banned = [i for i in (c.pad_id, c.bos_id) if i != c.eos_id]
+    log_probs = banned_log_probs(model(src, tgt_in).float(), banned, d.ban_after_softmax)  # (n, T + 1, V)
+    picked = log_probs.gather(-1, tgt_out[..., None])[..., 0].double().cpu()  # (n, T + 1)
+    out = []
+    for row, tokens in enumerate(candidates):
+        lps = picked[row, : len(tokens) + 1].tolist()
+        total = sum(lps)
+        score = total if request.greedy else total / length_penalty(len(tokens) + 1, d.length_penalty, d.length_rule)
+        out.append(Hypothesis(tokens, total, score, tuple(lps)))
+    return sorted(out, key=lambda h: -h.score)
 
 
 def continuations(translator: Translator) -> tuple[int, ...]:

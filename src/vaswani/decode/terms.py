@@ -1,18 +1,14 @@
 """A glossary's terms in beam search: the strategy (`TermContinuations`) that beam.py's loop takes for sentences with
 terms, so that each output holds its terms, as whole words, where the model's own word would have been.
 
-What one sentence must hold is a `SentenceTerms`: a forced `prefix` (the beginning of the output, with the terms the
-translation layer could place already in it: decode/term_placement.py), the `terms` still to place anywhere (token
-ids of each, one entry per occurrence), and the words to `avoid` after the prefix (the model's own words for the
-terms placed, so that the term replaces its word instead of standing beside it: `avoid_next` right after the prefix,
-`avoid` at every step after it).
+What one sentence must hold is a `SentenceTerms`: the token ids of each term, one entry per occurrence. The
+translation layer puts most terms in the place of the model's own word without a search (decode/term_placement.py);
+it comes here for those it cannot place.
 
 At each step the strategy
-- forces the prefix's next token while the prefix lasts;
 - bans EOS until every term is met, and after a term's last token every piece that would continue its word
   (`Constraints.continues_word`: a piece with no word-start mark that begins with a letter or digit), so that a
   term is a word of the output ("hound", never "hounding");
-- bans the avoided words after the prefix;
 - takes each sentence's candidates as dynamic beam allocation does (Post & Vilar 2018; fairseq's --constraints,
   Hu et al. 2019): the 2k best continuations, each hypothesis's best token and its next constraint tokens (the one
   that continues a term it is midway through, the first token of every term it has not met); a candidate's bank is
@@ -45,12 +41,9 @@ class SentenceTerms:
     """What one sentence's output must hold (the module's docstring)."""
 
     terms: tuple[tuple[int, ...], ...] = ()
-    prefix: tuple[int, ...] = ()
-    avoid: tuple[int, ...] = ()
-    avoid_next: tuple[int, ...] = ()  # banned right after the prefix only
 
     def __bool__(self) -> bool:
-        return bool(self.terms or self.prefix)
+        return bool(self.terms)
 
 
 @dataclass(frozen=True)
@@ -166,38 +159,21 @@ class TermContinuations:
         return top_scores.float(), origin, word
 
     def _restrict(self, log_probs: Tensor, t: int, width: int) -> None:
-        """The prefix forced, EOS banned before every term is met, no piece continuing a term's word, the avoided
-        words banned after the prefix. Shape: log_probs (n*width, V), written over"""
-        forced, forced_tokens, unmet, closing, avoid = [], [], [], [], []
-        for i, s in enumerate(self.active):
-            c = self.constraints[s]
+        """EOS banned before every term is met, no piece continuing a term's word. Shape: log_probs (n*width, V),
+        written over"""
+        unmet, closing = [], []
+        for i in range(len(self.active)):
             for slot, state in enumerate(self.states[i][:width]):
-                row = i * width + slot
-                if t < len(c.prefix):
-                    forced.append(row)
-                    forced_tokens.append(c.prefix[t])
-                    continue
-                if state is None:
-                    continue
-                if not all(state.met):
-                    unmet.append(row)
-                if state.closing or (c.prefix and t == len(c.prefix)):
-                    closing.append(row)
-                avoid += [(row, token) for token in (c.avoid_next if t == len(c.prefix) else c.avoid)]
+                if state is not None and not all(state.met):
+                    unmet.append(i * width + slot)
+                if state is not None and state.closing:
+                    closing.append(i * width + slot)
         device, inf = log_probs.device, float("-inf")
-        if forced:
-            rows, words = torch.tensor(forced, device=device), torch.tensor(forced_tokens, device=device)
-            kept = log_probs[rows, words]
-            log_probs[rows] = inf
-            log_probs[rows, words] = kept
         if unmet:
             log_probs[torch.tensor(unmet, device=device), self.eos] = inf
         if closing and self.continues_word is not None:
             rows = torch.tensor(closing, device=device)
             log_probs[rows] = log_probs[rows].masked_fill(self.continues_word, inf)
-        if avoid:
-            rows, words = torch.tensor(avoid, device=device).T
-            log_probs[rows, words] = inf
 
     def _candidates(self, scores: Tensor, log_probs: Tensor, width: int) -> list[dict[tuple[int, int], float]]:
         """Per running sentence, {(hypothesis slot, token): summed log-probability}: the 2k best continuations, each
@@ -248,8 +224,8 @@ class TermContinuations:
         return [member for _, _, member in ranked]
 
     def complete(self, i: int, j: int) -> bool:
-        state, c = self.pending[i][j], self.constraints[self.active[i]]
-        return state is not None and all(state.met) and self.t + 1 >= len(c.prefix)
+        state = self.pending[i][j]
+        return state is not None and all(state.met)
 
     def kept(self, sentences: Tensor, live: Tensor) -> None:
         self.states = [

@@ -32,8 +32,7 @@ from vaswani.decode.search import Hypothesis, banned_log_probs
 from vaswani.decode.shortlist import FILE as SHORTLIST_FILE
 from vaswani.decode.shortlist import FREQUENT, TOP, Shortlist, check_sizes
 from vaswani.decode.shortlist import learn as learn_shortlist
-from vaswani.decode.term_placement import continuations, place_terms
-from vaswani.decode.terms import Constraints
+from vaswani.decode.term_placement import continuations, with_terms
 from vaswani.families import TRANSLATE, family
 from vaswani.model_dir import load_model
 from vaswani.nn import Transformer
@@ -284,8 +283,7 @@ class Translator:
         if progress is not None and len(todo) < len(ids):
             progress(len(ids) - len(todo))
         terms = self._terms(sentences, request.glossary)
-        constraints = self._constraints(sentences, ids, todo, request)
-        found = self.engine([ids[i] for i in todo], request, progress, constraints)
+        found = self._search([sentences[i] for i in todo], [ids[i] for i in todo], request, progress)
         results: list[list[Hypothesis]] = [[] for _ in sentences]
         for i, hyps in zip(todo, found, strict=True):
             results[i] = hyps
@@ -310,23 +308,16 @@ class Translator:
             translations = [dataclasses.replace(t, alignment=a) for t, a in zip(translations, aligned, strict=True)]
         return translations
 
-    def _constraints(
-        self, sentences: Sequence[str], ids: list[list[int]], todo: list[int], request: DecodeRequest
-    ) -> Constraints | None:
-        """What the outputs of `todo` must hold: the glossary's terms, each in the place of the model's own word
-        (decode/term_placement.py); None without a glossary."""
+    def _search(
+        self, sentences: Sequence[str], ids: list[list[int]], request: DecodeRequest, progress
+    ) -> list[list[Hypothesis]]:
+        """The engine's hypotheses for `ids`; with a glossary, the plain ones with its terms put in the place of the
+        model's own words (decode/term_placement.py), so that a sentence without terms is translated as without
+        the glossary."""
+        found = self.engine(ids, request, progress)
         if request.glossary is None:
-            return None
-        matches = [request.glossary.matches(sentences[i]) for i in todo]
-        return place_terms(self, [sentences[i] for i in todo], [ids[i] for i in todo], matches, request)
-
-    def first_translations(
-        self, sentences: Sequence[str], encoded: Sequence[list[int]], request: DecodeRequest
-    ) -> list[Translation]:
-        """The sentences translated as `request` asks but without its glossary, the best candidate alone: where a
-        glossary's terms are placed from (decode/term_placement.py)."""
-        plain = request.replace(glossary=None, n_best=1, attention=False, alignment=False)
-        return self.translate_with_details(sentences, plain, encoded=encoded)
+            return found
+        return with_terms(self, sentences, ids, found, request)
 
     @functools.cached_property
     def continues_word(self) -> tuple[int, ...]:
