@@ -70,7 +70,7 @@ def whole(word: str, text: str) -> int:
 
 def aligned_words(translator: Translator, sources: list[str], plain, glossaries) -> list[list[tuple[str, str]]]:
     """Per sentence, (target term, the plain translation's word aligned to its source term) per occurrence."""
-    found = alignments(translator, plain)
+    found = alignments(translator.model, translator.tokenizer, plain, translator.encode_sources(sources))
     out = []
     for source, translation, alignment, glossary in zip(sources, plain, found, glossaries, strict=True):
         pairs = []

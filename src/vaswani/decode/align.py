@@ -17,12 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
-
-if TYPE_CHECKING:
-    from vaswani.decode.translator import Translation, Translator
 
 Span = tuple[int, int]
 FOLLOW = 0.7  # chosen on Multi30k's validation set, 0.6 to 0.8 alike (benchmarks/markup.py --test val)
@@ -112,26 +109,28 @@ def layers_of(n_layers: int) -> list[int]:
     return list(range(max(0, n_layers - 2), n_layers))
 
 
+class Aligned(Protocol):
+    """What an alignment reads of a translation (decode/translator.py's Translation): its source, its text and its
+    candidates, the first of which has the tokens."""
+
+    source: str
+    text: str
+    candidates: Sequence
+
+
 @torch.inference_mode()
 def alignments(
-    translator: Translator,
-    translations: Sequence[Translation],
-    target_language: str | None = None,
-    encoded: Sequence[list[int]] | None = None,
-    batch: int = 32,
+    model, tokenizer, translations: Sequence[Aligned], encoded: Sequence[list[int]], batch: int = 32
 ) -> list[Alignment]:
     """The alignment of each translation's best candidate with its source, from teacher-forced passes of the
-    translator's model (the torch model, whatever engine found the translation), `batch` sentences at a time.
-    `encoded`: the sources' ids as they were translated (default: encoded here, with `target_language`)."""
-    model, tokenizer = translator.model, translator.tokenizer
+    torch `model` (whatever engine found the translation) with its `tokenizer`, `batch` sentences at a time.
+    `encoded`: the sources' ids as they were translated."""
     c, device = model.config, next(model.parameters()).device
     layers = layers_of(len(model.decoder.layers))
-    if encoded is None:
-        encoded = translator.encode_sources([t.source for t in translations], target_language)
     pairs = []
     for translation, src_ids in zip(translations, encoded, strict=True):
         tokens = translation.candidates[0].tokens if translation.candidates and src_ids else []
-        pairs.append((src_ids[: translator.max_source_tokens], tokens[: model.config.max_positions - 1]))
+        pairs.append((src_ids[: c.max_positions - 1], tokens[: c.max_positions - 1]))
     crosses: list[torch.Tensor | None] = [None] * len(pairs)
     todo = sorted((i for i, (s, t) in enumerate(pairs) if s and t), key=lambda i: len(pairs[i][0]))
     for first in range(0, len(todo), batch):

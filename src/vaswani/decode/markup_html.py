@@ -16,7 +16,7 @@ from __future__ import annotations
 import html
 from html.parser import HTMLParser
 
-from vaswani.decode.markup import Markup, MarkupBuilder
+from vaswani.decode.markup_model import Markup, MarkupBuilder
 
 INLINE = frozenset(
     "a abbr acronym b bdi bdo big cite data del dfn em font i ins label mark q s small span strike strong sub sup "  # noqa: SIM905

@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from vaswani.decode.markup import Markup, MarkupBuilder
+from vaswani.decode.markup_model import Markup, MarkupBuilder
 
 _ESCAPED = "\\`*_[]<~|"  # what a translation's text may not hold bare without starting markup
 _PAIRED = {"em_open": "em", "strong_open": "strong", "s_open": "s"}

@@ -11,14 +11,14 @@ are asked for. Where a term's source words have no aligned target word (or share
 is searched again with its terms as constraints (decode/terms.py: dynamic beam allocation, the term a whole word).
 
 Measured against the alternatives (forcing the edited translation up to its last term and searching on from there;
-the terms placed by the constrained search alone): docs/benchmarks.md, "Terms and markup".
+the terms placed by the constrained search alone): docs/benchmarks.md, "Terms as the user wrote them".
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
@@ -28,9 +28,20 @@ from vaswani.decode.steps import banned_log_probs, length_limits
 from vaswani.decode.terms import Constraints, word_continuations
 
 if TYPE_CHECKING:
+    from vaswani.data.tokenizer import Tokenizer
     from vaswani.decode.align import Alignment
+    from vaswani.decode.engine import Engine
     from vaswani.decode.request import DecodeRequest
-    from vaswani.decode.translator import Translator
+
+
+class Translator(Protocol):
+    """What placing terms needs of decode/translator.py's Translator (which imports this module)."""
+
+    model: torch.nn.Module
+    tokenizer: Tokenizer
+    engine: Engine
+    continues_word: tuple[int, ...]
+
 
 Match = tuple[int, int, str]  # (start, end) of a source term in the sentence, its target term
 
@@ -62,14 +73,9 @@ def with_terms(
     ids_of = _term_ids(translator, sorted({target for found_ in matches for _, _, target in found_}))
     flat = [(i, j) for i, hyps in enumerate(found) if matches[i] for j in range(len(hyps))]
     texts = translator.tokenizer.decode_tgt([found[i][j].tokens for i, j in flat])
-    aligned = alignments(
-        translator,
-        [
-            _Aligned(sentences[i], text, (_Candidate(found[i][j].tokens),))
-            for (i, j), text in zip(flat, texts, strict=True)
-        ],
-        encoded=[encoded[i] for i, _ in flat],
-    )
+    pairs = zip(flat, texts, strict=True)
+    candidates = [_Aligned(sentences[i], text, (_Candidate(found[i][j].tokens),)) for (i, j), text in pairs]
+    aligned = alignments(translator.model, translator.tokenizer, candidates, [encoded[i] for i, _ in flat])
     edited: dict[int, list[list[int]]] = {}
     unplaced: set[int] = set()
     for (i, j), alignment in zip(flat, aligned, strict=True):

@@ -304,7 +304,7 @@ class Translator:
                 translation = self._with_attention(translation, ids[i], hyps[0].tokens)
             translations.append(translation)
         if request.alignment:
-            aligned = alignments(self, translations, encoded=ids)
+            aligned = alignments(self.model, self.tokenizer, translations, ids)
             translations = [dataclasses.replace(t, alignment=a) for t, a in zip(translations, aligned, strict=True)]
         return translations
 

@@ -1,0 +1,363 @@
+"""A document's markup as data: raw pieces kept as written and runs of text with their marks (pairs of tags or
+delimiters around part of the text) and atoms (what stays as written inside the text); `MarkupBuilder`, which the
+formats' parsers (markup_html.py, markup_markdown.py) fill; a run rendered with its marks placed. What is translated
+and where the marks go: markup.py.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from vaswani.decode.align import word_spans
+
+FORMATS = ("text", "html", "markdown")
+_URL_STARTS = ("http://", "https://", "ftp://", "www.", "mailto:")
+_URL_TRAILING = ".,;:!?'\")]}»>"
+_URL_LEADING = "(<[{\"'«"
+
+
+@dataclass(eq=False)
+class Atom:
+    """Something kept as written inside a run's text, at character `at` (`before`: the whitespace before it in the
+    source, taken out of the text so that the sentence reads as it would without it)."""
+
+    raw: str
+    at: int
+    before: str = ""
+    joined: bool = False  # written right after another atom in the source (two code spans side by side)
+
+
+@dataclass(eq=False)
+class Mark:
+    """A pair of tags (or Markdown delimiters) as written, around the run's text [start, end)."""
+
+    open: str
+    close: str
+    start: int
+    end: int
+    key: str = ""  # what closes it: a tag's name, a delimiter's kind
+    children: list[Mark | Atom] = field(default_factory=list)
+
+
+Node = Mark | Atom
+
+
+@dataclass(frozen=True)
+class Run:
+    """One block's inline content: the text to translate, and the marks and atoms inside it (a forest, in order)."""
+
+    text: str
+    children: tuple[Node, ...]
+
+
+@dataclass
+class Markup:
+    """A parsed document: raw pieces (kept as written) and runs, in order; `escape` writes a character of
+    translated text in the format (HTML's `&amp;`, Markdown's backslashes); `entities`: characters the input wrote
+    as entities, written back the same way; `kept`: runs left as written where their markup could not be read
+    back (Markdown the parser read differently), each with its reason."""
+
+    parts: list[str | Run]
+    escape: Callable[[str], str]
+    entities: dict[str, str] = field(default_factory=dict)
+    kept: list[str] = field(default_factory=list)
+    lead: Callable[[str], str] | None = None  # escapes what would start a block at a run's start (Markdown's "1.")
+
+    def write(self, text: str) -> str:
+        """Translated text as the format writes it."""
+        return "".join(self.entities.get(c) or self.escape(c) for c in text)
+
+    @property
+    def runs(self) -> list[Run]:
+        return [p for p in self.parts if isinstance(p, Run)]
+
+    def render(self, texts: Sequence[str], places: Sequence[Callable[[Node], tuple[int, int]]]) -> str:
+        """The document with each run's text replaced by `texts[i]` and its nodes placed by `places[i]`."""
+        out, i = [], 0
+        for part in self.parts:
+            if isinstance(part, Run):
+                out.append(render_run(part, texts[i], places[i], self.write, self.lead))
+                i += 1
+            else:
+                out.append(part)
+        return "".join(out)
+
+    def source(self) -> str:
+        """The document written back untranslated (each node where it was): the parse's own check."""
+        runs = self.runs
+        return self.render([r.text for r in runs], [_in_place] * len(runs))
+
+
+def pieces(markup: Markup) -> Counter[str]:
+    """The multiset of what must come back unchanged: every mark's tags, every atom, every raw piece but
+    whitespace (a test's measure: a document and its translation have the same)."""
+    counts: Counter[str] = Counter()
+
+    def visit(nodes: Sequence[Node]) -> None:
+        for node in nodes:
+            if isinstance(node, Atom):
+                counts[node.raw] += 1
+            else:
+                counts[node.open] += 1
+                counts[node.close] += 1
+                visit(node.children)
+
+    for part in markup.parts:
+        if isinstance(part, Run):
+            visit(part.children)
+        elif part.strip():
+            counts[part.strip()] += 1
+    return counts
+
+
+class MarkupBuilder:
+    """What a format's parser calls, in document order: `text` (decoded, with its raw form), `open`/`close` of an
+    inline pair, `atom` (kept as written inside the text), `raw` (kept as written between blocks: ends the run)."""
+
+    def __init__(self, escape: Callable[[str], str]) -> None:
+        self.markup = Markup([], escape)
+        self._new_run()
+
+    def _new_run(self) -> None:
+        self._text: list[str] = []
+        self._raws: list[str] = []  # the run's text as the input wrote it
+        self._length = 0
+        self._fixed = 0  # text before this position holds a node's place: not taken out for an atom's `before`
+        self._root = Mark("", "", 0, 0)
+        self._stack = [self._root]
+        self._pending: list[tuple[str, str]] = []  # text not yet searched for URLs: (decoded, raw)
+        self._glued: Atom | None = None  # an atom whose `before` was taken out, no text after it yet
+        self._after_atom = False  # nothing but an atom since the last text or tag
+        self._since: list[tuple[Node, str]] = []  # positions recorded since then: (node, "start"/"end"/"at")
+
+    def text(self, decoded: str, raw: str | None = None) -> None:
+        """Text to translate; `raw`: how the input wrote it (an entity for a character beyond ASCII, or for one
+        that markup means, is written back so; not a space or a letter, which a translation is full of)."""
+        if raw is not None and raw.startswith("&") and len(decoded) == 1 and _entity_kept(decoded):
+            self.markup.entities.setdefault(decoded, raw)
+        self._pending.append((decoded, decoded if raw is None else raw))
+
+    def open(self, raw: str, key: str) -> None:
+        self._flush()
+        mark = Mark(raw, "", self._length, self._length, key)
+        self._stack[-1].children.append(mark)
+        self._stack.append(mark)
+        self._record(mark, "start")
+
+    def close(self, raw: str, key: str) -> None:
+        """The innermost open pair's end, or (an end without its start) an atom."""
+        self._flush()
+        if len(self._stack) > 1 and self._stack[-1].key == key:
+            mark = self._stack.pop()
+            mark.close, mark.end = raw, self._length
+            self._record(mark, "end")
+        else:
+            self.atom(raw)
+
+    def atom(self, raw: str) -> None:
+        self._flush()
+        self._atom(raw)
+
+    def _atom(self, raw: str) -> None:
+        """`raw` kept at this point; the whitespace before it leaves the text (the sentence reads as it would
+        without it) unless a word follows it directly (`_add` puts it back: "Eins <img>zwei" is two words)."""
+        text = "".join(self._text)
+        before = text[max(len(text.rstrip()), self._fixed) :]
+        atom = Atom(raw, self._length - len(before), before, self._after_atom and not before)
+        if before:
+            self._text, self._length = [text[: len(text) - len(before)]], len(text) - len(before)
+            if self._glued is None:
+                self._glued, self._since = atom, []
+        self._stack[-1].children.append(atom)
+        self._record(atom, "at")
+        self._after_atom = True
+
+    def _record(self, node: Node, field: str) -> None:
+        self._fixed = self._length
+        self._after_atom = False
+        if self._glued is not None and node is not self._glued:
+            self._since.append((node, field))
+
+    def raw(self, raw: str) -> None:
+        """Kept as written, outside any run: the run so far ends here."""
+        self._end_run()
+        if raw:
+            self.markup.parts.append(raw)
+
+    def finish(self) -> Markup:
+        self._end_run()
+        return self.markup
+
+    def keep(self, raw: str, reason: str) -> None:
+        """A run given up on (its markup not read back): kept as written, the reason recorded."""
+        self.raw(raw)
+        self.markup.kept.append(reason)
+
+    def _end_run(self) -> None:
+        self._flush()
+        while len(self._stack) > 1:  # a pair never closed: its start stays as written, its content goes up
+            mark = self._stack.pop()
+            siblings = self._stack[-1].children
+            i = siblings.index(mark)
+            siblings[i : i + 1] = [Atom(mark.open, mark.start), *mark.children]
+        text = "".join(self._text)
+        if self._root.children or text.strip():
+            self.markup.parts.append(Run(text, tuple(self._root.children)))
+        elif text:
+            self.markup.parts.append("".join(self._raws))  # whitespace as written (&nbsp; stays &nbsp;)
+        self._new_run()
+
+    def _flush(self) -> None:
+        """Pending text added to the run, each URL in it made an atom."""
+        if not self._pending:
+            return
+        decoded = "".join(d for d, _ in self._pending)
+        position = 0
+        for start, end in url_spans(decoded):
+            self._add(decoded[position:start], _raw_of(self._pending, position, start))
+            self._atom(_raw_of(self._pending, start, end))
+            position = end
+        self._add(decoded[position:], _raw_of(self._pending, position, len(decoded)))
+        self._pending = []
+
+    def _add(self, text: str, raw: str) -> None:
+        if not text:
+            return
+        glued = self._glued
+        if glued is not None and text[0].isalnum():  # two words, not one: the whitespace goes back, before the atom
+            self._text.append(glued.before)
+            shift = len(glued.before)
+            self._length += shift
+            glued.at += shift
+            for node, field in self._since:
+                setattr(node, field, getattr(node, field) + shift)
+            glued.before = ""
+        self._glued = None
+        self._after_atom = False
+        self._text.append(text)
+        self._raws.append(raw)
+        self._length += len(text)
+
+
+def _entity_kept(char: str) -> bool:
+    return char in "&<>\"'" or (ord(char) > 127 and (not char.isspace() or char == "\xa0"))
+
+
+def url_spans(text: str) -> list[tuple[int, int]]:
+    """Where URLs are in `text`: whitespace-separated words that begin as a URL does (after an opening bracket or
+    quote), without trailing punctuation."""
+    spans, start = [], None
+    for i, char in enumerate(text + " "):
+        if char.isspace():
+            if start is not None:
+                word = text[start:i]
+                lead = len(word) - len(word.lstrip(_URL_LEADING))
+                if word[lead:].lower().startswith(_URL_STARTS):
+                    end = start + len(word.rstrip(_URL_TRAILING))
+                    if end > start + lead + 4:
+                        spans.append((start + lead, end))
+                start = None
+        elif start is None:
+            start = i
+    return spans
+
+
+def _raw_of(pieces: Sequence[tuple[str, str]], start: int, end: int) -> str:
+    """The raw form of decoded characters [start, end): literal pieces sliced, entities and escapes whole."""
+    out, position = [], 0
+    for decoded, raw in pieces:
+        a, b = position, position + len(decoded)
+        if b > start and a < end:
+            out.append(raw[max(start, a) - a : min(end, b) - a] if decoded == raw else raw)
+        position = b
+    return "".join(out)
+
+
+def _in_place(node: Node) -> tuple[int, int]:
+    return (node.at, node.at) if isinstance(node, Atom) else (node.start, node.end)
+
+
+def render_run(
+    run: Run,
+    text: str,
+    place: Callable[[Node], tuple[int, int]],
+    write: Callable[[str], str],
+    lead: Callable[[str], str] | None = None,
+) -> str:
+    """`text` (a run's translation, or its own text) with the run's marks and atoms put at `place(node)`: each
+    node's span clipped into its parent's, siblings in order of place and kept from overlapping, so that the
+    output is well nested whatever the alignment said. A mark squeezed out by a sibling that took its words takes
+    the nearest word no sibling holds (an empty pair of Markdown delimiters would not read back as one)."""
+    out: list[str] = []
+    words = word_spans(text)
+    after_atom = [False]  # the last thing written was an atom
+
+    def emit(nodes: Sequence[Node], lo: int, hi: int) -> None:
+        wanted = []
+        for order, node in enumerate(nodes):
+            a, b = place(node)
+            a = min(max(a, lo), hi)
+            wanted.append((a, min(max(b, a), hi), order, node))
+        wanted.sort(key=lambda s: (s[0], s[2]))
+        spans, position = [], lo
+        for a, b, order, node in wanted:
+            a = max(a, position)
+            spans.append((a, max(b, a), order, node))
+            position = max(b, a)
+        for i, (a, b, order, node) in enumerate(spans):
+            if a < b:  # a clipped span starts and ends on a word, never on the space beside it
+                a += len(text[a:b]) - len(text[a:b].lstrip())
+                b -= len(text[a:b]) - len(text[a:b].rstrip())
+                spans[i] = (a, b, order, node)
+            if a == b and isinstance(node, Mark) and node.end > node.start:
+                taken = [(x, y) for x, y, _, _ in spans if x < y]
+                free = [
+                    w for w in words if lo <= w[0] and w[1] <= hi and not any(x < w[1] and w[0] < y for x, y in taken)
+                ]
+                if free:
+                    x, y = min(free, key=lambda w: abs(w[0] - a))
+                    spans[i] = (x, x + _core_end(text[x:y]), order, node)
+        spans.sort(key=lambda s: (s[0], s[2]))
+        position = lo
+        for a, b, _, node in spans:
+            a = max(a, position)
+            b = max(b, a)
+            out.append(write(text[position:a]) if out or lead is None else lead(write(text[position:a])))
+            after_atom[0] = after_atom[0] and a == position
+            if isinstance(node, Atom):
+                written = next((piece for piece in reversed(out) if piece), "")
+                # two atoms the placement put side by side, apart in the source: a space keeps them two
+                before = node.before or (" " if after_atom[0] and not node.joined else "")
+                out.append(("" if written[-1:].isspace() else before) + node.raw)
+                after_atom[0] = True
+            else:
+                out.append(node.open)
+                emit(node.children, a, b)
+                out.append(node.close)
+                after_atom[0] = False
+            position = b
+        out.append(write(text[position:hi]) if out or lead is None else lead(write(text[position:hi])))
+
+    emit(run.children, 0, len(text))
+    return "".join(out)
+
+
+def _punctuation(char: str) -> bool:
+    return unicodedata.category(char).startswith("P")
+
+
+def _core_end(word: str) -> int:
+    end = len(word)
+    while end > 0 and _punctuation(word[end - 1]):
+        end -= 1
+    return end or len(word)
+
+
+def _core_start(word: str) -> int:
+    start = 0
+    while start < len(word) and _punctuation(word[start]):
+        start += 1
+    return start if start < len(word) else 0
