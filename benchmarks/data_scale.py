@@ -30,7 +30,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 MULTI30K = ROOT / "../shared/data/multi30k/raw"
-DOCS = ROOT / "docs"
+RESULTS = ROOT / "benchmarks" / "results"
 
 
 def parse_size(text: str) -> int:
@@ -168,7 +168,7 @@ def main() -> None:
     parser.add_argument("--work", default="/tmp/vaswani-scale", help="where the corpora and runs go (GBs)")
     parser.add_argument("--before-commit", help="commit of the in-memory path to compare with (git worktree)")
     parser.add_argument("--before-max", default="3M", help="largest size to run the in-memory path at")
-    parser.add_argument("--results", default=str(ROOT / "docs/data_scale.json"))
+    parser.add_argument("--results", default=str(RESULTS / "data_scale.json"))
     args = parser.parse_args()
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -302,7 +302,8 @@ def plot(rows: list[dict], path: Path) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--plot"]:  # python benchmarks/data_scale.py --plot docs/data_scale.json docs/data_scale.png
+    # python benchmarks/data_scale.py --plot benchmarks/results/data_scale.json benchmarks/results/data_scale.png
+    if sys.argv[1:2] == ["--plot"]:
         plot(json.loads(Path(sys.argv[2]).read_text())["rows"], Path(sys.argv[3]))
         print(table(json.loads(Path(sys.argv[2]).read_text())["rows"]))
     else:

@@ -1,6 +1,6 @@
 """A fair share under load: vaswani's training and translation speed alone and beside other CPU-bound work.
 
-    python benchmarks/fair_share.py [--steps 300] [--out docs/fair_share.json]
+    python benchmarks/fair_share.py [--steps 300] [--out benchmarks/results/fair_share.json]
 
 Each row runs a whole `vaswani` command (training the toy recipe for --steps updates, then translating 1,000
 Multi30k sentences greedily with the model it trained) alone, and beside a busy process (one single-threaded
@@ -90,7 +90,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--race-steps", type=int, default=20, help="the Marian race's measured training steps")
-    parser.add_argument("--out", default=str(ROOT / "docs" / "fair_share.json"))
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "fair_share.json"))
     args = parser.parse_args()
     cores = str(len(os.sched_getaffinity(0)))
     rows = []

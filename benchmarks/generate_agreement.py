@@ -7,7 +7,7 @@ generation_config.json), an older upload (pytorch_model.bin with every tied name
 settings in config.json, num_beams 6), and a shared input embedding with an lm_head of its own
 (tie_word_embeddings false); imports each and counts the Multi30k validation lines whose greedy and default
 (the checkpoint's num_beams) translations equal generate's. Refusals are printed as such. Results:
-docs/benchmarks.md, "Imported models exactly as transformers runs them".
+docs/benchmarks.md, "Quality".
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
     python benchmarks/generate_speed.py runs/shakespeare [--lengths 64,512] [--repeats 3]
 
 The two ways are checked to give the same tokens (greedy) before they are timed. Medians of `repeats`
-runs, timed alternately; results in docs/generate_speed.json and as a table on stdout.
+runs, timed alternately; results in benchmarks/results/generate_speed.json and as a table on stdout.
 """
 
 import argparse
@@ -34,7 +34,7 @@ def main() -> None:
     parser.add_argument("--prompt", default="ROMEO:")
     parser.add_argument("--lengths", default="64,512")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--output", default=str(ROOT / "docs/generate_speed.json"))
+    parser.add_argument("--output", default=str(ROOT / "benchmarks/results/generate_speed.json"))
     args = parser.parse_args()
     generator = Generator.load(args.model_dir, "cpu")
     prompt = generator.encode(args.prompt)

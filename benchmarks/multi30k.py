@@ -68,7 +68,8 @@ def main() -> None:
             run("vaswani", "train", str(config_path), str(model_dir))
         translator = Translator.load(model_dir, device="cpu")
         # Annealed to zero at the end (lr_decay: linear), the last checkpoint is what averaging would
-        # approximate, and averaging in earlier, higher-rate checkpoints lowered test BLEU (docs: Every CPU).
+        # approximate, and averaging in earlier, higher-rate checkpoints lowered test BLEU (issue 43, in
+        # docs/benchmarks.md's git history).
         annealed = translator.config.train.lr_decay == "linear"
         n = args.average or (1 if annealed else translator.config.train.keep_last)
         if n > 1:

@@ -9,7 +9,7 @@ a wrong path).
 Then the same server with `--no-batching` (one request at a time) at the largest number of clients.
 Reports requests/s, sentences/s, p50/p99 latency of the good requests, responses by status, the
 server's memory at start and end; checks that every malformed request got a 4xx, none a 5xx, and
-that the server still answers. Results: docs/serve_load.json (and a table on stdout).
+that the server still answers. Results: benchmarks/results/serve_load.json (and a table on stdout).
 """
 
 import argparse
@@ -151,7 +151,7 @@ def main() -> None:
     parser.add_argument("--per-request", default="1", help="sentences per request: N, or a range A-B drawn at random")
     parser.add_argument("--server-args", nargs="*", default=[], help="more options for the batching server")
     parser.add_argument("--warmup", type=float, default=5.0, help="seconds of load before memory is first measured")
-    parser.add_argument("--results", default=str(ROOT / "docs/serve_load.json"))
+    parser.add_argument("--results", default=str(ROOT / "benchmarks/results/serve_load.json"))
     args = parser.parse_args()
     clients = [int(n) for n in args.clients.split(",")]
     low, _, high = args.per_request.partition("-")

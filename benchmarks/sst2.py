@@ -13,7 +13,7 @@ GPT-style (decoder-only) and BERT-style (encoder-only) models fine-tuned with λ
 3. For each: dev accuracy at the end (and the best of the validations, with the update it came at), CPU
    minutes (pretraining + fine-tuning, from metrics.jsonl), and for (b)-(e) the held-out pretraining loss
    before and after fine-tuning.
-Results: docs/sst2.json and a table on stdout. Runs already complete in OUT are reused.
+Results: benchmarks/results/sst2.json and a table on stdout. Runs already complete in OUT are reused.
 """
 
 import argparse
@@ -143,7 +143,7 @@ def main() -> None:
             result["pretrain_loss_after"] = pretraining_loss(out / kind, model_dir)
         result["cpu_minutes"] = result["finetune_minutes"] + result.get("pretrain_minutes", 0.0)
         results[line] = result
-    (ROOT / "docs/sst2.json").write_text(json.dumps(results, indent=1) + "\n")
+    (ROOT / "benchmarks/results/sst2.json").write_text(json.dumps(results, indent=1) + "\n")
     # "last" is the model the run ends with; "best" is chosen on dev itself, so it reads high (the data's README:
     # choose settings on train.tsv, not on dev.tsv, for a number that is reported)
     print(

@@ -18,6 +18,8 @@ instead of some seventy launches and four synchronisations around the graph.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -40,6 +42,23 @@ def bucket(n: int, most: int) -> int:
 
 def rounded(n: int, most: int) -> int:
     return min(-(-n // ROUND_POSITIONS) * ROUND_POSITIONS, most)
+
+
+@dataclass(frozen=True)
+class BeamStep:
+    """One beam step's shape and rules: n sentences of `width` rows at `position`, buffers of `length` positions and
+    `source_length` source positions, the m best continuations, the `banned` words (V,) bool, banned after the
+    softmax or before it, and with `eos` the next step's inputs chained (StaticDecoding.continuations)."""
+
+    n: int
+    width: int
+    position: int
+    length: int
+    source_length: int
+    m: int
+    banned: Tensor
+    after_softmax: bool
+    eos: int | None = None
 
 
 class StaticDecoding:
@@ -178,28 +197,25 @@ class StaticDecoding:
         graph.replay()
         return logits[:n]
 
-    def continuations(
-        self,
-        inputs: tuple[Tensor, Tensor, Tensor | None] | None,
-        n: int,
-        width: int,
-        position: int,
-        length: int,
-        source_length: int,
-        m: int,
-        banned: Tensor,
-        after_softmax: bool,
-        eos: int | None = None,
-    ) -> Tensor:
-        """One beam step of n sentences' `width` hypotheses, as steps.Steps.best_continuations computes it, on this
-        step: first the rows reordered, then the step at `position`, its log-probabilities with the `banned` words
-        at -inf (before the softmax, or after it), and each sentence's m best continuations; on a GPU one graph.
+    def continuations(self, inputs: tuple[Tensor, Tensor, Tensor | None] | None, beam: BeamStep) -> Tensor:
+        """One beam step of n sentences' `width` hypotheses (`beam`), as steps.Steps.best_continuations computes it,
+        on this step: first the rows reordered, then the step at `position`, its log-probabilities with the `banned`
+        words at -inf (before the softmax, or after it), and each sentence's m best continuations; on a GPU one graph.
         `inputs`: the tokens, summed log-probabilities and reordering (row i takes row rows[i]; None: as they are),
         or None where the last step left them in the buffers (`eos`). With `eos`, the step also leaves there the
         next step's inputs for all n sentences: the first `width` continuations that do not end in EOS, as
         beam.beam_search keeps them, so that the next step can run before the host has read this one (chained).
         Shape: tokens (n*width,), scores (n, width), banned (V,) bool -> (n, 3m') on the device
         (continuations.packed_continuations)"""
+        n, width, position, m, after_softmax, eos = (
+            beam.n,
+            beam.width,
+            beam.position,
+            beam.m,
+            beam.after_softmax,
+            beam.eos,
+        )
+        length, source_length = beam.length, beam.source_length
         cache, rows_n = self.cache, n * width
         cache.position.fill_(position)
         reorder = inputs is None or inputs[2] is not None
@@ -209,12 +225,7 @@ class StaticDecoding:
             self._scores[:rows_n].copy_(scores.view(-1))
             if rows is not None:  # the rows after them keep stale (valid) indices: rows nobody reads
                 self._rows[:rows_n].copy_(rows)
-        if banned is not self._banned_from:
-            if self._banned is None or self._banned.shape != banned.shape:
-                with torch.inference_mode(False):
-                    self._banned = torch.zeros_like(banned)
-            self._banned.copy_(banned)
-            self._banned_from = banned
+        self._set_banned(beam.banned)
         b = bucket(n, cache.rows // width) if self.graphs else n  # sentences: whole groups of `width` rows
         view = cache.view(b * width, length, source_length)
         tokens_b, scores_b = self._tokens[: b * width], self._scores[: b * width].view(b, width)
@@ -242,6 +253,15 @@ class StaticDecoding:
         graph, packed = self._captured[key]
         graph.replay()
         return packed[:n]
+
+    def _set_banned(self, banned: Tensor) -> None:
+        """The banned words in the buffer a graph reads, copied only when they change."""
+        if banned is not self._banned_from:
+            if self._banned is None or self._banned.shape != banned.shape:
+                with torch.inference_mode(False):
+                    self._banned = torch.zeros_like(banned)
+            self._banned.copy_(banned)
+            self._banned_from = banned
 
     def compact(self, kept: Tensor, width: int, written: int, source_length: int) -> None:
         """Between chained steps (`continuations` with `eos`), only the sentences `kept` (their positions among
@@ -403,16 +423,15 @@ class StaticSteps(EncoderDecoderSteps):
         else:
             self._room()
             inputs = (tokens, scores, self.pending)
-            packed = static.continuations(
-                inputs, n, width, self.written, *self.shape, m, self._mask(ban_eos), after, eos
-            )
+            beam = BeamStep(n, width, self.written, *self.shape, m, self._mask(ban_eos), after, eos)
+            packed = static.continuations(inputs, beam)
             result, select = self._to_host(packed), None
             self.pending = None
             self.written += 1
         self.ahead, self.kept = None, None
         if chain and ban_eos_next is not None and self.written < self.shape[0]:  # the next step, launched now
             mask = self._mask(ban_eos_next)
-            packed = static.continuations(None, n, width, self.written, *self.shape, m, mask, after, eos)
+            packed = static.continuations(None, BeamStep(n, width, self.written, *self.shape, m, mask, after, eos))
             self.ahead = self._to_host(packed)
             self.written += 1
         packed, event = result

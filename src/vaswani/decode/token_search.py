@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -16,23 +18,28 @@ from vaswani.decode.top_words import row_argmax
 DEFAULT = DecodeRequest()  # the paper's search (§6.1): beam 4, α 0.6, input length + 50
 
 
+@dataclass(frozen=True)
+class Run:
+    """How a token-by-token search runs, beside its request: on the KV cache (`cache=False` re-runs the prefix at
+    every step: the reference), stopping at EOS (`stop_at_eos=False` keeps EOS as a token, a language model's line
+    break, and runs to the limit), `on_step(tokens)` seeing each step's picks (rows still running, in input order),
+    a language model's window (`context`), and what runs the model's step (`step`: see steps.start_steps)."""
+
+    cache: bool = True
+    stop_at_eos: bool = True
+    on_step: Callable[[Tensor], None] | None = None
+    context: int | None = None
+    step: DecodeStep | None = None
+
+
 def _token_by_token(
-    model,
-    src: Tensor,
-    request: DecodeRequest,
-    choose: Callable[[Tensor], Tensor],
-    cache: bool = True,
-    stop_at_eos: bool = True,
-    on_step: Callable[[Tensor], None] | None = None,
-    context: int | None = None,
-    step: DecodeStep | None = None,
+    model, src: Tensor, request: DecodeRequest, choose: Callable[[Tensor], Tensor], run: Run
 ) -> list[Hypothesis]:
-    """One token per step picked by `choose(log_probs) -> (rows,)`, rows dropped as their input ends.
-    `stop_at_eos=False` keeps EOS as a token (a language model's line break) and runs to the limit;
-    `on_step(tokens)` sees each step's picks (rows still running, in input order)."""
+    """One token per step picked by `choose(log_probs) -> (rows,)`, rows dropped as their input ends (`run`)."""
     c, d, repetition = model.config, request.decode, request.repetition
     scores = request.scores or choose is not row_argmax  # a sample's draw needs the probabilities
-    steps = start_steps(model, src, 1, cache, context, step, d.ban_after_softmax)
+    steps = start_steps(model, src, 1, run.cache, run.context, run.step, d.ban_after_softmax)
+    stop_at_eos, on_step = run.stop_at_eos, run.on_step
     B = src.size(0)
     limits = steps.limits(d.max_len_a, d.max_len_b)  # (B,)
     out = torch.full((B, int(limits.max())), c.pad_id, dtype=torch.long)
@@ -84,36 +91,17 @@ def _token_by_token(
 
 
 @torch.no_grad()
-def greedy(
-    model,
-    src: Tensor,
-    request: DecodeRequest = DEFAULT,
-    cache: bool = True,
-    stop_at_eos: bool = True,
-    on_step: Callable[[Tensor], None] | None = None,
-    context: int | None = None,
-    step: DecodeStep | None = None,
-) -> list[Hypothesis]:
+def greedy(model, src: Tensor, request: DecodeRequest = DEFAULT, **run: Any) -> list[Hypothesis]:
     """The most probable token at each step; EOS is not allowed before decode.min_len tokens. Of `request` it reads
     the length limits, min_len, ban_after_softmax and the repetition rules.
-    `src`: a Transformer's sources, or a CausalLM's prompts (equal lengths). `stop_at_eos=False` keeps EOS as a
-    token (a language model's line break) and runs to the limit; `on_step(tokens)` sees each step's picks (rows
-    still running, in input order); `context`: a language model's window; `step`: see start_steps.
-    Shape: src (B, S) -> B hypotheses"""
-    return _token_by_token(model, src, request, row_argmax, cache, stop_at_eos, on_step, context, step)
+    `src`: a Transformer's sources, or a CausalLM's prompts (equal lengths). `run`: `Run`'s fields (cache,
+    stop_at_eos, on_step, context, step). Shape: src (B, S) -> B hypotheses"""
+    return _token_by_token(model, src, request, row_argmax, Run(**run))
 
 
 @torch.no_grad()
 def sample(
-    model,
-    src: Tensor,
-    request: DecodeRequest = DEFAULT,
-    generator: torch.Generator | None = None,
-    cache: bool = True,
-    stop_at_eos: bool = True,
-    on_step: Callable[[Tensor], None] | None = None,
-    context: int | None = None,
-    step: DecodeStep | None = None,
+    model, src: Tensor, request: DecodeRequest = DEFAULT, generator: torch.Generator | None = None, **run: Any
 ) -> list[Hypothesis]:
     """Ancestral sampling from softmax(logits / temperature), restricted to the `top_k` most probable
     tokens (0: all) and to the smallest set whose probability reaches `top_p` (nucleus sampling,
@@ -122,7 +110,7 @@ def sample(
     """
     d = request.decode
     choose = sampler(d.temperature, d.top_k, d.top_p, generator)
-    return _token_by_token(model, src, request, choose, cache, stop_at_eos, on_step, context, step)
+    return _token_by_token(model, src, request, choose, Run(**run))
 
 
 def sampler(
