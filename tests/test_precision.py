@@ -84,7 +84,7 @@ def test_a_cuda_gpu_without_bf16_runs_fp32_unmeasured(monkeypatch):
 
 def test_the_measured_vocabulary_projection_is_chunked_as_the_loss_chunks_it_on_that_device():
     """The loss's 256-row chunks timed on a GPU made precision auto pick fp32 for the base model on an H100
-    (a pass of launches, bf16 0.99x fp32); the GPU's chunks are the loss's GPU chunks."""
+    (a pass of launches, bf16 no faster than fp32); the GPU's chunks are the loss's GPU chunks."""
     config = ModelConfig.preset("base", vocab_size=8000)
     vocab = [s for s in precision._shapes(config, True, 4096, "cpu") if s[1] == 8000]
     assert vocab == [(512, 8000, 4096 / 256, 256)]

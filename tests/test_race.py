@@ -1,4 +1,4 @@
-"""benchmarks/race.py's training race runs on the device it is given (the GPU race of docs/benchmarks.md):
+"""benchmarks/race.py's training race runs on the device it is given (docs/benchmarks.md, "Training speed"):
 the same code on the CPU here, on CUDA where there is a GPU."""
 
 import sys

@@ -21,7 +21,7 @@ def keep_freed_memory() -> bool:
 
     By default glibc maps every block over 32 MiB afresh and unmaps it when freed, so each training
     step page-faults its largest tensors (logits, their gradients) into existence again: on a 2-core
-    CPU that was a third of the step's time. Returns False where the C library is not glibc.
+    CPU that was a large share of the step's time. Returns False where the C library is not glibc.
     """
     global _keeping
     _keeping = _thresholds(1 << 30, (1 << 31) - 1)
@@ -43,8 +43,8 @@ def freed_memory_returned():
     """Within: glibc's own rule for large blocks (each mapped apart, and given back when freed), where
     keep_freed_memory is in effect; kept again after. For loading a model and then replacing its weights (packed
     or int8 copies, nn/packed.py): each weight freed is given back at once, where kept freed memory was not reused
-    for the copies, which are laid out otherwise (an OPUS-MT-sized model, float32 packed: peak 822 against 706
-    MiB, docs/benchmarks.md "int8 on the CPU")."""
+    for the copies, which are laid out otherwise: a lower peak for an OPUS-MT-sized model, float32 packed
+    (docs/benchmarks.md, "CPU decoding", peak memory)."""
     if not _keeping:
         yield
         return

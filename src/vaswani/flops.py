@@ -143,7 +143,7 @@ def _cpu_matmul_rate(precision: str, threads: int) -> float:
         start = time.perf_counter()
         torch.mm(a, b)
         best = min(best, time.perf_counter() - start)
-        if best > 1.0:  # emulated bf16 (~1 GFLOP/s): one product says enough
+        if best > 1.0:  # emulated bf16 (a product takes seconds): one product says enough
             break
     return 2.0 * n**3 / best
 

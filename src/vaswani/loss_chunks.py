@@ -4,7 +4,7 @@ for a precision by precision.py)."""
 from __future__ import annotations
 
 # The training loss projects onto the vocabulary this many rows at a time (train/loss.py). On a CPU 256 rows
-# x 8,000 float32 logits (8 MB) stay in cache between the passes over them (docs/benchmarks.md). A GPU wants
+# x 8,000 float32 logits (8 MB) stay in cache between the passes over them. A GPU wants
 # large products and few launches: up to 2^26 logits (256 MB float32) a chunk, 8,388 rows at 8,000 subwords.
 CPU_LOSS_CHUNK = 256
 GPU_LOSS_LOGITS = 1 << 26

@@ -87,8 +87,8 @@ def _check_fit(missing: list[str], unexpected: list[str], source: Path) -> None:
 def read_weights_into(model: torch.nn.Module, path: Path) -> None:
     """The weights saved at `path` copied into `model`'s own tensors one at a time, the file opened afresh for
     each, so that no second copy of the model (a state dict, or the file's pages mapped and read) is held while it
-    loads: an OPUS-MT-sized model peaked at 796 MiB loading through load_weights, 628 MiB this way (docs/benchmarks.md,
-    "int8 on the CPU"). CheckpointError where the file is corrupt or does not fit."""
+    loads: a lower peak than loading through load_weights (docs/benchmarks.md, "CPU decoding", peak memory).
+    CheckpointError where the file is corrupt or does not fit."""
     try:
         with safe_open(str(path), framework="pt") as f:
             names = list(f.keys())

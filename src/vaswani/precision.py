@@ -1,8 +1,8 @@
 """Which precision runs this model faster on this device: bf16 autocast or float32, measured, not guessed.
 
-CPU flags do not tell. Three 2-core CPUs, torch 2.13.0, a 1024^3 matrix product in fp32 / bf16:
-an AMD EPYC with avx512_bf16 198 / 430 GFLOP/s, an Intel Xeon with avx512_bf16 and avx512_fp16
-319 / 166 (bf16 *slower*), an AVX2-only CPU 138 / ~1 (bf16 emulated). So `precision: auto` times the
+CPU flags do not tell: a matrix product in bf16 runs much faster than in fp32 on an AMD EPYC with avx512_bf16,
+*slower* on an Intel Xeon with avx512_bf16 and avx512_fp16, and emulated, far slower, on an AVX2-only CPU
+(docs/benchmarks.md, "Training speed", and the page's opening). So `precision: auto` times the
 model's own matrix products (its linear layers and the pre-softmax projection, at its dimensions and
 at the number of rows a batch gives them, forward and for training backward too, weights cast by
 autocast as in a real step) in both precisions, and picks bf16 only where they run clearly faster.
@@ -31,14 +31,14 @@ from vaswani.loss_chunks import loss_chunk_rows
 
 # bf16 is chosen only where its matrix products are at least this much faster than float32: the rest
 # of a step (casts, layer norms, softmax, attention, Adam) gains less than the products or nothing,
-# and on the AMD EPYC above a 2.2x matrix-product speed-up made whole training steps 1.27x faster.
+# so whole training steps gain far less than the products alone (docs/benchmarks.md, "Training speed").
 BF16_MIN_SPEEDUP = 1.2
 # Decoding is not measured: "auto" decodes in fp32 (see `choose`).
 # (a measurement would depend on the machine's load, and bf16 changes some outputs)
 DECODING_AUTO = "decoding runs fp32 unless --precision bf16, so the same command gives the same translation"
 # Rows per product: enough to be the kernels a batch runs, few enough to keep the measurement short.
 MAX_ROWS = 512
-# A first product this many times slower in bf16 than in fp32 means bf16 is emulated (AVX2: ~100x):
+# A first product this many times slower in bf16 than in fp32 means bf16 is emulated (AVX2 alone: far slower still):
 # the measurement stops there instead of running the slow path for seconds.
 EMULATED = 8.0
 

@@ -2,7 +2,7 @@
 
 torch starts one OpenMP thread per core. Beside another CPU-bound process, one of them shares a core with it,
 and every parallel region waits for that slowest thread: the whole run slows far below a fair share of the
-machine (docs/benchmarks.md, "A fair share under load"; benchmarks/fair_share.py). So the command line counts,
+machine (docs/benchmarks.md, "Serving"; benchmarks/fair_share.py). So the command line counts,
 over a fifth of a second at start, how busy the CPUs it may use are (/proc/stat, the process's affinity), and
 runs one thread per free one: all of them on an idle machine, one fewer per busy process.
 `VASWANI_THREADS=N` (or OpenMP's OMP_NUM_THREADS) sets the number instead. Not called on import:

@@ -11,7 +11,7 @@ from vaswani import Transformer
 
 @pytest.fixture(scope="module")
 def model() -> Transformer:
-    """A tiny model half-trained to copy (1 s): its outputs end at different, plausible lengths,
+    """A tiny model briefly half-trained to copy: its outputs end at different, plausible lengths,
     so EOS handling, finished rows and beams that disagree are all exercised."""
     model = random_model(50, seed=3).train()
     c = model.config

@@ -186,7 +186,7 @@ with torch.inference_mode():
 def test_code_compiled_for_one_cpu_kind_is_not_reused_for_another(tmp_path):
     """Inductor's on-disk cache keys its code without the vector instructions it was made for: the step compiled
     as an AVX2-only CPU (the AVX2 setting) and then loaded on the same machine natively (AVX-512) corrupted memory,
-    and the reverse gave wrong outputs (CI's second run, stop 53). runtime.cpu_kind goes into the key."""
+    and the reverse gave wrong outputs (in CI's second run). runtime.cpu_kind goes into the key."""
     avx2 = {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
     if os.environ.get("ATEN_CPU_CAPABILITY") == "avx2":
         pytest.skip("played as an AVX2 CPU (CI's second run): this test plays both kinds itself, in the first run")

@@ -82,7 +82,8 @@ def _multi30k_paragraphs(language: str, size: int = 4) -> list[list[str]]:
 
 @pytest.mark.parametrize("language", ["de", "en"])
 def test_multi30k_paragraphs_split_back_into_their_sentences(language):
-    """benchmarks/sentence_split.py measures 99.2% (de) and 100% (en) of these paragraphs cut exactly right."""
+    """benchmarks/sentence_split.py measures nearly all of these paragraphs cut exactly right, in both languages
+    (docs/benchmarks.md, "Serving"); the bar leaves a little room below that."""
     paragraphs = _multi30k_paragraphs(language)
     exact = sum(list(split(" ".join(p), language).sentences) == p for p in paragraphs)
     assert exact >= 0.97 * len(paragraphs)

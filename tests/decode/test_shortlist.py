@@ -8,7 +8,7 @@ from tests.conftest import write_tiny_model_directory
 from tests.decode.models import random_model
 from vaswani.decode.request import DecodeRequest
 from vaswani.decode.search import search_ids
-from vaswani.decode.shortlist import Shortlist, learn
+from vaswani.decode.shortlist import Shortlist, Vocabularies, learn
 from vaswani.nn.int8 import int8_available, quantize_int8
 from vaswani.nn.packed import pack_fp32, packed_available
 from vaswani.nn.transformer import NEVER, OutputRows
@@ -37,7 +37,7 @@ def test_model_1_finds_each_source_pieces_translation_among_reordered_noisy_line
         t = [x + 40 for x in reversed(s)] + ([99] if rng.random() < 0.5 else [])
         sources.append(s)
         targets.append(t)
-    shortlist = learn(sources, targets, 50, 100, eos_id=2, top=3, frequent=4)
+    shortlist = learn(sources, targets, Vocabularies(50, 100, 2), top=3, frequent=4)
     assert shortlist.translations[3:40, 0].tolist() == list(range(43, 80))  # each piece's best is its translation
     assert not set(shortlist.translations[3:40, 1:].flatten().tolist()) & set(range(43, 80))  # no others: noise < 1e-3
     assert (shortlist.translations[40:] == -1).all()  # never seen: no candidates
@@ -232,13 +232,13 @@ def test_a_server_with_a_shortlist_answers_as_the_library_does(tmp_path):
 
 def test_learning_refuses_no_lines_and_ids_outside_the_vocabularies_in_one_line():
     with pytest.raises(ValueError, match="no line with a translation"):
-        learn([[4, 5], [6]], [[], []], 50, 50, eos_id=2)
+        learn([[4, 5], [6]], [[], []], Vocabularies(50, 50, 2))
     with pytest.raises(ValueError, match="source token id 50 is outside the model's 50-piece source vocabulary"):
-        learn([[4, 50]], [[7]], 50, 60, eos_id=2)
+        learn([[4, 50]], [[7]], Vocabularies(50, 60, 2))
     with pytest.raises(ValueError, match="target token id 60 is outside"):
-        learn([[4]], [[7, 60]], 50, 60, eos_id=2)
+        learn([[4]], [[7, 60]], Vocabularies(50, 60, 2))
     with pytest.raises(ValueError, match="--top must be >= 1"):
-        learn([[4]], [[7]], 50, 60, eos_id=2, top=0)
+        learn([[4]], [[7]], Vocabularies(50, 60, 2), top=0)
     outside = Shortlist(torch.tensor([[3, 70]]), torch.tensor([2]), 60, copy=False)
     with pytest.raises(ValueError, match="holds target ids outside the model's 60 pieces"):
         outside.check(1, 60, "s.safetensors")

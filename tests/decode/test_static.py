@@ -148,9 +148,9 @@ def test_cuda_graphs_give_the_dynamic_caches_outputs(model, precision, mode):
 
 
 def test_decode_compile_gives_way_to_the_cuda_graphs_on_a_gpu(model):
-    """On a GPU the static cache's graphs ran 1.2-4.3x torch.compile's step (H200, docs/benchmarks.md): --compile
-    there keeps them (the CLI says so), unless decode.static_cache is false; on a CPU it compiles, and so does a
-    model that has no static cache (a language model)."""
+    """On a GPU the static cache's graphs run faster than torch.compile's step (docs/benchmarks.md, "GPU
+    decoding"): --compile there keeps them (the CLI says so), unless decode.static_cache is false; on a CPU it
+    compiles, and so does a model that has no static cache (a language model)."""
 
     class OnGpu:  # a model's device and type, as compiles reads them, without a GPU
         def __init__(self, config) -> None:

@@ -1,7 +1,7 @@
 """The training forward under torch.compile: one graph for every batch shape.
 
 A graph break splits the model into pieces compiled apart (no fusion across them) and recompiled as shapes
-change; on an H100 that made `train.compile` train 8 steps in 2 minutes (docs/benchmarks.md). These run
+change, so that `train.compile` spends its time compiling rather than training. These run
 Dynamo alone (a backend that counts the graphs it is given and runs them as they are), so they take seconds
 and need no C++ compiler.
 """

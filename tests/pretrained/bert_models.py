@@ -26,7 +26,7 @@ def save_bert_mlm(out: Path, steps: int = 120, vocab_size: int = 1000) -> Path:
     """A BertForMaskedLM (hidden 64, 2 layers, 4 heads, intermediate 128, 128 positions) in `out`."""
     torch.manual_seed(0)
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # a model this small trains ~10x faster on one thread of a busy machine
+    torch.set_num_threads(1)  # a model this small trains far faster on one thread of a busy machine
     try:
         return _save_mlm(out, steps, vocab_size)
     finally:

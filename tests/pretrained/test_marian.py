@@ -87,7 +87,7 @@ def assert_generate_s_outputs(src, model_dir, lines, beams: int) -> tuple[list[s
     found = translator.translate_with_details(lines)
     ours, theirs = [c.candidates[0].tokens for c in found], [strip(ids) for ids in beam.tolist()]
     # Beam search's choices turn on near-ties where a degenerate output repeats a word (21, 21, 21, ...): one CPU's
-    # kernels round them one way, another's the other (seen on an Intel Xeon with AVX-512, 1 line of 100; none on
+    # kernels round them one way, another's the other (seen on a rare line on an Intel Xeon with AVX-512, never on
     # an AMD EPYC with AVX2). So at most 2 lines in 100 may differ, and only where generate's own model scores our
     # output at least as high as its own (the search went on where generate's stopped on a tie); any other
     # difference fails.

@@ -243,8 +243,8 @@ def test_a_request_gets_the_same_result_alone_or_batched_with_others(translator,
 
 
 def test_the_model_is_loaded_measured_and_run_on_one_compute_thread(model_dir, monkeypatch):
-    """serve/compute.py's ComputeThread: torch runs 1.5-2.5x slower on a thread other than the one that loaded the model
-    (docs/benchmarks.md, "Serving"), so the service loads, measures and decodes on one thread."""
+    """serve/compute.py's ComputeThread: torch runs markedly slower on a thread other than the one that loaded the
+    model (docs/benchmarks.md, "Serving"), so the service loads, measures and decodes on one thread."""
     compute = ComputeThread("test-compute")
     translator = compute.call(Translator.load, model_dir, "cpu", "auto")
     seen = []

@@ -21,7 +21,7 @@ from vaswani.data.corpus import DataError, filter_pairs, read_parallel
 from vaswani.data.parallel import ParallelRecipe
 from vaswani.data.prepare import open_or_prepare
 from vaswani.data.tokenizer import Tokenizer
-from vaswani.train.loader import EpochBatches, EpochPlan, batch_stream, load_run_data
+from vaswani.train.loader import EpochBatches, EpochPlan, Reader, batch_stream, load_run_data
 
 pytestmark = pytest.mark.shared_data  # reads ../shared/data (tests/conftest.py skips it where absent)
 
@@ -116,7 +116,7 @@ def test_prepared_batches_equal_the_in_memory_path_on_multi30k(tmp_path, monkeyp
         plan = EpochPlan(data, config.max_tokens, seed)
         got = plan.batches(0)
         assert len(got) == len(expected) and all(np.array_equal(a, b) for a, b in zip(got, expected, strict=True))
-        stream = batch_stream(data, plan, config, seed, 0, 0, 0, 1, 0, torch.device("cpu"))
+        stream = batch_stream(data, plan, config, seed, 0, 0, Reader())
         for epoch in (0, 1):
             for number in epoch_order(len(expected), seed, epoch):
                 reference = collate([pairs[i] for i in expected[number]])
@@ -135,7 +135,7 @@ def test_loader_workers_give_the_same_batches_as_none(tmp_path):
     config = DataConfig(**write_corpus(tmp_path, 400), vocab_size=120, max_tokens=150, src_sampling_alpha=0.2)
     data = _open(config, tmp_path / "p")
     plan = EpochPlan(data, config.max_tokens, 3)
-    streams = [batch_stream(data, plan, config, 3, 0, 0, 0, 1, w, torch.device("cpu")) for w in (0, 2)]
+    streams = [batch_stream(data, plan, config, 3, 0, 0, Reader(workers=w)) for w in (0, 2)]
     n = len(plan.batches(0))
     for _ in range(n + 3):  # into the second epoch
         (e0, p0, a), (e1, p1, b) = (next(s) for s in streams)

@@ -6,7 +6,7 @@ import argparse
 
 from vaswani.cli.lines import stderr_console
 
-MAX_LINES = 200_000  # lines Model 1 learns from by default: ~3 minutes of EM on 2 CPU cores at 30 pieces a side
+MAX_LINES = 200_000  # lines Model 1 learns from by default: a few minutes of EM on 2 CPU cores at 30 pieces a side
 
 
 def _shortlist(args: argparse.Namespace) -> None:

@@ -48,13 +48,13 @@ class DecodeConfig:
     top_p: float = 1.0  # nucleus sampling: the smallest set of tokens with this much probability
     seed: int = 1  # sampling is repeatable for a given seed and batch size
     # torch.compile the decoder's step (engine torch, search.compiled_step): its dozen variants compile as they come
-    # (~2 minutes in all on a CPU), then each step runs as one compiled program; it pays where the step is overhead
+    # (minutes in all on a CPU), then each step runs as one compiled program; it pays where the step is overhead
     # (one sentence at a time on a CPU), for a server (which compiles at startup) or a big file. On a GPU the static
-    # cache's CUDA graphs run instead (static_cache auto), 1.2-4.3x the compiled step (engine.compiles)
+    # cache's CUDA graphs run instead (static_cache auto), faster than the compiled step (engine.compiles)
     compile: bool = False
     # The decoder's keys/values in buffers allocated once and written in place (decode/static.py), so a step has
     # fixed shapes; on a GPU each step is then one CUDA graph replayed. auto: on a GPU, not on a CPU (where the
-    # step's launches cost little: docs/benchmarks.md, "Decoding with CUDA graphs"). Outputs are the same.
+    # step's launches cost little: docs/benchmarks.md, "GPU decoding"). Outputs are the same.
     static_cache: bool | Literal["auto"] = "auto"
 
     def validate(self) -> None:

@@ -50,7 +50,7 @@ class ModelConfig:
     # training targets use (a joint vocabulary's target side with EOS: 4,270 of Multi30k's 8,000 for English), set by
     # `vaswani train` from the prepared data; the softmax of the loss covers those only, and decoding gives the
     # others a logit of -10,000 (`Transformer.logit_bias`). A smaller output projection: the quick recipe makes
-    # 1.1x the updates in its time (docs/benchmarks.md, "Every CPU speed").
+    # more updates in its time (docs/benchmarks.md, "Quality").
     output_words: Literal["all", "target"] = "all"
     layer_norm_eps: float = 1e-6  # the tensor2tensor reference value
     # BERT's additions (Devlin et al. 2019), off in the paper: a LayerNorm over the summed embeddings, before

@@ -48,9 +48,8 @@ class TrainConfig:
     # cosine: multiplied by (1 + cos(pi * progress)) / 2 instead (GPT's schedule)
     lr_decay: Literal["none", "linear", "cosine"] = "none"
     # torch.compile the model for the training step (dynamic shapes: batches vary in length). Off by default:
-    # on this project's CPUs it compiles for 20-55 s and then runs 2-11% slower (docs/benchmarks.md, "MFU"),
-    # and on an H100 (torch 2.11) the trainer spent its first 2 minutes compiling for new batch shapes and
-    # trained 8 steps where the eager step trained 2,500 (docs/benchmarks.md, "The paper's scale on a GPU").
+    # on this project's CPUs the compiled step is no faster, and on a GPU the time spent compiling for new batch
+    # shapes is repaid only over a long run (measured: docs/benchmarks.md, "Training speed").
     compile: bool = False
     device: str = "auto"
     seed: int = 1

@@ -152,7 +152,7 @@ def _finish(
     sentence = beams.active.tolist()
     ends = is_eos[:, :k].nonzero().tolist()  # EOS among the first k
     at_limit_rows = at_limit.nonzero().squeeze(1).tolist()
-    if ends or at_limit_rows:  # Python lists: some 30 us of indexing per hypothesis otherwise (a GPU waits)
+    if ends or at_limit_rows:  # Python lists: indexing tensors one element at a time costs far more (a GPU waits)
         scores_l, origin_l, word_l, word_lp_l = (x.tolist() for x in (top_scores, origin, word, word_log_probs))
         eos_l = is_eos[:, :k].tolist()
         past = {i: (beams.history[i].tolist(), beams.token_log_probs[i].tolist()) for i in {i for i, _ in ends}}

@@ -20,8 +20,8 @@ def best_continuations(scores: Tensor, log_probs: Tensor, n: int, width: int, m:
 
 def packed_continuations(scores: Tensor, log_probs: Tensor, n: int, width: int, m: int) -> Tensor:
     """`best_continuations` on the device, packed in one tensor: each row's m best first, then the best of those
-    (the same m as over all width x V at once, at less cost: a GPU's top-k over 232k candidates per sentence took
-    15% of a beam step). Fixed shapes, no synchronisation: a CUDA graph captures it (decode/static.py).
+    (the same m as over all width x V at once, at less cost: a GPU's top-k over all of a sentence's candidates was
+    a sizeable share of a beam step). Fixed shapes, no synchronisation: a CUDA graph captures it (decode/static.py).
     Shape: scores (n, width), log_probs (n*width, V) -> (n, 3m'): scores, hypotheses, words (ids < 2^24 are exact
     in float32)"""
     per_row = min(m, log_probs.size(-1))

@@ -15,7 +15,7 @@ and verse keep their lines. Hard-wrapped prose (a sentence broken over lines) is
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +24,7 @@ from vaswani.decode.sentences import sentence_spans
 
 if TYPE_CHECKING:
     from vaswani.decode.request import DecodeRequest
-    from vaswani.decode.translator import Translation, Translator, Warn
+    from vaswani.decode.translator import Translation, Translator
 
 _LINE = re.compile(r"[^\n\r\u2028\u2029\x85\x0b\x0c]+")  # text between line breaks
 # Languages written without spaces between sentences: their translations are joined without one too.
@@ -133,27 +133,23 @@ def translate_documents(
     translator: Translator,
     texts: Sequence[str],
     language: str | None = None,
-    target_language: str | None = None,
     request: DecodeRequest | None = None,
-    warn: Warn | None = None,
-    progress: Callable[[int], None] | None = None,
     documents: Sequence[Document] | None = None,
     **options: Any,
 ) -> list[DocumentTranslation]:
     """Each text split into sentences (`language`: the source's; default: what the model was trained on),
     all sentences of all texts translated in one `translate_with_details` call, as line mode translates lines,
-    and the translations put back in the texts' layout. `target_language`: a multilingual model's target, its
-    >>lang<< token before every sentence (Translator.encode_sources). `warn(index, message)` counts sentences.
-    `documents`: the texts' `split`, where the caller has made it already (to size a progress bar). `request`, or
-    `options` (n_best=, attention=, DecodeConfig fields): as for translate_with_details."""
+    and the translations put back in the texts' layout. `documents`: the texts' `split`, where the caller has made
+    it already (to size a progress bar). `request`, and `options` as translate_with_details takes them: its own
+    (`target_language`: a multilingual model's target, its >>lang<< token before every sentence;
+    `warn(index, message)`, counting sentences; `progress`) and, without a request, n_best=, attention= and
+    DecodeConfig fields."""
     source, target = translator.config.data.languages()
     if documents is None:
         documents = [split(text, language or source) for text in texts]
     sentences = [clean_line(s) for document in documents for s in document.sentences]  # NUL: as in line mode
-    results = translator.translate_with_details(
-        sentences, request, warn, progress, target_language=target_language, **options
-    )
-    return assemble(texts, documents, results, spaced=puts_spaces(target_language or target))
+    results = translator.translate_with_details(sentences, request, **options)
+    return assemble(texts, documents, results, spaced=puts_spaces(options.get("target_language") or target))
 
 
 def assemble(

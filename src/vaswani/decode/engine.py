@@ -60,8 +60,8 @@ class Engine(Protocol):
 
 def compiles(request: DecodeRequest, model: torch.nn.Module) -> bool:
     """Whether decode.compile's step runs for `model`. On a GPU a translation model's static cache runs as CUDA
-    graphs instead (decode.static_cache auto): measured on an H200, 1.2-4.3x the compiled step (docs/benchmarks.md,
-    "Decoding compiled on a GPU"); decode.static_cache false lets it compile."""
+    graphs instead (decode.static_cache auto), faster than the compiled step (docs/benchmarks.md, "GPU decoding");
+    decode.static_cache false lets it compile."""
     from vaswani.families import TRANSLATE, family
 
     device = next(model.parameters()).device

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -80,31 +81,25 @@ class Generator:
         self,
         prompt: list[int],
         max_new_tokens: int,
-        temperature: float = 1.0,
-        top_k: int = 0,
-        top_p: float = 1.0,
         seed: int | None = 1,
         n: int = 1,
         greedy_search: bool = False,
         cache: bool = True,
         on_token: Callable[[int, int], None] | None = None,
-        no_repeat_ngram: int = 0,
-        repetition_penalty: float = 1.0,
+        **decode: Any,
     ) -> list[list[int]]:
         """`n` continuations of `prompt` (ids), each `max_new_tokens` long, drawn one after the other from one
         generator seeded with `seed` (the same seed, the same samples). `on_token(sample, id)` sees each
         token as it is chosen. Where newlines are text, a continuation ends at EOS (not included).
-        `no_repeat_ngram`, `repetition_penalty`: decode/repetition.py (the prompt counts as output there)."""
+        `decode`: the sampling fields of the decode section (temperature, top_k, top_p) and the repetition rules
+        (no_repeat_ngram, repetition_penalty: decode/repetition.py; the prompt counts as output there)."""
         src = torch.tensor([prompt], dtype=torch.long, device=self.device)
-        sampling = {} if greedy_search else dict(sampling=True, temperature=temperature, top_k=top_k, top_p=top_p)
+        sampling = {} if greedy_search else {"sampling": True}
+        if greedy_search:
+            decode = {k: v for k, v in decode.items() if k not in ("temperature", "top_k", "top_p")}
+        # the tokens alone: greedy search skips the softmax over the vocabulary
         request = DecodeRequest.of(
-            scores=False,  # the tokens alone: greedy search skips the softmax over the vocabulary
-            beam_size=1,
-            max_len_a=0.0,
-            max_len_b=max_new_tokens,
-            no_repeat_ngram=no_repeat_ngram,
-            repetition_penalty=repetition_penalty,
-            **sampling,
+            scores=False, beam_size=1, max_len_a=0.0, max_len_b=max_new_tokens, **sampling, **decode
         )
         # the model sees at most the context it was trained on (search.DecoderOnlySteps moves the window on);
         # EOS ends a document where newlines are text, else it is a line break

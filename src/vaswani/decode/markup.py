@@ -14,7 +14,7 @@ as line mode translates them; its marks and atoms go where the model's cross-att
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +23,7 @@ from vaswani.decode.document import Document, DocumentTranslation, split, transl
 
 if TYPE_CHECKING:
     from vaswani.decode.request import DecodeRequest
-    from vaswani.decode.translator import Translator, Warn
+    from vaswani.decode.translator import Translator
 from vaswani.decode.markup_model import (  # noqa: F401  the names markup's callers import from here
     FORMATS,
     Atom,
@@ -196,33 +196,25 @@ def translate_markup(
     texts: Sequence[str],
     format: str,
     language: str | None = None,
-    target_language: str | None = None,
     request: DecodeRequest | None = None,
-    warn: Warn | None = None,
-    progress: Callable[[int], None] | None = None,
     parsed: Sequence[Markup] | None = None,
     documents: Sequence[Document] | None = None,
     **options: Any,
 ) -> list[MarkupTranslation]:
     """Each text parsed as `format`, every sentence of every run translated in one call, as document mode
-    translates them (`language`, `target_language`, `request` or `options`, `warn(index, message)` counting
-    sentences), with their word alignments, and each text written back with its markup in place. `parsed`: the
-    texts' `parse`, and `documents`: their `split_runs`, where the caller has them."""
+    translates them (`language`, `request`, and `options`: target_language, warn(index, message) counting
+    sentences, progress, and without a request DecodeConfig fields), with their word alignments, and each text
+    written back with its markup in place. `parsed`: the texts' `parse`, and `documents`: their `split_runs`, where
+    the caller has them."""
     markups = list(parsed) if parsed is not None else [parse(text, format) for text in texts]
     if documents is None:
         documents = split_runs(markups, language or translator.config.data.languages()[0])
+    passed = {k: options.pop(k) for k in ("target_language", "warn", "progress") if k in options}
     request = (request or translator.request(**options)).replace(alignment=True)
-    results = translate_documents(
-        translator,
-        [run.text for markup in markups for run in markup.runs],
-        language,
-        target_language,
-        request,
-        warn,
-        progress,
-        documents,
+    runs = [run.text for markup in markups for run in markup.runs]
+    return assemble_markup(
+        texts, format, markups, translate_documents(translator, runs, language, request, documents, **passed)
     )
-    return assemble_markup(texts, format, markups, results)
 
 
 def assemble_markup(

@@ -5,7 +5,7 @@
 pysbd (Sadvilkar & Neumann, 2020) is a port of the Golden Rules set of the Ruby `pragmatic_segmenter`:
 per-language abbreviation lists, ordinal numbers ("am 3. Oktober"), quotes and parentheses, decimals, initials.
 It was chosen over sentencex, blingfire, syntok, Moses' sentence-splitter and our own rules by
-benchmarks/sentence_split.py (docs/benchmarks.md, "Sentence splitting"). `rule_spans` is the fallback where
+benchmarks/sentence_split.py (docs/benchmarks.md, "Serving"). `rule_spans` is the fallback where
 pysbd lacks the language, where the language is unknown, or where pysbd changed the text so that its sentences
 cannot be found in it.
 

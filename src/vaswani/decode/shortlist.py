@@ -1,7 +1,7 @@
 """A vocabulary shortlist (`vaswani shortlist`, `--shortlist`): the target words a batch's source words can turn
 into, so that each decoding step's output layer computes those words' logits, not the whole vocabulary's.
 
-    shortlist = learn(sources, targets, src_vocab_size, tgt_vocab_size)   # token ids of parallel lines
+    shortlist = learn(sources, targets, Vocabularies(src_size, tgt_size, eos_id))   # token ids of parallel lines
     shortlist.save("runs/opus/shortlist.safetensors")
     words = Shortlist.load(path).words(src)                               # one batch's target ids, sorted
 
@@ -141,13 +141,21 @@ class Shortlist:
         )
 
 
+@dataclass(frozen=True)
+class Vocabularies:
+    """What a shortlist needs of a model's vocabularies: their sizes, EOS, and whether one tokenizer writes both
+    sides (`copy`: a source piece may stand for itself in the translation)."""
+
+    src_size: int
+    tgt_size: int
+    eos_id: int
+    copy: bool = False
+
+
 def learn(
     sources: Sequence[Sequence[int]],
     targets: Sequence[Sequence[int]],
-    src_vocab_size: int,
-    tgt_vocab_size: int,
-    eos_id: int,
-    copy: bool = False,
+    vocabularies: Vocabularies,
     top: int = TOP,
     frequent: int = FREQUENT,
     iterations: int = ITERATIONS,
@@ -157,6 +165,7 @@ def learn(
     """A shortlist from parallel token ids (without EOS): Model 1's p(target | source) after `iterations` of EM,
     each source piece's `top` best (at least MIN_PROBABILITY), and the `frequent` most frequent target pieces.
     `progress(1)` after each pass over the lines."""
+    src_vocab_size, tgt_vocab_size = vocabularies.src_size, vocabularies.tgt_size
     if len(sources) != len(targets):
         raise ValueError(f"{len(sources)} source lines but {len(targets)} target lines")
     check_sizes(top, frequent)
@@ -194,8 +203,8 @@ def learn(
     common = np.argsort(-counted, kind="stable")[:frequent]
     common = common[counted[common] > 0]
     nulls = translations[null][translations[null] >= 0]
-    always = torch.cat([torch.from_numpy(common), nulls, torch.tensor([eos_id])]).unique()
-    return Shortlist(translations[:null], always, tgt_vocab_size, copy, len(pairs), origin)
+    always = torch.cat([torch.from_numpy(common), nulls, torch.tensor([vocabularies.eos_id])]).unique()
+    return Shortlist(translations[:null], always, tgt_vocab_size, vocabularies.copy, len(pairs), origin)
 
 
 def check_sizes(top: int, frequent: int) -> None:

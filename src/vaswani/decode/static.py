@@ -134,7 +134,7 @@ class StaticDecoding:
         """At the start of each batch, the weights the graphs read copied in place from the model's current ones.
         On a GPU, where the vocabulary is not a multiple of `pad_vocab` (OPUS-MT's 58,101 words): the output
         projection in rows padded to one (a product whose output rows are not aligned to 16 bytes runs on a slow
-        kernel in cuBLAS: docs/benchmarks.md, "Decoding with CUDA graphs"). Under bf16 (fp16) autocast with graphs:
+        kernel in cuBLAS: docs/benchmarks.md, "GPU decoding"). Under bf16 (fp16) autocast with graphs:
         the decoder's linear layers and the output projection in that dtype, cast once per batch where autocast
         would cast them at every step (the same values: autocast rounds them alike)."""
         weight, bias = self.model.output_weight, self.model.logit_bias

@@ -303,9 +303,8 @@ def compiled_step(model, backend: str = "inductor") -> DecodeStep:
     instead of some hundred eager operations. It compiles into about a dozen variants, each once: a cache of 0, 1
     or more positions, one row or several, sources of one token (an empty line's EOS) or more; later batches reuse
     them whatever their rows and lengths (tests/decode/test_compile.py; TorchEngine.warm_up compiles them all).
-    Compiling them takes ~2 minutes on a 2-core CPU for the quick recipe's model; after that, greedy search at
-    batch 1 ran 1.3x faster there, large batches no faster (docs/benchmarks.md). A failure to compile is a
-    one-line ValueError.
+    Compiling them takes minutes on a 2-core CPU; after that, small batches run faster, large ones no faster
+    (docs/benchmarks.md, "CPU decoding"). A failure to compile is a one-line ValueError.
     """
     compiled = torch.compile(model.decode_step, dynamic=True, backend=backend)
 

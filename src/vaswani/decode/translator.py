@@ -30,7 +30,7 @@ from vaswani.decode.glossary import missing as glossary_missing
 from vaswani.decode.request import DecodeRequest
 from vaswani.decode.search import Hypothesis, banned_log_probs
 from vaswani.decode.shortlist import FILE as SHORTLIST_FILE
-from vaswani.decode.shortlist import FREQUENT, TOP, Shortlist, check_sizes
+from vaswani.decode.shortlist import FREQUENT, TOP, Shortlist, Vocabularies, check_sizes
 from vaswani.decode.shortlist import learn as learn_shortlist
 from vaswani.decode.term_placement import continuations, with_terms
 from vaswani.families import TRANSLATE, family
@@ -364,10 +364,7 @@ class Translator:
         return learn_shortlist(
             src_ids,
             tgt_ids,
-            c.src_vocab_size,
-            c.tgt_vocab_size,
-            c.eos_id,
-            copy=self.tokenizer.joint,
+            Vocabularies(c.src_vocab_size, c.tgt_vocab_size, c.eos_id, copy=self.tokenizer.joint),
             top=top,
             frequent=frequent,
             progress=progress,

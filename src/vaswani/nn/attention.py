@@ -76,11 +76,11 @@ def fused_attention(
         mask = _full_mask(mask, causal, q.size(-2), k.size(-2), q.device)
     if q.size(-2) == 1 and not torch.compiler.is_compiling():  # compiled code picks its own layouts
         # A decoding step's (B, H, 1, Dh) query is a strided view of the projection; the CPU kernel is
-        # ~15% faster on a contiguous one (benchmarks/race.py, docs/benchmarks.md).
+        # faster on a contiguous one (benchmarks/race.py).
         q = q.contiguous()
     if q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16):
-        # torch's CPU flash kernel is ~4x slower than the math kernel in bf16 (forward + backward at
-        # sentence lengths; benchmarks/attention_kernels.py), while ~2x faster in fp32.
+        # torch's CPU flash kernel is several times slower than the math kernel in bf16 (forward + backward
+        # at sentence lengths; benchmarks/attention_kernels.py), while faster in fp32.
         with sdpa_kernel(SDPBackend.MATH):
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=use_flag)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=use_flag)

@@ -12,8 +12,8 @@ class Dropout(nn.Module):
     and the rest scaled by 1 / (1 - p); in eval mode the identity.
 
     On the CPU the mask is drawn 16 bits per element, four elements per 64-bit draw of torch's
-    generator, instead of `nn.Dropout`'s `bernoulli_` (one draw per element): 6x faster there, where
-    `bernoulli_` took 18% of a bf16 training step of the Multi30k model (docs/benchmarks.md). The drop
+    generator, instead of `nn.Dropout`'s `bernoulli_` (one draw per element): several times faster there,
+    where `bernoulli_` was a large share of a bf16 training step of the Multi30k model. The drop
     probability is thus p rounded to a multiple of 1/65536; the generator is torch's default, so
     seeded runs repeat and resume exactly. On other devices, and under torch.compile, torch's own dropout is used.
     """

@@ -8,13 +8,13 @@ quantized per row, as CTranslate2 quantizes them, so that a sentence's output ne
 batched with it: each row is divided by its largest magnitude, and one row more (+1 and -1, its product dropped)
 fixes every call's range to [-1, 1], so fbgemm's one scale per call is the same for every row of every call; the
 output is multiplied back by each row's magnitude (`FbgemmWeight`). Side by side with
-the other kernels torch has for int8 on a CPU (benchmarks/int8_kernels.py, docs/benchmarks.md "int8 on the CPU"),
+the other kernels torch has for int8 on a CPU (benchmarks/int8_kernels.py, docs/benchmarks.md, "CPU decoding"),
 it is the one faster than float32: at a decoding step's sizes a 58k-word output projection reads a quarter of the
 bytes. Where oneDNN multiplies int8 with 32-bit sums (AMX tiles, as on Intel Xeons since Sapphire Rapids, or VNNI
 instructions, as on AMD Zen 4 and Intel CPUs since Cascade Lake and Alder Lake), every layer runs through oneDNN's
-quantized product instead (`OnednnWeight`, 8-bit activations per row): on AMX the output projection 3.3x fbgemm's
-at 128 rows x 58,101 words, beam 4 1.22x faster in all (docs/benchmarks.md, "int8 on AMX"), the other layers 1.10x
-more ("int8 activations quantized per row"), and faster than fbgemm with VNNI alone too. On a CPU with AVX2 alone
+quantized product instead (`OnednnWeight`, 8-bit activations per row): on AMX it runs the output projection
+several times as fast as fbgemm's and the other layers faster too (docs/benchmarks.md, "CPU decoding"), and it is
+faster than fbgemm with VNNI alone too. On a CPU with AVX2 alone
 fbgemm's is faster and oneDNN's 8-bit sums would saturate. The choice follows the CPU (`output_kernel`,
 `layer_kernel`), never a timing, so the same command gives the same output on a machine under any load.
 Layer norms, softmax, attention over the cache and the embeddings stay float32.

@@ -1,6 +1,6 @@
 """float32 linear layers for decoding on a CPU, through oneDNN with each weight reordered once into its blocked
-layout (the layout torch.compile's CPU code uses): the products of a decoding step at 1.5-2.5x torch's `addmm`
-on an AVX2 CPU (docs/benchmarks.md, "int8 on the CPU"). The same float32 arithmetic as `F.linear`, summed in
+layout (the layout torch.compile's CPU code uses): a decoding step's products run faster than torch's `addmm` on
+an AVX2 CPU (docs/benchmarks.md, "CPU decoding"). The same float32 arithmetic as `F.linear`, summed in
 another order. `replace_linears` is the one place a model's nn.Linear layers are swapped for such a layer
 (nn/int8.py does it too).
 """

@@ -1,7 +1,6 @@
 """A padded batch's real tokens as rows, for the encoder at inference: its position-wise work (the linear layers,
 the feed-forward network, residuals and layer norms: nearly all of its arithmetic) skips the padding, as
-CTranslate2's encoder does; the attention alone runs on the padded layout (docs/benchmarks.md, "The encoder
-without its padding").
+CTranslate2's encoder does; the attention alone runs on the padded layout (docs/benchmarks.md, "CPU decoding").
 """
 
 from __future__ import annotations
@@ -10,7 +9,7 @@ import torch
 from torch import Tensor
 
 # Below this share of padding positions the copies in and out of the padded layout (two a layer) would cost about
-# what the rows save: at 6% padding the encoder is 1.04x faster, at 47% 1.64x (benchmarks/unpad.py).
+# what the rows save: length-sorted batches gain little, batches as they come much more (benchmarks/unpad.py).
 MIN_PADDING = 0.05
 
 

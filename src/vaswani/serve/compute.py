@@ -14,9 +14,9 @@ T = TypeVar("T")
 class ComputeThread:
     """One long-lived thread for all of a service's torch work: loading the model, measuring its precision,
     decoding. PyTorch's OpenMP runs a thread's parallel regions markedly slower once another thread of the process
-    has run its own (docs/benchmarks.md, "Serving documents: one compute thread"), so a server loads and decodes on
-    this thread and its event loop never runs a torch operation. A daemon thread, unlike the standard library's
-    executors (joined at exit): a worker loop still waiting there never holds the process open.
+    has run its own (docs/benchmarks.md, "Serving"), so a server loads and decodes on this thread and its event
+    loop never runs a torch operation. A daemon thread, unlike the standard library's executors (joined at exit):
+    a worker loop still waiting there never holds the process open.
 
         compute = ComputeThread()
         translator = compute.call(Translator.load, "runs/quick")

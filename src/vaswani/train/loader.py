@@ -4,7 +4,7 @@ batches of each epoch (EpochPlan), and the loader that collates them ahead of th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -141,6 +141,17 @@ class EpochBatches(torch.utils.data.Dataset):
         self.tokenizer = Tokenizer.load(self.directory)
 
 
+@dataclass(frozen=True)
+class Reader:
+    """Who reads a batch stream: this process's `rank` among `world` processes, its DataLoader `workers` and the
+    `device` its batches go to (pinned memory for a GPU)."""
+
+    rank: int = 0
+    world: int = 1
+    workers: int = 0
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+
+
 def batch_stream(
     data: RunData,
     plan: EpochPlan,
@@ -148,10 +159,7 @@ def batch_stream(
     seed: int,
     epoch: int,
     position: int,
-    rank: int,
-    world: int,
-    workers: int,
-    device: torch.device,
+    reader: Reader,
     special: tuple[int, int, int] = (PAD_ID, BOS_ID, EOS_ID),
 ):
     """(epoch, position after this batch, Batch) of this rank, from (epoch, position) on, for ever.
@@ -160,6 +168,7 @@ def batch_stream(
     The global order of an epoch's batches is fixed by (seed, epoch); rank r takes batch
     order[p + r] at positions p = position, position + world, ...; an epoch's last batches that
     cannot give every rank one are left out, and the next epoch starts at position 0."""
+    rank, world, workers, device = reader.rank, reader.world, reader.workers, reader.device
     while True:
         batches = plan.batches(epoch)
         if len(batches) < world:

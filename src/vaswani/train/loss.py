@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
@@ -56,10 +58,20 @@ def label_smoothed_cross_entropy(
     with_grad = torch.is_grad_enabled() and (
         hidden.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)
     )
-    loss = _ProjectedSmoothedCrossEntropy.apply(
-        hidden[real], weight, target[real], smoothing, dtype, chunk_rows, with_grad, bias
-    )
+    chunking = _Chunking(smoothing, dtype, chunk_rows, with_grad)
+    loss = _ProjectedSmoothedCrossEntropy.apply(hidden[real], weight, target[real], chunking, bias)
     return loss, real.sum()
+
+
+@dataclass(frozen=True)
+class _Chunking:
+    """How the loss runs: label smoothing ε, the products' dtype, rows of logits at a time, and whether the
+    gradients are computed (in the forward pass)."""
+
+    smoothing: float
+    dtype: torch.dtype
+    chunk_rows: int
+    with_grad: bool
 
 
 class _ProjectedSmoothedCrossEntropy(torch.autograd.Function):
@@ -70,7 +82,7 @@ class _ProjectedSmoothedCrossEntropy(torch.autograd.Function):
     that gradient in place and multiplied back onto W and h at once; backward only scales the two
     saved gradients. Writing and reading the whole (N, V) logits and their gradient instead (float32
     cast, logsumexp, softmax in backward, its cast back) made a bf16 training step of the Multi30k
-    model 1.24x slower, side by side in the trainer (docs/benchmarks.md).
+    model measurably slower, side by side in the trainer.
     """
 
     @staticmethod
@@ -79,12 +91,15 @@ class _ProjectedSmoothedCrossEntropy(torch.autograd.Function):
         hidden: Tensor,
         weight: Tensor,
         target: Tensor,
-        smoothing: float,
-        dtype: torch.dtype,
-        chunk_rows: int,
-        with_grad: bool,
+        chunking: _Chunking,
         bias: Tensor | None,
     ) -> Tensor:
+        smoothing, dtype, chunk_rows, with_grad = (
+            chunking.smoothing,
+            chunking.dtype,
+            chunking.chunk_rows,
+            chunking.with_grad,
+        )
         h, w = hidden.to(dtype), weight.to(dtype)  # (N, D), (V, D)
         V = w.size(0)
         total = torch.zeros((), dtype=torch.float32, device=h.device)
@@ -124,9 +139,6 @@ class _ProjectedSmoothedCrossEntropy(torch.autograd.Function):
         return (
             (grad_h * grad).to(ctx.dtypes[0]),
             (grad_w * grad).to(ctx.dtypes[1]),
-            None,
-            None,
-            None,
             None,
             None,
             grad_bias,

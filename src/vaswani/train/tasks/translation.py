@@ -24,7 +24,7 @@ from vaswani.decode.request import DecodeRequest
 from vaswani.decode.search import search_ids
 from vaswani.evaluate import bleu
 from vaswani.flops import lengths, training_flops
-from vaswani.train.loader import EpochPlan, RunData, batch_stream, load_run_data
+from vaswani.train.loader import EpochPlan, Reader, RunData, batch_stream, load_run_data
 from vaswani.train.loss import label_smoothed_cross_entropy
 from vaswani.train.tasks.base import Task
 
@@ -151,10 +151,7 @@ class Translation(Task):
             t.seed,
             epoch,
             position,
-            run.rank,
-            run.world,
-            t.loader_workers,
-            run.device,
+            Reader(run.rank, run.world, t.loader_workers, run.device),
             self._special(),
         )
         return batches if self.original is None else self._with_original(batches)
