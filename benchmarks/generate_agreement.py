@@ -33,7 +33,7 @@ LAYOUTS = {
 def main() -> None:
     import transformers
 
-    from tests.pretrained.hf_models import multi30k, save_marian
+    from tests.helpers.hf_models import multi30k, save_marian
     from vaswani.decode.translator import Translator
     from vaswani.pretrained import PretrainedError, import_pretrained
 

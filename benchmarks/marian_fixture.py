@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.pretrained.hf_models import _marian_vocab, _sentencepiece, multi30k
+from tests.helpers.hf_models import _marian_vocab, _sentencepiece, multi30k
 
 
 def main() -> None:

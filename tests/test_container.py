@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import write_tiny_model_directory
+from tests.helpers.common import write_tiny_model_directory
 from vaswani.serve.launch import free_port, launch
 
 pytestmark = [pytest.mark.shared_data, pytest.mark.slow]  # slow: containers

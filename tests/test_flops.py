@@ -2,7 +2,7 @@ import pytest
 import torch
 from torch.utils import flop_counter
 
-from tests.conftest import random_ids, tiny_config
+from tests.helpers.common import random_ids, tiny_config
 from vaswani import flops
 from vaswani.flops import GPU_PEAKS, forward_flops, mfu, peak_flops, training_flops
 from vaswani.nn import build_model

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import write_tiny_model_directory
+from tests.helpers.common import write_tiny_model_directory
 from vaswani.decode.translator import Translator
 from vaswani.viz import plot_attention, select_panels
 

@@ -4,8 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.conftest import random_ids
-from tests.decode.models import random_model
+from tests.helpers.common import random_ids
+from tests.helpers.decode_models import random_model
 from vaswani import Transformer
 
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from tests.conftest import random_ids, tiny_config
+from tests.helpers.common import random_ids, tiny_config
 from vaswani.decode import search
 from vaswani.decode.engine import TorchEngine
 from vaswani.decode.request import DecodeRequest
@@ -167,8 +167,8 @@ def test_a_failure_to_compile_is_a_one_line_error_naming_the_setting_and_the_fix
 
 STEP_TWICE = """
 import sys, torch
-from tests.conftest import random_ids
-from tests.decode.models import random_model
+from tests.helpers.common import random_ids
+from tests.helpers.decode_models import random_model
 from vaswani.decode import search
 model = random_model(50, seed=3)
 with torch.inference_mode():

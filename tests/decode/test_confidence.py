@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from tests.conftest import random_ids
+from tests.helpers.common import random_ids
 from vaswani.decode import search
 from vaswani.decode.request import DecodeRequest
 

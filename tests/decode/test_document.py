@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import write_tiny_model_directory
+from tests.helpers.common import write_tiny_model_directory
 from vaswani.data.corpus import read_lines
 from vaswani.decode.document import Document, split, translate_documents
 from vaswani.decode.sentences import rule_spans, sentence_spans

@@ -5,8 +5,8 @@ import itertools
 import pytest
 import torch
 
-from tests.conftest import random_ids
-from tests.decode.models import constrained_beam_search, random_model
+from tests.helpers.common import random_ids
+from tests.helpers.decode_models import constrained_beam_search, random_model
 from vaswani.decode.glossary import Glossary, GlossaryError, missing
 from vaswani.decode.request import DecodeRequest
 from vaswani.decode.search import search_ids
@@ -126,7 +126,7 @@ def test_a_term_that_cannot_fit_the_length_limit_leaves_the_best_partial_output(
 
 
 def test_the_translator_applies_a_glossary_and_reports_terms_left_out(tmp_path):
-    from tests.conftest import write_tiny_model_directory
+    from tests.helpers.common import write_tiny_model_directory
     from vaswani.decode.translator import Translator
 
     (tmp_path / "model").mkdir()
@@ -155,7 +155,7 @@ def test_the_translator_applies_a_glossary_and_reports_terms_left_out(tmp_path):
 def test_glossary_from_the_command_line_and_the_http_api(tmp_path, capsys):
     from fastapi.testclient import TestClient
 
-    from tests.conftest import write_tiny_model_directory
+    from tests.helpers.common import write_tiny_model_directory
     from vaswani import cli
     from vaswani.decode.translator import Translator
     from vaswani.serve.app import Settings, create_app
@@ -255,7 +255,7 @@ def _copying_translator(tmp_path):
     sides): outputs that end, and an alignment that holds, as a trained translator's do."""
     import torch.nn.functional as F
 
-    from tests.conftest import MULTI30K, write_tiny_model_directory
+    from tests.helpers.common import MULTI30K, write_tiny_model_directory
     from vaswani.config import Config
     from vaswani.data.corpus import read_lines
     from vaswani.data.tokenizer import Tokenizer

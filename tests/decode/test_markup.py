@@ -184,7 +184,7 @@ def test_pieces_group_into_words_and_both_directions_must_agree():
 def test_markup_translates_as_line_mode_and_keeps_every_tag(tmp_path, capsys):
     from fastapi.testclient import TestClient
 
-    from tests.conftest import write_tiny_model_directory
+    from tests.helpers.common import write_tiny_model_directory
     from vaswani import cli
     from vaswani.decode.align import alignments
     from vaswani.decode.markup import translate_markup

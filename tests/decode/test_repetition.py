@@ -4,8 +4,8 @@ them, in every search."""
 import pytest
 import torch
 
-from tests.conftest import random_ids
-from tests.decode.models import random_model
+from tests.helpers.common import random_ids
+from tests.helpers.decode_models import random_model
 from vaswani.decode import search
 from vaswani.decode.repetition import Repetition, repeating
 from vaswani.decode.request import DecodeRequest
@@ -72,7 +72,7 @@ def test_a_penalty_of_one_and_no_ban_change_nothing(model, monkeypatch):
 
 
 def test_a_language_models_prompt_counts_as_output():
-    from tests.conftest import tiny_config
+    from tests.helpers.common import tiny_config
     from vaswani.nn.language_model import CausalLM
 
     torch.manual_seed(2)

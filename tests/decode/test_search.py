@@ -5,8 +5,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.conftest import random_ids, tiny_config
-from tests.decode.models import random_model
+from tests.helpers.common import random_ids, tiny_config
+from tests.helpers.decode_models import random_model
 from vaswani import Transformer
 from vaswani.decode import search, steps
 from vaswani.decode.hypothesis import Finished

@@ -4,8 +4,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import write_tiny_model_directory
-from tests.decode.models import random_model
+from tests.helpers.common import write_tiny_model_directory
+from tests.helpers.decode_models import random_model
 from vaswani.decode.request import DecodeRequest
 from vaswani.decode.search import search_ids
 from vaswani.decode.shortlist import Shortlist, Vocabularies, learn

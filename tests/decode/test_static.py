@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from tests.conftest import random_ids, tiny_config
+from tests.helpers.common import random_ids, tiny_config
 from vaswani import Transformer
 from vaswani.config import ConfigError, DecodeConfig
 from vaswani.decode import search

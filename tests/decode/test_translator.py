@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import write_tiny_model_directory
+from tests.helpers.common import write_tiny_model_directory
 from vaswani.data.corpus import read_lines
 from vaswani.decode.translator import Translator
 from vaswani.evaluate import multi30k_tok_reference, tok_lc

@@ -3,7 +3,7 @@ through steps, beam reorders, a widened beam, sentences dropped and buffers grow
 
 import torch
 
-from tests.conftest import random_ids, tiny_config
+from tests.helpers.common import random_ids, tiny_config
 from vaswani import Transformer
 from vaswani.nn.cache import GrowingKVCache, KVCache
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from tests.conftest import random_ids, tiny_config
+from tests.helpers.common import random_ids, tiny_config
 from vaswani import Transformer
 from vaswani.decode import search
 from vaswani.decode.request import DecodeRequest

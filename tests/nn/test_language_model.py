@@ -5,7 +5,7 @@ batch-invariant), and the sampling filters."""
 import pytest
 import torch
 
-from tests.conftest import random_ids, tiny_config
+from tests.helpers.common import random_ids, tiny_config
 from vaswani.decode.request import DecodeRequest
 from vaswani.decode.search import beam_search, filtered_probs, greedy, sample, sampler
 from vaswani.nn import CausalLM, MaskedLM, build_model

@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from tests.conftest import tiny_config
-from tests.nn.torch_reference import LAYER_NAMES, torch_attention_weights
+from tests.helpers.common import tiny_config
+from tests.helpers.torch_reference import LAYER_NAMES, torch_attention_weights
 from vaswani.nn.cache import KVCache
 from vaswani.nn.layers import TransformerLayer
 

@@ -1,43 +1,11 @@
 import pytest
 import torch
 
-from tests.conftest import random_ids, tiny_config
-from tests.nn.torch_reference import LAYER_NAMES, torch_attention_weights
+from tests.helpers.common import random_ids, tiny_config
+from tests.helpers.torch_reference import torch_attention_weights, torch_reference
 from vaswani import ModelConfig, Transformer
 from vaswani.nn.cache import KVCache
 from vaswani.nn.masks import target_mask
-
-
-def torch_reference(model: Transformer) -> torch.nn.Transformer:
-    """torch.nn.Transformer of the same dimensions, carrying a copy of our weights."""
-    c = model.config
-    ref = torch.nn.Transformer(
-        c.d_model,
-        c.n_heads,
-        c.n_layers,
-        c.decoder_layers,
-        c.d_ff,
-        dropout=0.0,
-        activation=c.activation,
-        layer_norm_eps=c.layer_norm_eps,
-        batch_first=True,
-        norm_first=c.norm_first,
-    )
-    ours = dict(model.named_parameters())
-    with torch.no_grad():
-        for name, param in ref.named_parameters():
-            stack, rest = name.split(".", 1)
-            if rest.startswith("norm."):  # final LayerNorm of a stack: ours exists only in pre-norm
-                if c.norm_first:
-                    param.copy_(ours[f"{stack}.{rest}"])
-                continue
-            _, index, layer_name = rest.split(".", 2)
-            ours_name = next(k for k, v in LAYER_NAMES.items() if v == layer_name)
-            param.copy_(ours[f"{stack}.layers.{index}.{ours_name}"])
-    if not c.norm_first:  # torch always adds a final LayerNorm; the post-norm paper model has none
-        ref.encoder.norm = None
-        ref.decoder.norm = None
-    return ref
 
 
 def reference_logits(model: Transformer, ref: torch.nn.Transformer, src, tgt_in) -> torch.Tensor:

@@ -4,8 +4,8 @@ encoder and as torch.nn.Transformer's, zeros at the padding, and the position-wi
 import pytest
 import torch
 
-from tests.conftest import random_ids, tiny_config
-from tests.nn.test_transformer import torch_reference
+from tests.helpers.common import random_ids, tiny_config
+from tests.helpers.torch_reference import torch_reference
 from vaswani import Transformer
 from vaswani.decode.request import DecodeRequest
 from vaswani.decode.search import beam_search, greedy

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from tests.pretrained.bert_models import LABELS, save_bert_classifier, save_bert_mlm, sst2
-from tests.pretrained.checks import (
+from tests.helpers.bert_models import LABELS, save_bert_classifier, save_bert_mlm, sst2
+from tests.helpers.checks import (
     adapt_to_captions,
     assert_refused,
     finetune_a_classifier,

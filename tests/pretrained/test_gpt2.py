@@ -7,7 +7,7 @@ import shutil
 import pytest
 import torch
 
-from tests.pretrained.checks import (
+from tests.helpers.checks import (
     adapt_to_captions,
     assert_refused,
     finetune_a_classifier,
@@ -16,7 +16,7 @@ from tests.pretrained.checks import (
     set_config,
     without,
 )
-from tests.pretrained.gpt2_models import EOT, SHAKESPEARE, save_gpt2, shakespeare
+from tests.helpers.gpt2_models import EOT, SHAKESPEARE, save_gpt2, shakespeare
 from vaswani.cli import main
 from vaswani.data.labelled import classifier_inputs
 from vaswani.data.tokenizer import Tokenizer

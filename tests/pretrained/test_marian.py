@@ -6,8 +6,8 @@ import shutil
 import pytest
 import torch
 
-from tests.pretrained.checks import assert_refused, saved_and_imported, set_config
-from tests.pretrained.hf_models import multi30k, save_marian
+from tests.helpers.checks import assert_refused, saved_and_imported, set_config
+from tests.helpers.hf_models import multi30k, save_marian
 from vaswani.cli import main
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.decode.translator import Translator
@@ -292,7 +292,7 @@ def test_target_language_goes_before_every_sentence_in_line_and_document_mode(op
 
 
 def test_a_model_of_one_target_language_refuses_a_target_language(tmp_path, capsys):
-    from tests.conftest import write_tiny_model_directory
+    from tests.helpers.common import write_tiny_model_directory
 
     model_dir = write_tiny_model_directory(tmp_path)
     assert main(["translate", str(model_dir), "--target-language", "fra"]) == 2

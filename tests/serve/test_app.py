@@ -9,8 +9,8 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.conftest import write_tiny_model_directory
-from tests.serve.server import start_server
+from tests.helpers.common import write_tiny_model_directory
+from tests.helpers.server import start_server
 from vaswani import __version__
 from vaswani.decode.document import split
 from vaswani.decode.translator import Translator

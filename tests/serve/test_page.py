@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import write_tiny_model_directory
-from tests.serve.server import start_server
+from tests.helpers.common import write_tiny_model_directory
+from tests.helpers.server import start_server
 
 CHROMIUM = next(
     (path for name in ("chromium", "chromium-browser", "google-chrome") if (path := shutil.which(name))), None

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from tests.conftest import tiny_config
+from tests.helpers.common import tiny_config
 from vaswani import Transformer
 from vaswani.train import checkpoint as ckpt
 

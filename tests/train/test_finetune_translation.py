@@ -7,7 +7,7 @@ import pytest
 import torch
 import yaml
 
-from tests.pretrained.hf_models import save_marian
+from tests.helpers.hf_models import save_marian
 from vaswani.cli import main
 from vaswani.config import Config
 from vaswani.data.tokenizer import Tokenizer

@@ -10,7 +10,7 @@ import pytest
 import torch
 import yaml
 
-from tests.train.toy import TOY, quiet, run_cli, toy_config
+from tests.helpers.toy import TOY, quiet, run_cli, toy_config
 from vaswani.train import checkpoint as ckpt
 from vaswani.train.trainer import Trainer
 
@@ -46,7 +46,7 @@ def test_pruning_with_loss_keeps_the_lowest_loss(tmp_path, monkeypatch):
 
 KILLED_SAVE = textwrap.dedent("""
     import os, sys, torch
-    from tests.train.toy import quiet, toy_config
+    from tests.helpers.toy import quiet, toy_config
     from vaswani.train.trainer import Trainer
     real_save = torch.save
     def dying_save(obj, path, *args, **kwargs):

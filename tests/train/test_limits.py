@@ -7,7 +7,7 @@ import pytest
 import yaml
 from rich.console import Console
 
-from tests.train.toy import quiet, toy_config
+from tests.helpers.toy import quiet, toy_config
 from vaswani import precision
 from vaswani.config import ConfigError, TrainConfig, parse_duration
 from vaswani.precision import Measurement
@@ -151,7 +151,7 @@ def test_ddp_ranks_stop_together_at_the_time_budget(tmp_path):
     import subprocess
     import sys
 
-    from tests.train.test_trainer import TOY
+    from tests.helpers.toy import TOY
 
     config = tmp_path / "ddp.yaml"
     values = {k: dict(v) for k, v in TOY.items()}

@@ -10,9 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.conftest import MULTI30K, random_ids, tiny_config
-from tests.decode.models import constrained_beam_search
-from tests.train.toy import quiet
+from tests.helpers.common import MULTI30K, random_ids, tiny_config
+from tests.helpers.decode_models import constrained_beam_search
+from tests.helpers.toy import quiet
 from vaswani import Transformer
 from vaswani.config import Config, ConfigError
 from vaswani.data import store

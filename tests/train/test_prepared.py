@@ -4,7 +4,6 @@ in-memory path; it is reused only when it matches; it is never trusted when dama
 import gzip
 import json
 import os
-import random
 import shutil
 import subprocess
 import sys
@@ -14,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.helpers.corpus import write_corpus
 from vaswani.config import Config, DataConfig
 from vaswani.data import parallel, store
 from vaswani.data.batching import collate, epoch_order, token_batches
@@ -26,45 +26,6 @@ from vaswani.train.loader import EpochBatches, EpochPlan, Reader, batch_stream, 
 pytestmark = pytest.mark.shared_data  # reads ../shared/data (tests/conftest.py skips it where absent)
 
 MULTI30K = Path(__file__).resolve().parents[2] / "../shared/data/multi30k/raw"
-WORDS = [
-    "a",
-    "man",
-    "woman",
-    "child",
-    "dog",
-    "ball",
-    "street",
-    "water",
-    "red",
-    "blue",
-    "green",
-    "playing",
-    "running",
-    "walking",
-    "holding",
-    "through",
-    "under",
-    "beside",
-    "the",
-    "with",
-    "young",
-    "old",
-    "small",
-    "large",
-    "sitting",
-    "standing",
-    "looking",
-]
-
-
-def write_corpus(directory: Path, n: int = 120, seed: int = 0, name: str = "train") -> dict[str, str]:
-    """n random caption-like pairs (the target is the source reversed word by word) as train files."""
-    rng = random.Random(seed)
-    src = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 9))) for _ in range(n)]
-    tgt = [" ".join(reversed(line.split())) for line in src]
-    (directory / f"{name}.src").write_text("\n".join(src) + "\n")
-    (directory / f"{name}.tgt").write_text("\n".join(tgt) + "\n")
-    return {"train_src": str(directory / f"{name}.src"), "train_tgt": str(directory / f"{name}.tgt")}
 
 
 def _open(config: DataConfig, directory: Path, workers: int = 2, joint: bool = True):

@@ -9,7 +9,7 @@ import pytest
 import torch
 import yaml
 
-from tests.train.toy import TOY, quiet, run_cli, toy_config
+from tests.helpers.toy import TOY, quiet, run_cli, toy_config
 from vaswani.config import Config
 from vaswani.train import checkpoint as ckpt
 from vaswani.train.trainer import Trainer
@@ -31,7 +31,7 @@ def test_interrupted_and_resumed_run_equals_uninterrupted(tmp_path):
 
 @pytest.mark.slow
 def test_resumed_run_with_subword_sampling_equals_uninterrupted(tmp_path):
-    from tests.train.test_prepared import write_corpus
+    from tests.helpers.corpus import write_corpus
 
     data = {
         **write_corpus(tmp_path),

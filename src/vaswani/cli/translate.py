@@ -278,6 +278,11 @@ def _add_decode_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--top-k", type=int, help="sample among the k most probable tokens")
     group.add_argument("--top-p", type=float, help="nucleus sampling probability mass")
     group.add_argument("--seed", type=int, help="sampling seed")
+    _add_engine_options(group)
+
+
+def _add_engine_options(group) -> None:
+    """Where and how the search runs, and what it must hold (a glossary, a language)."""
     group.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: the GPU if any)")
     group.add_argument(
         "--compile",
@@ -298,8 +303,8 @@ def _add_decode_options(parser: argparse.ArgumentParser) -> None:
         "--glossary",
         metavar="FILE",
         help="your terms, one 'source term<TAB>target term' per line: where a source term occurs (whole words, any "
-        "case), its target term is in that sentence's translation, exactly as written (constrained beam search); "
-        "sentences without one are translated as without a glossary",
+        "case), its target term is in that sentence's translation, exactly as written, as a word of its own in the "
+        "place of the model's own word for it; sentences without one are translated as without a glossary",
     )
     group.add_argument(
         "--target-language",
@@ -369,7 +374,11 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     _add_decode_options(translate)
     translate.set_defaults(run=_translate)
+    _register_evaluate(commands)
+    _register_attention(commands)
 
+
+def _register_evaluate(commands) -> None:
     evaluate = commands.add_parser("evaluate", help="sacreBLEU and chrF of a model (or of existing output)")
     evaluate.add_argument("model_dir", nargs="?", help="model to translate --src with")
     evaluate.add_argument("--src", help="source file to translate")
@@ -389,6 +398,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     _add_decode_options(evaluate)
     evaluate.set_defaults(run=_evaluate)
 
+
+def _register_attention(commands) -> None:
     attention = commands.add_parser("attention", help="draw a sentence's attention weights as heatmaps (PNG)")
     attention.add_argument("model_dir")
     attention.add_argument("source", help="the source sentence")

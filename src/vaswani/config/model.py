@@ -102,6 +102,11 @@ class ModelConfig:
         return written(self, self.unused())
 
     def _validate(self) -> None:
+        self._validate_kind()
+        self._validate_sizes()
+
+    def _validate_kind(self) -> None:
+        """What the model is: its type, and the options that apply to some types only."""
         if self.type not in MODEL_TYPES:
             raise ConfigError(
                 f"model.type must be one of {', '.join(MODEL_TYPES)}, got {self.type!r}"
@@ -146,6 +151,9 @@ class ModelConfig:
             )
         if self.pool not in ("auto", "first", "last", "mean"):
             raise ConfigError(f"model.pool must be auto, first, last or mean, got {self.pool!r}")
+
+    def _validate_sizes(self) -> None:
+        """Its dimensions, rates, activation, positions and special ids."""
         positive = ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff", "n_layers", "max_positions")
         for name in positive:
             value = getattr(self, name)

@@ -232,21 +232,7 @@ def _prepare(
     `tokenizer`: use this one instead of training one. Encoding shows its progress over the bytes read."""
     inputs = [store.describe_input(p) for p in recipe.input_files()]
     with store.building(directory) as partial:
-        if tokenizer is None:
-            log(
-                f"training a {recipe.tokenizer} tokenizer ({recipe.vocab_size} pieces, "
-                f"{'joint' if recipe.joint else 'separate'}) on a sample of up to {SAMPLE_SENTENCES:,} lines"
-            )
-            tokenizer = Tokenizer.train(
-                _training_text(recipe, 0),
-                _training_text(recipe, 1),
-                recipe.vocab_size,
-                recipe.tokenizer,
-                recipe.joint,
-                partial,
-            )
-        else:
-            tokenizer.save(partial)
+        tokenizer = _tokenizer(recipe, tokenizer, partial, log)
         dtype = store.id_dtype(max(tokenizer.src_vocab_size, tokenizer.tgt_vocab_size))
         log(f"encoding with {workers} worker process{'es' if workers > 1 else ''}")
         total_bytes = sum(path.stat().st_size for c in recipe.corpora for path in (Path(c.src), Path(c.tgt)))
@@ -271,11 +257,7 @@ def _prepare(
             valid.add(in_order(_valid_jobs(recipe), 1, _encode_chunk, _init_worker, (partial, recipe)))
             files.update(valid.close())
             splits.append("valid")
-        total = FilterReport()
-        for r in reports.values():
-            total.total, total.kept = total.total + r.total, total.kept + r.kept
-            total.removed.update(r.removed)
-        report = {**total.to_dict(), "corpora": {name: r.to_dict() for name, r in reports.items()}}
+        report = _report(reports)
         (partial / "report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
         store.write_manifest(
             partial,
@@ -290,6 +272,29 @@ def _prepare(
                 "report": report,
             },
         )
+
+
+def _tokenizer(recipe: ParallelRecipe, tokenizer: Tokenizer | None, partial: Path, log) -> Tokenizer:
+    """The tokenizer given, saved into `partial`, or one trained there on a sample of the recipe's text."""
+    if tokenizer is not None:
+        tokenizer.save(partial)
+        return tokenizer
+    log(
+        f"training a {recipe.tokenizer} tokenizer ({recipe.vocab_size} pieces, "
+        f"{'joint' if recipe.joint else 'separate'}) on a sample of up to {SAMPLE_SENTENCES:,} lines"
+    )
+    return Tokenizer.train(
+        _training_text(recipe, 0), _training_text(recipe, 1), recipe.vocab_size, recipe.tokenizer, recipe.joint, partial
+    )
+
+
+def _report(reports: dict[str, FilterReport]) -> dict:
+    """report.json: the corpora's filter reports summed, and each corpus's."""
+    total = FilterReport()
+    for r in reports.values():
+        total.total, total.kept = total.total + r.total, total.kept + r.kept
+        total.removed.update(r.removed)
+    return {**total.to_dict(), "corpora": {name: r.to_dict() for name, r in reports.items()}}
 
 
 def _version() -> str:

@@ -121,6 +121,47 @@ def _locate(source: str, lines: list[int], first: int, content: str, position: i
     return at, (last + len(parts[-1])) if last >= 0 else b
 
 
+def _link_open(
+    builder: MarkupBuilder, children: list[Any], i: int, content: str, cursor: int
+) -> tuple[int, int | None]:
+    """A link's opening at children[i]: an autolink or a reference link kept whole (an atom; the tokens up to its
+    close skipped), else the mark opened. Returns the cursor after it and the last token to skip (None: none)."""
+    if children[i].markup == "autolink":
+        end = content.find(">", cursor) + 1
+        if not content.startswith("<", cursor) or end <= 0:
+            raise _UnmatchedError("an autolink")
+        builder.atom(content[cursor:end])
+        return end, _closing(children, i, "link_close")
+    label = _label_end(content, cursor)
+    end = _link_tail(content, label)
+    if content[label:end] in ("]", "][]"):  # [label] or [label][]: the text is the reference, kept
+        builder.atom(content[cursor:end])
+        return end, _closing(children, i, "link_close")
+    cursor = _expect(content, cursor, "[")
+    builder.open("[", "link")
+    return cursor, None
+
+
+def _inline_html(
+    builder: MarkupBuilder, children: list[Any], i: int, content: str, cursor: int
+) -> tuple[int, int | None]:
+    """An inline HTML tag at children[i]: <code>…</code> kept whole (the tokens up to its close skipped), <br> a
+    line's end, another tag a mark or an atom. Returns the cursor after it and the last token to skip."""
+    token = children[i]
+    name = _tag_name(token.content)
+    closing = next((j for j in range(i + 1, len(children)) if children[j].content.lower() == f"</{name}>"), None)
+    if name in _KEPT_HTML and closing is not None:  # <code>…</code>: kept whole
+        end = content.lower().find(f"</{name}>", cursor) + len(name) + 3
+        builder.atom(content[cursor:end])
+        return end, closing
+    cursor = _expect(content, cursor, token.content)
+    if name == "br":
+        builder.raw(token.content)  # a line ends: the sentence before it too
+    else:
+        _html_tag(builder, token.content)
+    return cursor, None
+
+
 def _inline(builder: MarkupBuilder, children: list[Any], content: str) -> None:
     """One inline token's children matched back to its content, told to the builder in order."""
     cursor, skip_to = 0, None
@@ -149,21 +190,8 @@ def _inline(builder: MarkupBuilder, children: list[Any], content: str) -> None:
         elif kind in _CLOSING:
             cursor = _expect(content, cursor, token.markup)
             builder.close(token.markup, _CLOSING[kind])
-        elif kind == "link_open" and token.markup == "autolink":
-            end = content.find(">", cursor) + 1
-            if not content.startswith("<", cursor) or end <= 0:
-                raise _UnmatchedError("an autolink")
-            builder.atom(content[cursor:end])
-            cursor, skip_to = end, _closing(children, i, "link_close")
         elif kind == "link_open":
-            label = _label_end(content, cursor)
-            end = _link_tail(content, label)
-            if content[label:end] in ("]", "][]"):  # [label] or [label][]: the text is the reference, kept
-                builder.atom(content[cursor:end])
-                cursor, skip_to = end, _closing(children, i, "link_close")
-                continue
-            cursor = _expect(content, cursor, "[")
-            builder.open("[", "link")
+            cursor, skip_to = _link_open(builder, children, i, content, cursor)
         elif kind == "link_close":
             end = _link_tail(content, cursor)
             builder.close(content[cursor:end], "link")
@@ -179,20 +207,7 @@ def _inline(builder: MarkupBuilder, children: list[Any], content: str) -> None:
             builder.atom(content[cursor:end])
             cursor = end
         elif kind == "html_inline":
-            name = _tag_name(token.content)
-            closing = next(
-                (j for j in range(i + 1, len(children)) if children[j].content.lower() == f"</{name}>"), None
-            )
-            if name in _KEPT_HTML and closing is not None:  # <code>…</code>: kept whole
-                end = content.lower().find(f"</{name}>", cursor) + len(name) + 3
-                builder.atom(content[cursor:end])
-                cursor, skip_to = end, closing
-                continue
-            cursor = _expect(content, cursor, token.content)
-            if name == "br":
-                builder.raw(token.content)  # a line ends: the sentence before it too
-            else:
-                _html_tag(builder, token.content)
+            cursor, skip_to = _inline_html(builder, children, i, content, cursor)
         else:
             raise _UnmatchedError(f"a {kind} token")
     if content[cursor:].strip():

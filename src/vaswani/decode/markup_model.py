@@ -296,32 +296,7 @@ def render_run(
     after_atom = [False]  # the last thing written was an atom
 
     def emit(nodes: Sequence[Node], lo: int, hi: int) -> None:
-        wanted = []
-        for order, node in enumerate(nodes):
-            a, b = place(node)
-            a = min(max(a, lo), hi)
-            wanted.append((a, min(max(b, a), hi), order, node))
-        wanted.sort(key=lambda s: (s[0], s[2]))
-        spans, position = [], lo
-        for a, b, order, node in wanted:
-            a = max(a, position)
-            spans.append((a, max(b, a), order, node))
-            position = max(b, a)
-        for i, (a, b, order, node) in enumerate(spans):
-            if a < b:  # a clipped span starts and ends on a word, never on the space beside it
-                a += len(text[a:b]) - len(text[a:b].lstrip())
-                b -= len(text[a:b]) - len(text[a:b].rstrip())
-                spans[i] = (a, b, order, node)
-            if a == b and isinstance(node, Mark) and node.end > node.start:
-                taken = [(x, y) for x, y, _, _ in spans if x < y]
-                free = [
-                    w for w in words if lo <= w[0] and w[1] <= hi and not any(x < w[1] and w[0] < y for x, y in taken)
-                ]
-                if free:
-                    x, y = min(free, key=lambda w: abs(w[0] - a))
-                    spans[i] = (x, x + _core_end(text[x:y]), order, node)
-        spans.sort(key=lambda s: (s[0], s[2]))
-        position = lo
+        spans, position = _sibling_spans(nodes, lo, hi, place, text, words), lo
         for a, b, _, node in spans:
             a = max(a, position)
             b = max(b, a)
@@ -343,6 +318,37 @@ def render_run(
 
     emit(run.children, 0, len(text))
     return "".join(out)
+
+
+def _sibling_spans(
+    nodes: Sequence[Node], lo: int, hi: int, place: Callable[[Node], tuple[int, int]], text: str, words
+) -> list[tuple[int, int, int, Node]]:
+    """(start, end, order, node) of siblings placed in [lo, hi): clipped into it, kept from overlapping in order of
+    place, trimmed to words; a mark left empty takes the nearest word no sibling holds. In order of place."""
+    wanted = []
+    for order, node in enumerate(nodes):
+        a, b = place(node)
+        a = min(max(a, lo), hi)
+        wanted.append((a, min(max(b, a), hi), order, node))
+    wanted.sort(key=lambda s: (s[0], s[2]))
+    spans, position = [], lo
+    for a, b, order, node in wanted:
+        a = max(a, position)
+        spans.append((a, max(b, a), order, node))
+        position = max(b, a)
+    for i, (a, b, order, node) in enumerate(spans):
+        if a < b:  # a clipped span starts and ends on a word, never on the space beside it
+            a += len(text[a:b]) - len(text[a:b].lstrip())
+            b -= len(text[a:b]) - len(text[a:b].rstrip())
+            spans[i] = (a, b, order, node)
+        if a == b and isinstance(node, Mark) and node.end > node.start:
+            taken = [(x, y) for x, y, _, _ in spans if x < y]
+            free = [w for w in words if lo <= w[0] and w[1] <= hi and not any(x < w[1] and w[0] < y for x, y in taken)]
+            if free:
+                x, y = min(free, key=lambda w: abs(w[0] - a))
+                spans[i] = (x, x + _core_end(text[x:y]), order, node)
+    spans.sort(key=lambda s: (s[0], s[2]))
+    return spans
 
 
 def _punctuation(char: str) -> bool:

@@ -2,6 +2,8 @@
 
 import torch
 
+from vaswani import Transformer
+
 # Our parameter name -> torch.nn.Transformer{Encoder,Decoder}Layer parameter name.
 LAYER_NAMES = {
     "self_attn.in_proj.weight": "self_attn.in_proj_weight",
@@ -43,3 +45,35 @@ def torch_attention_weights(ref: torch.nn.Module, run) -> dict[str, torch.Tensor
         for handle in handles:
             handle.remove()
     return weights
+
+
+def torch_reference(model: Transformer) -> torch.nn.Transformer:
+    """torch.nn.Transformer of the same dimensions, carrying a copy of our weights."""
+    c = model.config
+    ref = torch.nn.Transformer(
+        c.d_model,
+        c.n_heads,
+        c.n_layers,
+        c.decoder_layers,
+        c.d_ff,
+        dropout=0.0,
+        activation=c.activation,
+        layer_norm_eps=c.layer_norm_eps,
+        batch_first=True,
+        norm_first=c.norm_first,
+    )
+    ours = dict(model.named_parameters())
+    with torch.no_grad():
+        for name, param in ref.named_parameters():
+            stack, rest = name.split(".", 1)
+            if rest.startswith("norm."):  # final LayerNorm of a stack: ours exists only in pre-norm
+                if c.norm_first:
+                    param.copy_(ours[f"{stack}.{rest}"])
+                continue
+            _, index, layer_name = rest.split(".", 2)
+            ours_name = next(k for k, v in LAYER_NAMES.items() if v == layer_name)
+            param.copy_(ours[f"{stack}.layers.{index}.{ours_name}"])
+    if not c.norm_first:  # torch always adds a final LayerNorm; the post-norm paper model has none
+        ref.encoder.norm = None
+        ref.decoder.norm = None
+    return ref

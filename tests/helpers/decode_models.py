@@ -2,7 +2,7 @@
 
 import torch
 
-from tests.conftest import tiny_config
+from tests.helpers.common import tiny_config
 from vaswani import Transformer
 
 

@@ -64,7 +64,7 @@ def adapt_to_captions(model_dir, tmp_path):
     held-out captions)."""
     import yaml
 
-    from tests.pretrained.hf_models import multi30k
+    from tests.helpers.hf_models import multi30k
 
     train, valid = multi30k("train", "en", 3000), multi30k("val", "en", 300)
     (tmp_path / "captions.txt").write_text("\n".join(train) + "\n", encoding="utf-8")

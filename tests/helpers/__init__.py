@@ -1,0 +1,1 @@
+"""What the tests share: small models, corpora, reference implementations, saved checkpoints, a server."""
