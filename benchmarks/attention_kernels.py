@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from vaswani.precision import bf16_emulated
+from vaswani.runtime.precision import bf16_emulated
 
 
 def milliseconds(fn, repeats: int = 10) -> float:

@@ -18,13 +18,13 @@ from pathlib import Path
 
 import torch
 
-from vaswani.allocator import keep_freed_memory
 from vaswani.config import Config
 from vaswani.data.batching import collate, padding_fraction, token_batches
 from vaswani.data.parallel import ParallelRecipe
 from vaswani.data.prepare import open_or_prepare
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.nn import Transformer
+from vaswani.runtime.allocator import keep_freed_memory
 from vaswani.train.loader import EpochPlan, load_run_data
 from vaswani.train.loss import label_smoothed_cross_entropy
 

@@ -19,10 +19,10 @@ import time
 import torch
 
 from vaswani.config import Config, ModelConfig
-from vaswani.flops import mfu, training_flops
-from vaswani.machine import cpu_name
 from vaswani.nn import build_model
-from vaswani.runtime import autocast
+from vaswani.runtime.device import autocast
+from vaswani.runtime.flops import mfu, training_flops
+from vaswani.runtime.machine import cpu_name
 from vaswani.train.loss import label_smoothed_cross_entropy
 from vaswani.train.tasks.base import HiddenStates
 

@@ -17,8 +17,8 @@ import torch
 from vaswani.config import Config
 from vaswani.decode import search
 from vaswani.decode.request import DecodeRequest
-from vaswani.machine import cpu_name
 from vaswani.nn import build_model
+from vaswani.runtime.machine import cpu_name
 
 
 def main() -> None:

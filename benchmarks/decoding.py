@@ -18,13 +18,13 @@ from pathlib import Path
 
 import torch
 
-from vaswani.allocator import keep_freed_memory
 from vaswani.data.batching import collate
 from vaswani.data.corpus import read_lines
 from vaswani.decode.request import DecodeRequest
 from vaswani.decode.search import beam_search, greedy, length_batches
-from vaswani.decode.translator import Translator
 from vaswani.evaluate import language_of
+from vaswani.runtime.allocator import keep_freed_memory
+from vaswani.translate.translator import Translator
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import yaml
 
-from vaswani.decode.translator import Translator
 from vaswani.evaluate import bleu
-from vaswani.machine import cpu_name
+from vaswani.runtime.machine import cpu_name
+from vaswani.translate.translator import Translator
 
 ROOT = Path(__file__).resolve().parents[1]
 RAW = ROOT / "../shared/data/multi30k/raw"

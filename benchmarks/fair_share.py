@@ -5,7 +5,7 @@
 Each row runs a whole `vaswani` command (training the toy recipe for --steps updates, then translating 1,000
 Multi30k sentences greedily with the model it trained) alone, and beside a busy process (one single-threaded
 spin loop, as a second job would be), with the threads vaswani settles itself (one per CPU other work leaves
-free, vaswani/threads.py) and with torch's default of one per core (VASWANI_THREADS set to the core count: how
+free, vaswani/runtime/threads.py) and with torch's default of one per core (VASWANI_THREADS set to the core count: how
 vaswani ran before). Speeds are the training's tokens/s (its log) and translated sentences per second; a fair
 share beside one busy process on a 2-core machine is about half of the speed alone. Hugging Face's Marian is
 trained under the same load by benchmarks/race.py's training race (fp32, the tiny preset, torch's default threads,

@@ -34,8 +34,8 @@ def main() -> None:
     import transformers
 
     from tests.helpers.hf_models import multi30k, save_marian
-    from vaswani.decode.translator import Translator
     from vaswani.pretrained import PretrainedError, import_pretrained
+    from vaswani.translate.translator import Translator
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lines", type=int, default=200)

@@ -28,8 +28,8 @@ import torch
 
 from vaswani.data.corpus import read_lines
 from vaswani.decode.glossary import Glossary, missing
-from vaswani.decode.translator import Translator
-from vaswani.machine import cpu_name
+from vaswani.runtime.machine import cpu_name
+from vaswani.translate.translator import Translator
 
 WORD = re.compile(r"\w+")
 UNUSUAL = {

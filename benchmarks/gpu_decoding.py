@@ -31,9 +31,9 @@ from vaswani.data.tokenizer import Tokenizer
 from vaswani.decode.request import DecodeRequest
 from vaswani.decode.search import beam_search, compiled_step, decoding, greedy, length_batches
 from vaswani.decode.static import StaticDecoding
-from vaswani.decode.translator import Translator
 from vaswani.export.ctranslate2 import converted
 from vaswani.pretrained import import_pretrained
+from vaswani.translate.translator import Translator
 
 
 def main() -> None:

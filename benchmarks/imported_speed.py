@@ -38,12 +38,12 @@ from statistics import median
 
 import torch
 
-from vaswani.allocator import keep_freed_memory
 from vaswani.data.tokenizer import Tokenizer
-from vaswani.decode.translator import Translator
 from vaswani.export.ctranslate2 import converted
-from vaswani.machine import cpu_name
 from vaswani.pretrained import import_pretrained
+from vaswani.runtime.allocator import keep_freed_memory
+from vaswani.runtime.machine import cpu_name
+from vaswani.translate.translator import Translator
 
 ROOT = Path(__file__).resolve().parents[1]
 RAW = ROOT / "../shared/data/multi30k/raw"
@@ -122,7 +122,7 @@ def _engine_worker(name: str, hf_dir: str, model_dir: str, batches, beam: int, s
         precision = "int8" if "int8" in name else "fp32"
         shortlist = name.endswith("shortlist") or None
         if name.endswith("fbgemm output"):  # the output projection on fbgemm where oneDNN's AMX product would run
-            from vaswani.nn import int8
+            from vaswani.nn.cpu_linear import int8
 
             int8.OUTPUT_KERNEL = "fbgemm"
         engine = Translator.load(model_dir, "cpu", precision, shortlist=shortlist).engine

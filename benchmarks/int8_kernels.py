@@ -1,11 +1,11 @@
 """The int8 kernels torch has on a CPU, side by side with float32, at a decoding step's sizes: what `--precision int8`
-(nn/int8.py) was chosen from.
+(nn/cpu_linear/int8.py) was chosen from.
 
 Products of an OPUS-MT-sized model (d_model 512, d_ff 2048, 58,101 words) at 32 rows (greedy, batch 32) and 128
 (beam 4): milliseconds per product, each candidate with its own activation quantization included, and its error
 against the float32 product (relative, Frobenius norm). The rows' magnitudes differ (log-normal, as a batch's
 sentences' do), which is where quantizing the activations per row or per tensor differs; "per row" are
-nn/int8.py's own layers (FbgemmWeight, OnednnWeight), the others written here.
+nn/cpu_linear/int8.py's own layers (FbgemmWeight, OnednnWeight), the others written here.
 
     python benchmarks/int8_kernels.py
     python benchmarks/int8_kernels.py --quick          # float32 and the fbgemm and oneDNN products only
@@ -21,8 +21,8 @@ import warnings
 import torch
 import torch.nn.functional as F
 
-from vaswani.machine import cpu_name
-from vaswani.nn.int8 import FbgemmWeight, OnednnWeight
+from vaswani.nn.cpu_linear.int8 import FbgemmWeight, OnednnWeight
+from vaswani.runtime.machine import cpu_name
 
 SHAPES = [(512, 2048), (2048, 512), (512, 1536), (512, 58101)]  # (in, out): d_ff, back, W^Q W^K W^V, the output
 

@@ -1,8 +1,9 @@
-"""float32 linear layers at a decoding step's shapes: oneDNN's packed weight (what nn/packed.py runs), MKL's packed
+"""float32 linear layers at a decoding step's shapes: oneDNN's packed weight (what cpu_linear/onednn_fp32.py runs),
+MKL's packed
 weight and `F.linear`, side by side in one process on this CPU.
 
 The shapes are the OPUS-MT-sized model's (d_model 512, d_ff 2,048, 58,101 words): 128 rows for beam 4 over 32
-sentences, 32 for greedy. oneDNN's weight is reordered for a number of rows (nn/packed.py: 64); it is timed
+sentences, 32 for greedy. oneDNN's weight is reordered for a number of rows (cpu_linear/onednn_fp32.py: 64); it is timed
 reordered for 64 and for 128. Each kernel runs `--repeats` times in turns (each time enough products for ~0.2 s);
 the median GFLOP/s is printed as a Markdown table for docs/benchmarks.md.
 
@@ -18,7 +19,7 @@ from statistics import median
 import torch
 import torch.nn.functional as F
 
-from vaswani.machine import cpu_name
+from vaswani.runtime.machine import cpu_name
 
 SHAPES = (  # rows, in, out, what
     (128, 512, 1536, "self-attention's W^Q W^K W^V, beam 4 x 32"),

@@ -27,10 +27,10 @@ from pathlib import Path
 import torch
 
 from vaswani.data.corpus import read_lines
-from vaswani.decode import align
-from vaswani.decode.markup import Mark, parse, pieces, translate_markup
-from vaswani.decode.translator import Translator
-from vaswani.machine import cpu_name
+from vaswani.runtime.machine import cpu_name
+from vaswani.translate import align
+from vaswani.translate.markup import Mark, parse, pieces, translate_markup
+from vaswani.translate.translator import Translator
 
 sys.path.insert(0, str(Path(__file__).parent))
 from glossary import WORD, dictionary

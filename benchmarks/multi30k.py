@@ -25,10 +25,10 @@ import torch
 from vaswani import evaluate
 from vaswani.config import Config
 from vaswani.data.corpus import read_lines
-from vaswani.decode.translator import Translator
 from vaswani.evaluate import language_of, multi30k_tok_reference, report, tok_lc_bleu
-from vaswani.machine import cpu_name
+from vaswani.runtime.machine import cpu_name
 from vaswani.train import checkpoint as ckpt
+from vaswani.translate.translator import Translator
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "../shared/data/multi30k/raw"

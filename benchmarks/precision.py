@@ -3,10 +3,10 @@
     python benchmarks/precision.py
     ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 python benchmarks/precision.py   # as an AVX2-only CPU
 
-Training rows: the recipe's 4,000-token batches (measured at vaswani.precision.MAX_ROWS rows, forward and
+Training rows: the recipe's 4,000-token batches (measured at vaswani.runtime.precision.MAX_ROWS rows, forward and
 backward); decoding rows: sentences x beam per step (64 x 4, 64 x 1, 1 x 4), forward only. Each cell: bf16's
 speed as a multiple of fp32's in the model's own matrix products, and the choice `auto` makes from it (for
-decoding always fp32, vaswani/precision.py: the measurement is what an explicit bf16 would be warned with).
+decoding always fp32, vaswani/runtime/precision.py: the measurement is what an explicit bf16 would be warned with).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import time
 import torch
 
 from vaswani import ModelConfig
-from vaswani.machine import cpu_name
-from vaswani.precision import choose
+from vaswani.runtime.machine import cpu_name
+from vaswani.runtime.precision import choose
 
 CASES = [
     ("training, 4,000 tokens", 4000, True),

@@ -35,7 +35,6 @@ from torch import nn
 from train_step import TorchBaseline, alternate, logits_loss, make_batches
 
 from vaswani import ModelConfig, Transformer
-from vaswani.allocator import keep_freed_memory
 from vaswani.config import Config
 from vaswani.data.batching import collate
 from vaswani.data.corpus import read_lines
@@ -43,10 +42,11 @@ from vaswani.data.tokenizer import Tokenizer
 from vaswani.decode.request import DecodeRequest
 from vaswani.decode.search import beam_search, compiled_step, greedy, length_batches
 from vaswani.export.ctranslate2 import converted
-from vaswani.flops import lengths, mfu, training_flops
-from vaswani.machine import cpu_name
 from vaswani.model_dir import WEIGHTS, load_model, save_weights, weights_of, write_model_directory
-from vaswani.precision import bf16_emulated
+from vaswani.runtime.allocator import keep_freed_memory
+from vaswani.runtime.flops import lengths, mfu, training_flops
+from vaswani.runtime.machine import cpu_name
+from vaswani.runtime.precision import bf16_emulated
 from vaswani.train.loss import label_smoothed_cross_entropy
 from vaswani.train.tasks.base import HiddenStates
 
@@ -145,7 +145,7 @@ def train_race(
         training_flops(config, lengths(src, 0), lengths(tgt_in, 0), int((tgt_out != 0).sum()))
         / int((tgt_out != 0).sum())
         for src, tgt_in, tgt_out in batches[:50]
-    )  # model FLOPs per target token (vaswani/flops.py), the same for every contender
+    )  # model FLOPs per target token (vaswani/runtime/flops.py), the same for every contender
     rates["FLOPs per token"] = flops
     if device.type != "cpu":
         return rates  # the floor times CPU products

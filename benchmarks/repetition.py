@@ -21,8 +21,8 @@ import sacrebleu
 import torch
 
 from vaswani.data.corpus import read_lines
-from vaswani.decode.translator import Translator
-from vaswani.machine import cpu_name
+from vaswani.runtime.machine import cpu_name
+from vaswani.translate.translator import Translator
 
 SETTINGS = {
     "none": {},

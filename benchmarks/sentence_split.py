@@ -1,6 +1,6 @@
 """Sentence splitters compared on what `--document` and the API's split_sentences meet: German and English.
 
-Two tests, each splitter given one line at a time as decode/sentences.py gives it:
+Two tests, each splitter given one line at a time as translate/sentences.py gives it:
   * Multi30k paragraphs: the test_2016_flickr sentences that end in . ! or ? (98% of the German, 95% of the
     English), joined four at a time with a space. Scored: the gold sentences a splitter returns exactly
     (recall), the sentences it returns that are gold (precision), the paragraphs it cuts exactly right.
@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from vaswani.data.corpus import read_lines
-from vaswani.decode.sentences import _pysbd_spans, rule_spans
+from vaswani.translate.sentences import _pysbd_spans, rule_spans
 
 MULTI30K = Path(__file__).resolve().parents[1] / "../shared/data/multi30k/raw"
 

@@ -30,7 +30,7 @@ from vaswani.config import Config
 from vaswani.data.store import PreparedData
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.model_dir import load_model
-from vaswani.runtime import autocast
+from vaswani.runtime.device import autocast
 from vaswani.train.tasks import RunContext, make_task
 from vaswani.train.tasks.language import TextData
 

@@ -13,14 +13,14 @@ Two kinds of glossary, built as users build them:
 Measures (whole words, compared by case folding, never substrings):
 - *term use*: occurrences of each target term in the output, against occurrences of its source term;
 - *replaced*: of the occurrences whose source term the plain translation aligned to a word other than the term
-  (decode/align.py), those where that word is gone (as often as the source term occurs);
+  (translate/align.py), those where that word is gone (as often as the source term occurs);
 - *fluency*: BLEU and chrF against the reference in which the reference's word for the source term (the training
   dictionary's translation of it) is replaced by the glossary term, beside the plain translation's BLEU on the
   original reference; and lines without a term identical to the plain translation.
 Methods: `search` (the terms placed where the search fits them: dynamic beam allocation, whole words), `unbounded`
 (the same without the whole-word rule: what vaswani did before), `swap` (the plain translation's aligned word
 replaced in its text), `vaswani` (what `translate --glossary` does: the aligned word replaced token for token, the
-constrained search where a term has no aligned word, decode/term_placement.py). A fifth method, the edited
+constrained search where a term has no aligned word, translate/term_placement.py). A fifth method, the edited
 translation forced up to its last term and searched on from there, was measured at commit b560493 (docs).
 """
 
@@ -41,11 +41,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from glossary import dictionary, sentence_terms
 
 from vaswani.data.corpus import read_lines
-from vaswani.decode.align import alignments
 from vaswani.decode.glossary import Glossary, fold, occurrences
 from vaswani.decode.terms import Constraints
-from vaswani.decode.translator import Translator
-from vaswani.machine import cpu_name
+from vaswani.runtime.machine import cpu_name
+from vaswani.translate.align import alignments
+from vaswani.translate.translator import Translator
 
 # source word: (the glossary's term, the word a reference writes for it, which the term replaces there)
 UNCHOSEN = {

@@ -30,10 +30,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from vaswani import ModelConfig, Transformer
-from vaswani.allocator import keep_freed_memory
-from vaswani.machine import cpu_name
 from vaswani.nn.embedding import Embeddings, SinusoidalPositions, TokenEmbedding
-from vaswani.precision import bf16_emulated
+from vaswani.runtime.allocator import keep_freed_memory
+from vaswani.runtime.machine import cpu_name
+from vaswani.runtime.precision import bf16_emulated
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "multi30k" / "raw"
 

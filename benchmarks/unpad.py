@@ -30,10 +30,10 @@ from vaswani.data.batching import collate
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.decode.request import DecodeRequest
 from vaswani.decode.search import beam_search
-from vaswani.decode.translator import Translator
-from vaswani.machine import cpu_name
 from vaswani.nn import MaskedLM, unpad
 from vaswani.pretrained import import_pretrained
+from vaswani.runtime.machine import cpu_name
+from vaswani.translate.translator import Translator
 
 
 def main() -> None:

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from tests.helpers.common import SHARED_DATA
+from tests.helpers.common import SHARED_DATA, write_tiny_model_directory
 
 
 def pytest_collection_modifyitems(config, items):
@@ -20,3 +20,10 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture(scope="session")
+def model_dir(tmp_path_factory):
+    """A model directory with a real BPE tokenizer and an untrained tiny model (write_tiny_model_directory), built
+    once for the modules that only read it; a module that changes its directory makes its own."""
+    return write_tiny_model_directory(tmp_path_factory.mktemp("model"))

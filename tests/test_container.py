@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.common import write_tiny_model_directory
 from vaswani.serve.launch import free_port, launch
 
 pytestmark = [pytest.mark.shared_data, pytest.mark.slow]  # slow: containers
@@ -35,11 +34,6 @@ def _docker_engine() -> bool:
     if shutil.which("docker") is None:
         return False
     return subprocess.run(["docker", "info"], capture_output=True, timeout=30).returncode == 0
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> Path:
-    return write_tiny_model_directory(tmp_path_factory.mktemp("model"))
 
 
 def test_the_entrypoint_serves_a_model_directory_and_the_health_check_tells_up_from_down(model_dir):

@@ -7,18 +7,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers.common import write_tiny_model_directory
-from vaswani.decode.translator import Translator
+from vaswani.translate.translator import Translator
 from vaswani.viz import plot_attention, select_panels
 
 pytestmark = pytest.mark.shared_data  # reads ../shared/data (tests/conftest.py skips it where absent)
 
 SOURCE = "Ein Mann fährt Fahrrad."
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> Path:
-    return write_tiny_model_directory(tmp_path_factory.mktemp("model"))
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ __all__ = ["ConfigError", "KVCache", "ModelConfig", "Transformer", "Translator"]
 _HOMES = {
     "ConfigError": "vaswani.config",
     "ModelConfig": "vaswani.config",
-    "Translator": "vaswani.decode.translator",
+    "Translator": "vaswani.translate.translator",
     "KVCache": "vaswani.nn",
     "Transformer": "vaswani.nn",
 }

@@ -37,7 +37,7 @@ class Family:
     exports: tuple[str, ...]  # `vaswani export --to` targets that take it
     about: str  # a few words for messages and documentation
     # Which stacks run: "encoder-decoder" (the encoder reads the source, the decoder the target), "decoder"
-    # (causal, one sequence) or "encoder" (bidirectional, one sequence); read by flops.py's count.
+    # (causal, one sequence) or "encoder" (bidirectional, one sequence); read by runtime/flops.py's count.
     stack: str = "encoder-decoder"
 
     def check(self, ability: str, what: str) -> None:

@@ -20,9 +20,9 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from vaswani import __version__
-from vaswani.allocator import freed_memory_returned
 from vaswani.config import Config, ConfigError
 from vaswani.nn import build_model
+from vaswani.runtime.allocator import freed_memory_returned
 
 FORMAT_VERSION = 1
 WEIGHTS = "model.safetensors"
@@ -137,7 +137,9 @@ def load_model(directory: str | Path, device: str | torch.device = "cpu") -> tup
         config = Config.load(directory / "config.yaml")
     except ConfigError as error:
         raise CheckpointError(f"{directory}/config.yaml: {error}") from None
-    with freed_memory_returned():  # the weights mapped apart: freed at once when packed or made int8 (nn/packed.py)
+    with (
+        freed_memory_returned()
+    ):  # the weights mapped apart: freed at once when packed or made int8 (nn/cpu_linear/onednn_fp32.py)
         model = build_model(config.model)
         read_weights_into(model, directory / WEIGHTS)
     return model.to(device).eval(), config

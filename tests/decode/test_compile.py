@@ -19,7 +19,7 @@ from vaswani.decode import search
 from vaswani.decode.engine import TorchEngine
 from vaswani.decode.request import DecodeRequest
 from vaswani.nn import build_model
-from vaswani.nn.packed import PackedLinear, packed_available
+from vaswani.nn.cpu_linear.onednn_fp32 import PackedLinear, packed_available
 
 pytestmark = pytest.mark.slow  # torch.compile
 
@@ -109,7 +109,7 @@ def test_a_language_models_compiled_step_compiles_a_few_graphs_too():
 @pytest.mark.parametrize("owned", [False, True], ids=["as-passed", "packed"])
 def test_compiled_decoding_gives_the_searchs_own_outputs(model, monkeypatch, owned):
     """Inductor's code (a C++ compiler on the CPU), through the engine as `vaswani translate --compile` runs it:
-    there the engine owns its model and packs its float32 layers for oneDNN (nn/packed.py), whose products
+    there the engine owns its model and packs its float32 layers for oneDNN (cpu_linear/onednn_fp32.py), whose products
     Inductor's lowering refused ("torch.compile failed (LoweringException...)") for every model loaded from disk."""
     backend = Counted(inductor=True)
     monkeypatch.setattr(search, "compiled_step", backend.step)
@@ -192,7 +192,7 @@ def test_code_compiled_for_one_cpu_kind_is_not_reused_for_another(tmp_path):
         pytest.skip("played as an AVX2 CPU (CI's second run): this test plays both kinds itself, in the first run")
     env = {k: v for k, v in os.environ.items() if k not in avx2} | {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path)}
     native = subprocess.run(
-        [sys.executable, "-c", "from vaswani.runtime import cpu_kind; print(cpu_kind())"],
+        [sys.executable, "-c", "from vaswani.runtime.device import cpu_kind; print(cpu_kind())"],
         env=env,
         text=True,
         capture_output=True,

@@ -127,7 +127,7 @@ def test_a_term_that_cannot_fit_the_length_limit_leaves_the_best_partial_output(
 
 def test_the_translator_applies_a_glossary_and_reports_terms_left_out(tmp_path):
     from tests.helpers.common import write_tiny_model_directory
-    from vaswani.decode.translator import Translator
+    from vaswani.translate.translator import Translator
 
     (tmp_path / "model").mkdir()
     translator = Translator.load(write_tiny_model_directory(tmp_path / "model", max_len_b=12), "cpu")
@@ -157,8 +157,8 @@ def test_glossary_from_the_command_line_and_the_http_api(tmp_path, capsys):
 
     from tests.helpers.common import write_tiny_model_directory
     from vaswani import cli
-    from vaswani.decode.translator import Translator
     from vaswani.serve.app import Settings, create_app
+    from vaswani.translate.translator import Translator
 
     model_dir = tmp_path / "model"
     model_dir.mkdir()
@@ -259,9 +259,9 @@ def _copying_translator(tmp_path):
     from vaswani.config import Config
     from vaswani.data.corpus import read_lines
     from vaswani.data.tokenizer import Tokenizer
-    from vaswani.decode.translator import Translator
     from vaswani.nn import Transformer
     from vaswani.train import checkpoint as ckpt
+    from vaswani.translate.translator import Translator
 
     directory = tmp_path / "model"
     directory.mkdir()

@@ -9,8 +9,8 @@ from tests.helpers.decode_models import random_model
 from vaswani.decode.request import DecodeRequest
 from vaswani.decode.search import search_ids
 from vaswani.decode.shortlist import Shortlist, Vocabularies, learn
-from vaswani.nn.int8 import int8_available, quantize_int8
-from vaswani.nn.packed import pack_fp32, packed_available
+from vaswani.nn.cpu_linear.int8 import int8_available, quantize_int8
+from vaswani.nn.cpu_linear.onednn_fp32 import pack_fp32, packed_available
 from vaswani.nn.transformer import NEVER, OutputRows
 
 LAYERS = {
@@ -208,8 +208,8 @@ def test_a_server_with_a_shortlist_answers_as_the_library_does(tmp_path):
 
     from vaswani.data.corpus import read_lines
     from vaswani.decode.shortlist import FILE
-    from vaswani.decode.translator import Translator
     from vaswani.serve.app import create_app
+    from vaswani.translate.translator import Translator
 
     (tmp_path / "model").mkdir()
     model_dir = write_tiny_model_directory(tmp_path / "model")

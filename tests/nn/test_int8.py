@@ -1,4 +1,5 @@
-"""int8 linear layers (nn/int8.py): close to float32, the same model interface, refused where they cannot run."""
+"""int8 linear layers (cpu_linear/int8.py): close to float32, the same model interface, refused where they cannot
+run."""
 
 import copy
 
@@ -10,8 +11,15 @@ from tests.helpers.common import random_ids, tiny_config
 from vaswani import Transformer
 from vaswani.decode import search
 from vaswani.decode.request import DecodeRequest
-from vaswani.nn import int8
-from vaswani.nn.int8 import Int8Linear, OnednnWeight, int8_available, layer_kernel, output_kernel, quantize_int8
+from vaswani.nn.cpu_linear import int8
+from vaswani.nn.cpu_linear.int8 import (
+    Int8Linear,
+    OnednnWeight,
+    int8_available,
+    layer_kernel,
+    output_kernel,
+    quantize_int8,
+)
 
 pytestmark = pytest.mark.skipif(int8_available() is not None, reason=str(int8_available()))
 
@@ -171,10 +179,10 @@ def test_an_int8_model_keeps_its_interface_and_its_translations_close(monkeypatc
 
 
 def test_int8_is_refused_where_it_cannot_run(monkeypatch):
-    from vaswani.precision import check
+    from vaswani.runtime.precision import check
 
     with pytest.raises(ValueError, match="int8 is for decoding"):
         check("int8")
-    monkeypatch.setattr("vaswani.nn.int8._engines", lambda: ["qnnpack", "none"])
+    monkeypatch.setattr("vaswani.nn.cpu_linear.int8._engines", lambda: ["qnnpack", "none"])
     with pytest.raises(ValueError, match=r"cannot run here: .*quantized engines: qnnpack"):
         quantize_int8(Transformer(tiny_config()))

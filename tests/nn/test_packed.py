@@ -1,4 +1,4 @@
-"""float32 linear layers packed for oneDNN (nn/packed.py): the float product, the same translations."""
+"""float32 linear layers packed for oneDNN (nn/cpu_linear/onednn_fp32.py): the float product, the same translations."""
 
 import copy
 
@@ -10,7 +10,7 @@ from tests.helpers.common import random_ids, tiny_config
 from vaswani import Transformer
 from vaswani.decode import search
 from vaswani.decode.request import DecodeRequest
-from vaswani.nn.packed import PackedLinear, covers, pack_fp32, packed_available
+from vaswani.nn.cpu_linear.onednn_fp32 import PackedLinear, covers, pack_fp32, packed_available
 
 pytestmark = pytest.mark.skipif(not packed_available(), reason="this torch has no oneDNN prepacked linear")
 

@@ -10,8 +10,8 @@ from vaswani import Transformer
 from vaswani.decode.request import DecodeRequest
 from vaswani.decode.search import beam_search, greedy
 from vaswani.nn import MaskedLM, unpad
+from vaswani.nn.cpu_linear.onednn_fp32 import pack_fp32, packed_available
 from vaswani.nn.masks import padding_mask
-from vaswani.nn.packed import pack_fp32, packed_available
 from vaswani.nn.unpad import TokenRows
 
 LENGTHS = [9, 3, 6, 1, 9, 2]  # 30 real tokens in 54 positions

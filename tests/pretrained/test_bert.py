@@ -191,7 +191,8 @@ def test_classifier_probabilities_are_transformers_within_1e_4(bert, texts):
     assert (ours - theirs).abs().max() < 1e-4
     assert theirs[:, 1].std() > 0.1  # probabilities that differ from text to text
     int8 = Classifier.load(bert.classifier, "cpu", precision="int8").probabilities(texts)
-    # int8 linear layers (nn/int8.py) move this small BERT's probabilities (the median over the texts varies from
+    # int8 linear layers (cpu_linear/int8.py) move this small BERT's probabilities (the median over the texts varies
+    # from
     # run to run of its fixture, one text moves far more; activations per row move them as much as per tensor did);
     # most labels stay: the bars leave room for that spread (docs/benchmarks.md, "The descendants")
     labels_kept = (int8.argmax(-1) == theirs.argmax(-1)).float().mean()

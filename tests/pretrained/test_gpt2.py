@@ -196,7 +196,7 @@ def test_greedy_is_transformers_generate_and_stops_at_endoftext(gpt2):
         assert text == tokenizer.decode(theirs, skip_special_tokens=True)
         stopped, limited = stopped + ended, limited + (not ended)
     assert stopped and limited  # some documents end, some continuations run to the limit
-    int8 = Generator.load(model_dir, "cpu", precision="int8")  # int8 linear layers (nn/int8.py)
+    int8 = Generator.load(model_dir, "cpu", precision="int8")  # int8 linear layers (nn/cpu_linear/int8.py)
     assert int8.generate_ids(generator.encode(PROMPTS[0]), MAX_NEW, greedy_search=True)[0]  # it runs, it writes
 
 

@@ -10,9 +10,9 @@ from tests.helpers.checks import assert_refused, saved_and_imported, set_config
 from tests.helpers.hf_models import multi30k, save_marian
 from vaswani.cli import main
 from vaswani.data.tokenizer import Tokenizer
-from vaswani.decode.translator import Translator
 from vaswani.model_dir import load_model
 from vaswani.pretrained import import_pretrained
+from vaswani.translate.translator import Translator
 
 pytestmark = [pytest.mark.shared_data, pytest.mark.slow]  # slow: checkpoints trained by transformers
 

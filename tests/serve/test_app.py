@@ -8,12 +8,12 @@ from pathlib import Path
 import httpx
 import pytest
 from fastapi.testclient import TestClient
+from vaswani.decode.document import split
+from vaswani.decode.translator import Translator
 
 from tests.helpers.common import write_tiny_model_directory
 from tests.helpers.server import start_server
 from vaswani import __version__
-from vaswani.decode.document import split
-from vaswani.decode.translator import Translator
 from vaswani.serve.app import Settings, create_app
 from vaswani.serve.batching import BusyError, MicroBatcher
 from vaswani.serve.compute import ComputeThread

@@ -8,9 +8,9 @@ import yaml
 from rich.console import Console
 
 from tests.helpers.toy import quiet, toy_config
-from vaswani import precision
 from vaswani.config import ConfigError, TrainConfig, parse_duration
-from vaswani.precision import Measurement
+from vaswani.runtime import precision
+from vaswani.runtime.precision import Measurement
 from vaswani.train.schedule import learning_rate, progress
 from vaswani.train.trainer import Trainer
 

@@ -143,7 +143,7 @@ def test_the_default_chunk_is_the_device_s_and_changes_nothing_but_speed(monkeyp
     """A CPU projects 256 rows at a time (cache-sized); a GPU up to 2^26 logits a chunk (large products and few
     launches: on an H100 the base model's bf16 step ran faster than with 256-row chunks). The default is the
     device's rule, and the value equals the one-chunk value."""
-    from vaswani import loss_chunks
+    from vaswani.runtime import loss_chunks
 
     assert loss_chunks.loss_chunk_rows("cpu", 8000) == 256
     assert loss_chunks.loss_chunk_rows("cuda", 8000) == (1 << 26) // 8000 == 8388

@@ -19,8 +19,8 @@ from vaswani.data import store
 from vaswani.decode import search
 from vaswani.decode.request import DecodeRequest
 from vaswani.model_dir import WEIGHTS, load_model, load_weights
-from vaswani.nn.int8 import int8_available, quantize_int8
-from vaswani.nn.packed import pack_fp32, packed_available
+from vaswani.nn.cpu_linear.int8 import int8_available, quantize_int8
+from vaswani.nn.cpu_linear.onednn_fp32 import pack_fp32, packed_available
 from vaswani.nn.transformer import NEVER
 from vaswani.train.loss import label_smoothed_cross_entropy
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from vaswani.allocator import keep_freed_memory
 from vaswani.cli import export, lm, pretrained, serve, shortlist, train, translate
 from vaswani.config import ConfigError
+from vaswani.runtime.allocator import keep_freed_memory
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _settle_threads() -> None:
-    from vaswani.threads import settle_threads
+    from vaswani.runtime.threads import settle_threads
 
     line = settle_threads()
     if line is not None:
@@ -41,12 +41,12 @@ def _version() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """The command line (`argv`: its arguments; None: the process's own, which also settles torch's threads to the
-    CPUs other work leaves free, vaswani/threads.py: a library call or a test keeps the process's setting)."""
+    CPUs other work leaves free, vaswani/runtime/threads.py: a library call or a test keeps the process's setting)."""
     args = build_parser().parse_args(argv)
     try:
         if argv is None:
             _settle_threads()
-            keep_freed_memory()  # a step's large tensors reused, not page-faulted in again (vaswani/allocator.py)
+            keep_freed_memory()  # a step's large tensors reused, not page-faulted in again (runtime/allocator.py)
         args.run(args)
     except (ConfigError, ValueError, OSError, ImportError) as error:  # DataError, CheckpointError are ValueErrors
         message = (

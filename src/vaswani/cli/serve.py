@@ -20,8 +20,8 @@ def _serve(args: argparse.Namespace) -> None:
         raise ImportError(f"vaswani serve needs FastAPI and uvicorn ({error}): pip install 'vaswani[serve]'") from None
     import time
 
-    from vaswani.decode.translator import Translator
     from vaswani.serve.compute import ComputeThread
+    from vaswani.translate.translator import Translator
 
     # Loading, measuring and decoding on one thread, never the event loop's: serve/compute.py says why.
     compute = ComputeThread()

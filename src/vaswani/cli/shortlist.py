@@ -15,7 +15,7 @@ def _shortlist(args: argparse.Namespace) -> None:
     from vaswani.console import progress_bar
     from vaswani.data.corpus import read_lines
     from vaswani.decode.shortlist import FILE, ITERATIONS, check_sizes
-    from vaswani.decode.translator import Translator
+    from vaswani.translate.translator import Translator
 
     if args.max_lines < 1:
         raise ValueError(f"--max-lines must be >= 1, got {args.max_lines}")

@@ -23,8 +23,8 @@ def _model(args: argparse.Namespace) -> None:
 
 
 def _train(args: argparse.Namespace) -> None:
-    from vaswani.allocator import keep_freed_memory
     from vaswani.config import Config
+    from vaswani.runtime.allocator import keep_freed_memory
     from vaswani.train.distributed import process_group
     from vaswani.train.trainer import Trainer
 
@@ -77,7 +77,7 @@ def _prepare(args: argparse.Namespace) -> None:
 
 
 def _finetune(args: argparse.Namespace) -> None:
-    from vaswani.allocator import keep_freed_memory
+    from vaswani.runtime.allocator import keep_freed_memory
     from vaswani.train.finetune import finetune
 
     keep_freed_memory()

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from vaswani.decode.request import DecodeRequest
-    from vaswani.decode.translator import Translator
+    from vaswani.translate.translator import Translator
 
 
 def decode_request(args: argparse.Namespace, translator: Translator) -> DecodeRequest:
@@ -55,7 +55,7 @@ def _precision(args: argparse.Namespace) -> str:
 
 
 def _load_translator(args: argparse.Namespace) -> Translator:
-    from vaswani.decode.translator import Translator, check_engine
+    from vaswani.translate.translator import Translator, check_engine
 
     check_engine(args.engine, _precision(args))  # before converting anything
 
@@ -144,15 +144,15 @@ def _translate(args: argparse.Namespace) -> None:
 def _translate_document(
     args: argparse.Namespace, translator: Translator, request: DecodeRequest, console: Console
 ) -> None:
-    """`--document`: the whole input is one text, split into sentences and put back together (decode/document.py);
+    """`--document`: the whole input is one text, split into sentences and put back together (translate/document.py);
     `--format html|markdown`: one document whose text is translated so and whose tags go back around the aligned
-    words (decode/markup.py). With --scores (or --n-best, plain text only), one JSON record of the text and each of
+    words (translate/markup). With --scores (or --n-best, plain text only), one JSON record of the text and each of
     its sentences instead."""
     import json
 
     from vaswani.console import progress_bar
-    from vaswani.decode import document as plain
-    from vaswani.decode import markup
+    from vaswani.translate import document as plain
+    from vaswani.translate import markup
 
     marked = args.format != "text"
     if marked and args.n_best > 1:
@@ -226,7 +226,7 @@ def _evaluate(args: argparse.Namespace) -> None:
 
 
 def _attention(args: argparse.Namespace) -> None:
-    from vaswani.decode.translator import Translator
+    from vaswani.translate.translator import Translator
     from vaswani.viz import plot_attention
 
     if not args.source.strip():

@@ -11,12 +11,12 @@ its Table 3. YAML recipes only override these defaults; the defaults live here.
 """
 
 from vaswani.config.data import DataConfig
-from vaswani.config.decode import DecodeConfig
+from vaswani.config.decode import DECODING_PRECISIONS, DecodeConfig
 from vaswani.config.fields import ConfigError, parse_duration
 from vaswani.config.finetune import FinetuneConfig
 from vaswani.config.model import PRESETS, ModelConfig
 from vaswani.config.recipe import Config, apply_overrides
-from vaswani.config.train import DECODING_PRECISIONS, PRECISIONS, TrainConfig
+from vaswani.config.train import PRECISIONS, TrainConfig
 
 __all__ = [
     "DECODING_PRECISIONS",

@@ -7,6 +7,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from vaswani.config.fields import ConfigError
+from vaswani.config.train import PRECISIONS
+
+DECODING_PRECISIONS = (*PRECISIONS, "int8")  # int8: decoding on a CPU only (nn/cpu_linear/int8.py)
 
 
 @dataclass(frozen=True)

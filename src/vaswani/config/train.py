@@ -9,8 +9,7 @@ from typing import Literal
 from vaswani.config.fields import ConfigError, parse_duration
 from vaswani.families import TASKS
 
-PRECISIONS = ("auto", "fp32", "bf16")  # auto: measured per model and device (vaswani/precision.py)
-DECODING_PRECISIONS = (*PRECISIONS, "int8")  # int8: decoding on a CPU only (nn/int8.py)
+PRECISIONS = ("auto", "fp32", "bf16")  # auto: measured per model and device (vaswani/runtime/precision.py)
 
 
 @dataclass(frozen=True)
@@ -37,7 +36,7 @@ class TrainConfig:
     # process). Results do not depend on it.
     loader_workers: int = 1
     # bf16: autocast, fp32 master weights. auto: bf16 only where it measures faster than fp32 for this
-    # model on this device (vaswani/precision.py: CPU flags do not tell); the resolved value is saved.
+    # model on this device (vaswani/runtime/precision.py: CPU flags do not tell); the resolved value is saved.
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     # A wall-clock budget for training, validations included ("90s", "10m", "1h30m"; a number is seconds):
     # training stops there as at max_steps, whichever comes first. None: no budget.

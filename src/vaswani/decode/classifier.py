@@ -12,25 +12,26 @@ from pathlib import Path
 
 import torch
 
-from vaswani.allocator import freed_memory_returned
 from vaswani.config import Config
 from vaswani.data.labelled import Text, classifier_inputs, pad
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.model_dir import CheckpointError, load_model
-from vaswani.precision import check
-from vaswani.runtime import autocast, pick_device
+from vaswani.runtime.allocator import freed_memory_returned
+from vaswani.runtime.device import autocast, pick_device
+from vaswani.runtime.precision import check
 
 
 class Classifier:
     """A fine-tuned decoder-only or encoder-only model with its classifier, tokenizer and label names."""
 
     def __init__(self, model, tokenizer: Tokenizer, config: Config, precision: str = "fp32") -> None:
-        """`precision`: "fp32" ("auto" is fp32), "bf16" (autocast) or "int8" (a CPU's: nn/int8.py, made here)."""
+        """`precision`: "fp32" ("auto" is fp32), "bf16" (autocast) or "int8" (a CPU's: cpu_linear/int8.py, made
+        here)."""
         if not config.model.n_classes or not config.finetune.labels:
             raise CheckpointError("this model has no classifier; fine-tune it first (vaswani finetune)")
         check(precision, decoding=True)
         if precision == "int8":
-            from vaswani.nn.int8 import quantize_int8
+            from vaswani.nn.cpu_linear.int8 import quantize_int8
 
             with freed_memory_returned():  # each float32 weight given back as its int8 copy is made
                 quantize_int8(model)

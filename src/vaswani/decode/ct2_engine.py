@@ -26,7 +26,7 @@ from vaswani.decode.engine import CT2_TYPES, Constraints
 from vaswani.decode.request import DecodeRequest
 from vaswani.decode.search import Hypothesis, length_batches, length_limits
 from vaswani.model_dir import WEIGHTS
-from vaswani.precision import Choice
+from vaswani.runtime.precision import Choice
 
 DIRECTORY = "ctranslate2"  # inside the model directory
 STAMP = "vaswani_source.json"  # what the conversion was made from (see stamp)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from vaswani.allocator import freed_memory_returned
+from vaswani.runtime.allocator import freed_memory_returned
 
 if TYPE_CHECKING:  # imported where used: the CLI reads CT2_TYPES and ENGINES without loading torch
     import torch
@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # imported where used: the CLI reads CT2_TYPES and ENGINES wi
     from vaswani.decode.request import DecodeRequest
     from vaswani.decode.search import Hypothesis
     from vaswani.decode.shortlist import Shortlist
-    from vaswani.precision import Choice
+    from vaswani.runtime.precision import Choice
 
 ENGINES = ("torch", "ctranslate2")
 # CTranslate2's weight and compute types (`--compute-type`, `vaswani export --quantization`); float32 gives our outputs
@@ -72,28 +72,28 @@ def compiles(request: DecodeRequest, model: torch.nn.Module) -> bool:
 class TorchEngine:
     """Our own search (greedy, beam, sampling on the KV cache) on a model in memory.
 
-    `precision`: "auto" (fp32: vaswani/precision.py), "fp32", "bf16" (autocast) or "int8" (on a CPU: the model's
-    linear layers made int8 in place, nn/int8.py). `owned`: the model is the engine's alone (Translator.load's), so
-    in fp32 on a CPU its linear layers are packed for oneDNN in place (nn/packed.py); a model passed in by its
-    owner is left as it is. With decode.compile the
-    decoder's step runs through torch.compile (search.compiled_step), compiled once for the engine's life.
+    `precision`: "auto" (fp32: runtime/precision.py), "fp32", "bf16" (autocast) or "int8" (on a CPU: the model's linear
+    layers made int8 in place, nn/cpu_linear/int8.py). `owned`: the model is the engine's alone (Translator.load's),
+    so in fp32 on a CPU its linear layers are packed for oneDNN in place (nn/cpu_linear/onednn_fp32.py); a model passed
+    in by its owner is left as it is. With decode.compile the decoder's step runs through torch.compile
+    (search.compiled_step), compiled once for the engine's life.
     `shortlist` (decode/shortlist.py): each batch's output layer covers the words its sources may produce; it runs
     on the model's own eager step, so not with decode.compile or decode.static_cache true."""
 
     def __init__(
         self, model: torch.nn.Module, precision: str = "auto", owned: bool = False, shortlist: Shortlist | None = None
     ) -> None:
-        from vaswani.precision import check
+        from vaswani.runtime.precision import check
 
         check(precision, decoding=True)
-        # each float32 weight given back as its copy is made (allocator.py; load_model allocated them that way)
-        if precision == "int8":  # the linear layers made int8 once, here (nn/int8.py)
-            from vaswani.nn.int8 import quantize_int8
+        # each float32 weight given back as its copy is made (runtime/allocator.py; load_model allocated them that way)
+        if precision == "int8":  # the linear layers made int8 once, here (nn/cpu_linear/int8.py)
+            from vaswani.nn.cpu_linear.int8 import quantize_int8
 
             with freed_memory_returned():
                 quantize_int8(model, whole_output=shortlist is None)
         elif owned and precision in ("auto", "fp32"):  # a model only this engine runs: its float32 layers packed
-            from vaswani.nn.packed import pack_fp32
+            from vaswani.nn.cpu_linear.onednn_fp32 import pack_fp32
 
             with freed_memory_returned():
                 pack_fp32(model, whole_output=shortlist is None)
@@ -105,7 +105,7 @@ class TorchEngine:
 
     def choose_precision(self, request: DecodeRequest) -> Choice:
         """Measured once per batch shape (request.rows) for "auto", then kept."""
-        from vaswani.precision import choose
+        from vaswani.runtime.precision import choose
 
         if request.rows not in self._choices:
             device = next(self.model.parameters()).device

@@ -18,15 +18,15 @@ from typing import Any
 
 import torch
 
-from vaswani.allocator import freed_memory_returned
 from vaswani.config import Config
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.decode.request import DecodeRequest
 from vaswani.decode.search import decoding, greedy, sample
 from vaswani.families import GENERATE, family
 from vaswani.model_dir import load_model
-from vaswani.precision import check
-from vaswani.runtime import pick_device
+from vaswani.runtime.allocator import freed_memory_returned
+from vaswani.runtime.device import pick_device
+from vaswani.runtime.precision import check
 from vaswani.special import EOS_ID
 
 
@@ -35,8 +35,8 @@ class Generator:
 
     def __init__(self, model, tokenizer: Tokenizer, config: Config, precision: str = "fp32") -> None:
         check(precision, decoding=True)
-        if precision == "int8":  # nn/int8.py: the linear layers made int8, in place
-            from vaswani.nn.int8 import quantize_int8
+        if precision == "int8":  # nn/cpu_linear/int8.py: the linear layers made int8, in place
+            from vaswani.nn.cpu_linear.int8 import quantize_int8
 
             with freed_memory_returned():  # each float32 weight given back as its int8 copy is made
                 quantize_int8(model)

@@ -7,7 +7,7 @@ A source term occurs where it stands as whole words (not inside a longer word), 
 ("STRASSE" is "Straße", "İstanbul" is "istanbul", the Kelvin sign is K; the dotless ı stays its own letter), runs of
 spaces inside it matching any run of spaces; where terms overlap, the leftmost wins and at one place the longest.
 Each occurrence asks for its target term, exactly as written, in that sentence's translation, as a word of its own in
-the place of the model's own word for it (decode/term_placement.py, decode/terms.py). A glossary is frozen and
+the place of the model's own word for it (translate/term_placement.py, decode/terms.py). A glossary is frozen and
 hashable, so it belongs to a DecodeRequest (decode/request.py) and requests with the same glossary are
 batched together by a server.
 """

@@ -36,7 +36,7 @@ from vaswani.decode.steps import (
 )
 from vaswani.decode.terms import Constraints, TermContinuations
 from vaswani.decode.token_search import DEFAULT, filtered_probs, greedy, sample, sampler
-from vaswani.runtime import autocast
+from vaswani.runtime.device import autocast
 
 __all__ = [
     "DEFAULT",

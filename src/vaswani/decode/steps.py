@@ -23,7 +23,7 @@ from vaswani.families import GENERATE, TRANSLATE, family
 from vaswani.nn import KVCache, Transformer
 from vaswani.nn.cache import GrowingKVCache, dense
 from vaswani.nn.transformer import OutputRows
-from vaswani.runtime import compiling
+from vaswani.runtime.device import compiling
 
 DecodeStep = Callable[..., tuple[Tensor, KVCache]]  # model.decode_step, or it compiled
 STEP_VARIANTS = 64  # compiled variants of the decoder's step kept (compiled_step), Dynamo's default is 8

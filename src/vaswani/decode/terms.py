@@ -2,7 +2,7 @@
 terms, so that each output holds its terms, as whole words, where the model's own word would have been.
 
 What one sentence must hold is a `SentenceTerms`: the token ids of each term, one entry per occurrence. The
-translation layer puts most terms in the place of the model's own word without a search (decode/term_placement.py);
+translation layer puts most terms in the place of the model's own word without a search (translate/term_placement.py);
 it comes here for those it cannot place.
 
 At each step the strategy

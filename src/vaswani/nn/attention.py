@@ -156,7 +156,8 @@ class MultiHeadAttention(nn.Module):
         return self._split(self._rows(memory, self.d_model, 3 * self.d_model), 2)
 
     def _rows(self, x: Tensor, start: int, stop: int) -> Tensor:
-        """x through rows start..stop-1 of `in_proj` (W^Q, or W^K and W^V); an int8 in_proj (nn/int8.py) has them
+        """x through rows start..stop-1 of `in_proj` (W^Q, or W^K and W^V); an int8 in_proj (cpu_linear/int8.py) has
+        them
         packed apart. Shape: (B, T, D) -> (B, T, stop - start)"""
         if isinstance(self.in_proj, nn.Linear):
             return F.linear(x, self.in_proj.weight[start:stop], self.in_proj.bias[start:stop])

@@ -47,7 +47,7 @@ class _LanguageModel(nn.Module):
         self.classifier_dropout = Dropout(config.dropout)
         self._parameters["output_weight"] = own_output_weight(config)  # model.tie_output false: its own matrix
         self.output_projection: nn.Module | None = None  # what `logits` runs instead, where set (int8 decoding)
-        self.output_kind: type[nn.Module] | None = None  # its kind (nn/packed.py replace_linears)
+        self.output_kind: type[nn.Module] | None = None  # its kind (nn/cpu_linear/onednn_fp32.py replace_linears)
         init_weights(self)
 
     @property
@@ -68,7 +68,7 @@ class _LanguageModel(nn.Module):
 
     def logits(self, hidden: Tensor) -> Tensor:
         """Shape: hidden (..., D) -> logits (..., V)"""
-        if self.output_projection is not None:  # int8 decoding (nn/int8.py)
+        if self.output_projection is not None:  # int8 decoding (nn/cpu_linear/int8.py)
             return self.output_projection(self.head_states(hidden))
         return F.linear(self.head_states(hidden), self.output_weight, self.output_bias)
 

@@ -181,7 +181,9 @@ class Transformer(nn.Module):
         words = torch.ones(config.tgt_vocab_size, dtype=torch.bool) if config.output_words == "target" else None
         self.register_buffer("output_words", words)
         self.output_projection: nn.Module | None = None  # what `logits` runs instead, where set (int8 decoding)
-        self.output_kind: type[nn.Module] | None = None  # its kind (nn/packed.py replace_linears), for OutputRows
+        self.output_kind: type[nn.Module] | None = (
+            None  # its kind (nn/cpu_linear/onednn_fp32.py replace_linears), for OutputRows
+        )
         init_weights(self)
 
     @property
@@ -237,7 +239,7 @@ class Transformer(nn.Module):
         Shape: hidden (..., D) -> logits (..., V)"""
         if rows is not None:
             return rows(hidden)
-        if self.output_projection is not None:  # int8 decoding (nn/int8.py)
+        if self.output_projection is not None:  # int8 decoding (nn/cpu_linear/int8.py)
             return self.output_projection(hidden)
         return F.linear(hidden, self.output_weight, self.logit_bias)
 

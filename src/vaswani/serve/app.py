@@ -4,7 +4,7 @@
     uvicorn.run(app, host="127.0.0.1", port=8000)          # what `vaswani serve` does
 
 Every user error is a 4xx with a one-line JSON `{"error": ...}`; requests are decoded together by the
-micro-batcher (serve/batching.py); each text is split into sentences (decode/document.py) unless the request
+micro-batcher (serve/batching.py); each text is split into sentences (translate/document.py) unless the request
 says `split_sentences: false`, and tokenized once; `api_key` requires `Authorization: Bearer KEY` on /v1/ and
 /metrics (serve/guards.py; `metrics_token` gives /metrics its own); /metrics is serve/metrics.py; the routes are
 serve/routes.py.
@@ -29,12 +29,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from vaswani import __version__
 from vaswani.decode.request import DecodeRequest
-from vaswani.decode.translator import Translator
 from vaswani.serve.batching import MicroBatcher
 from vaswani.serve.compute import ComputeThread
 from vaswani.serve.guards import ApiKey, BodyLimit
 from vaswani.serve.metrics import Metrics, RequestMetrics
 from vaswani.serve.routes import router
+from vaswani.translate.translator import Translator
 
 DESCRIPTION = "Translation with a Transformer trained by vaswani."
 STATIC = Path(__file__).parent / "static"

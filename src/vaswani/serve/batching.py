@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vaswani.decode.request import DecodeRequest
-from vaswani.decode.translator import Translation, Translator
 from vaswani.serve.compute import ComputeThread
+from vaswani.translate.translator import Translation, Translator
 
 
 @dataclass

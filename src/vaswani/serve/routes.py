@@ -17,10 +17,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from vaswani.decode.document import Document, assemble, puts_spaces, split
-from vaswani.decode.markup import Markup, assemble_markup, parse, split_runs
 from vaswani.decode.request import DecodeRequest
 from vaswani.serve.batching import BusyError
+from vaswani.translate.document import Document, assemble, puts_spaces, split
+from vaswani.translate.markup import Markup, assemble_markup, parse, split_runs
 
 router = APIRouter()
 

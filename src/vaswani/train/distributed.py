@@ -11,7 +11,7 @@ from typing import TypeVar
 import torch
 import torch.distributed as dist
 
-from vaswani.runtime import pick_device
+from vaswani.runtime.device import pick_device
 
 T = TypeVar("T")
 

@@ -9,12 +9,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from vaswani.allocator import release_freed_memory
 from vaswani.config import DataConfig
 from vaswani.data import store
 from vaswani.data.batching import Batch, Batches, collate, epoch_order, token_batches
 from vaswani.data.corpus import DataError
 from vaswani.data.tokenizer import Tokenizer
+from vaswani.runtime.allocator import release_freed_memory
 from vaswani.special import BOS_ID, EOS_ID, PAD_ID
 
 IdPair = tuple[list[int], list[int]]

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from vaswani.loss_chunks import loss_chunk_rows
+from vaswani.runtime.loss_chunks import loss_chunk_rows
 
 
 def label_smoothed_cross_entropy(

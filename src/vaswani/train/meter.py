@@ -12,7 +12,7 @@ import torch
 class Throughput:
     """Add each step (`add`); `window()` closes the window for a progress line, `pause()`/`resume()` leave
     validation out of it, `summary()` is the run's line. `world`: every rank trains alike, so rates count all
-    of them; `peak`: (FLOP/s, name) of this device, where known (flops.py), for MFU."""
+    of them; `peak`: (FLOP/s, name) of this device, where known (runtime/flops.py), for MFU."""
 
     def __init__(self, world: int = 1, peak: tuple[float, str] | None = None) -> None:
         self.world, self.peak = world, peak
@@ -59,10 +59,10 @@ class Throughput:
         against = (
             f"{speed / self.peak[0]:.1%} of {self.peak[1]} ({self.peak[0] / 1e12:,.2f} TFLOP/s)"
             if self.peak is not None
-            else "peak of this device unknown (vaswani/flops.py: GPU_PEAKS)"
+            else "peak of this device unknown (vaswani/runtime/flops.py: GPU_PEAKS)"
         )
         return (
             f"speed: {self.run_tokens * self.world / self.run_seconds:,.0f} tokens/s, "
             f"{speed * self.world / 1e12:,.3f} model TFLOP/s ({self.run_flops / max(self.run_tokens, 1) / 1e6:,.1f} "
-            f"MFLOP per token, vaswani/flops.py); MFU {against}"
+            f"MFLOP per token, vaswani/runtime/flops.py); MFU {against}"
         )

@@ -22,7 +22,6 @@ from rich.console import Console
 from vaswani.config import Config, ConfigError, ModelConfig
 from vaswani.console import format_duration, progress_bar, stderr_console
 from vaswani.data import store
-from vaswani.flops import peak_flops
 from vaswani.model_dir import (
     WEIGHTS,
     CheckpointError,
@@ -34,8 +33,9 @@ from vaswani.model_dir import (
     write_model_directory,
 )
 from vaswani.nn.attention import attention_kernels
-from vaswani.precision import choose
-from vaswani.runtime import autocast, compiling, pick_device
+from vaswani.runtime.device import autocast, compiling, pick_device
+from vaswani.runtime.flops import peak_flops
+from vaswani.runtime.precision import choose
 from vaswani.train import checkpoint as ckpt
 from vaswani.train.distributed import barrier, from_rank0, gathered, rank0_clock, summed
 from vaswani.train.meter import Throughput
@@ -212,7 +212,7 @@ class Trainer:
             with torch.no_grad():
                 words.copy_(seen | words if self.init_from is not None else seen)
         n = int(words.sum())
-        # as the FLOP count sees it (flops.py): a projection onto n words; it reads nothing of the sharing
+        # as the FLOP count sees it (runtime/flops.py): a projection onto n words; it reads nothing of the sharing
         self._flops_model = dataclasses.replace(self.config.model, tgt_vocab_size=n, share_embeddings=False)
         self.log(f"output words: {n:,} of the {len(words):,} target pieces, those the training targets use")
 
@@ -232,7 +232,7 @@ class Trainer:
     def _train_step(self, batches: list) -> tuple[torch.Tensor, int, float]:
         """One optimizer step over the accumulated batches; the loss is normalised by the target
         tokens of the whole global batch, so any split over ranks and micro-batches gives the same update.
-        Returns the summed loss, this rank's tokens and its model FLOPs (flops.py, counted on the host)."""
+        Returns the summed loss, this rank's tokens and its model FLOPs (runtime/flops.py, counted on the host)."""
         local_tokens = sum(self.task.count(b) for b in batches)  # counted by the loader: no device sync here
         counted = self._flops_model or self.config.model
         local_flops = sum(self.task.flops(b, counted) for b in batches)

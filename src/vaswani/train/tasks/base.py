@@ -26,8 +26,8 @@ from torch import Tensor
 
 from vaswani.config import Config, ModelConfig
 from vaswani.families import family
-from vaswani.flops import lengths, training_flops
 from vaswani.nn import build_model
+from vaswani.runtime.flops import lengths, training_flops
 from vaswani.train.loss import label_smoothed_cross_entropy
 
 
@@ -151,7 +151,7 @@ class Task:
         return batch.count
 
     def flops(self, batch: Any, config: ModelConfig) -> float:
-        """Model FLOPs of one training pass over `batch` (vaswani/flops.py), counted on the host from its
+        """Model FLOPs of one training pass over `batch` (vaswani/runtime/flops.py), counted on the host from its
         lengths: a TextBatch's sequences, read by the family's one stack, its predicted tokens and its
         classified sequences; an encoder's auxiliary masked-LM copy (classify) as a second pass."""
         n = lengths(batch.ids, config.pad_id)

@@ -13,7 +13,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from vaswani.allocator import release_freed_memory
 from vaswani.config import ConfigError, ModelConfig
 from vaswani.data import store
 from vaswani.data.batching import collate, epoch_order, padding_fraction, token_batches, with_replay
@@ -23,7 +22,8 @@ from vaswani.data.tokenizer import Tokenizer
 from vaswani.decode.request import DecodeRequest
 from vaswani.decode.search import search_ids
 from vaswani.evaluate import bleu
-from vaswani.flops import lengths, training_flops
+from vaswani.runtime.allocator import release_freed_memory
+from vaswani.runtime.flops import lengths, training_flops
 from vaswani.train.loader import EpochPlan, Reader, RunData, batch_stream, load_run_data
 from vaswani.train.loss import label_smoothed_cross_entropy
 from vaswani.train.tasks.base import Task

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from vaswani import precision
 from vaswani.config import ModelConfig
-from vaswani.precision import Measurement, choose
+from vaswani.runtime import precision
+from vaswani.runtime.precision import Measurement, choose
 
 CONFIG = ModelConfig.preset("tiny", vocab_size=1000)
 CPU = torch.device("cpu")

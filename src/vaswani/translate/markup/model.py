@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from vaswani.decode.align import word_spans
+from vaswani.translate.align import word_spans
 
 FORMATS = ("text", "html", "markdown")
 _URL_STARTS = ("http://", "https://", "ftp://", "www.", "mailto:")

@@ -42,7 +42,8 @@ def _thresholds(mmap: int, trim: int) -> bool:
 def freed_memory_returned():
     """Within: glibc's own rule for large blocks (each mapped apart, and given back when freed), where
     keep_freed_memory is in effect; kept again after. For loading a model and then replacing its weights (packed
-    or int8 copies, nn/packed.py): each weight freed is given back at once, where kept freed memory was not reused
+    or int8 copies, cpu_linear/onednn_fp32.py): each weight freed is given back at once, where kept freed memory was
+    not reused
     for the copies, which are laid out otherwise: a lower peak for an OPUS-MT-sized model, float32 packed
     (docs/benchmarks.md, "CPU decoding", peak memory)."""
     if not _keeping:

@@ -3,9 +3,9 @@ import torch
 from torch.utils import flop_counter
 
 from tests.helpers.common import random_ids, tiny_config
-from vaswani import flops
-from vaswani.flops import GPU_PEAKS, forward_flops, mfu, peak_flops, training_flops
 from vaswani.nn import build_model
+from vaswani.runtime import flops
+from vaswani.runtime.flops import GPU_PEAKS, forward_flops, mfu, peak_flops, training_flops
 from vaswani.train.loss import label_smoothed_cross_entropy
 from vaswani.train.tasks.base import HiddenStates
 

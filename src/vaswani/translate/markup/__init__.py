@@ -7,9 +7,9 @@ of its tags put back exactly once, well nested, around the target words aligned 
 A format's parser (markup_html.py, markup_markdown.py) cuts a document into raw pieces, kept as written (block
 tags, code blocks, scripts), and runs: the inline content of one block, as the text to translate with its marks (a
 pair of tags or delimiters around part of the text) and atoms (what stays as written inside the text: a code span,
-a URL, an image, a tag without its pair). A run's text is split into sentences (decode/document.py) and translated
+a URL, an image, a tag without its pair). A run's text is split into sentences (translate/document.py) and translated
 as line mode translates them; its marks and atoms go where the model's cross-attention aligns their words
-(decode/align.py), the tree of marks clipped so that it stays well nested.
+(translate/align.py), the tree of marks clipped so that it stays well nested.
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from vaswani.decode.align import Alignment, word_spans
-from vaswani.decode.document import Document, DocumentTranslation, split, translate_documents
+from vaswani.translate.align import Alignment, word_spans
+from vaswani.translate.document import Document, DocumentTranslation, split, translate_documents
 
 if TYPE_CHECKING:
     from vaswani.decode.request import DecodeRequest
-    from vaswani.decode.translator import Translator
-from vaswani.decode.markup_model import (  # noqa: F401  the names markup's callers import from here
+    from vaswani.translate.translator import Translator
+from vaswani.translate.markup.model import (  # noqa: F401  the names markup's callers import from here
     FORMATS,
     Atom,
     Mark,
@@ -176,11 +176,11 @@ class MarkupTranslation:
 def parse(text: str, format: str) -> Markup:
     """`text` parsed as `format` ("html" or "markdown")."""
     if format == "html":
-        from vaswani.decode.markup_html import parse_html
+        from vaswani.translate.markup.html import parse_html
 
         return parse_html(text)
     if format == "markdown":
-        from vaswani.decode.markup_markdown import parse_markdown
+        from vaswani.translate.markup.markdown import parse_markdown
 
         return parse_markdown(text)
     raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")

@@ -28,7 +28,7 @@ import warnings
 import torch
 from torch import Tensor, nn
 
-from vaswani.nn.packed import Parts, covers, replace_linears
+from vaswani.nn.cpu_linear.onednn_fp32 import Parts, covers, replace_linears
 
 KERNEL = "fbgemm's dynamic int8 linear (per-channel weights, 7-bit activations per row)"
 OUTPUT_KERNEL: str | None = None  # the output projection's kernel, "fbgemm" or "onednn"; None: output_kernel() picks

@@ -1,5 +1,5 @@
 """HTML read for translation by the standard library's parser (html.parser): what is text, which tags are inline
-marks around it, what stays as written (decode/markup.py).
+marks around it, what stays as written (translate/markup/__init__.py).
 
 - Inline elements (`<b>`, `<i>`, `<a href=…>`, `<span …>`, ...) are marks: their tags come back exactly as
   written, attributes and all, around the translated words.
@@ -16,7 +16,7 @@ from __future__ import annotations
 import html
 from html.parser import HTMLParser
 
-from vaswani.decode.markup_model import Markup, MarkupBuilder
+from vaswani.translate.markup.model import Markup, MarkupBuilder
 
 INLINE = frozenset(
     "a abbr acronym b bdi bdo big cite data del dfn em font i ins label mark q s small span strike strong sub sup "  # noqa: SIM905
@@ -83,7 +83,7 @@ def escape(char: str) -> str:
 
 
 def parse_html(text: str) -> Markup:
-    """`text` (an HTML document or fragment) as raw pieces and runs (decode/markup.py)."""
+    """`text` (an HTML document or fragment) as raw pieces and runs (translate/markup/__init__.py)."""
     events = _Events(text)
     events.feed(text)
     events.close()

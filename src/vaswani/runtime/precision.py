@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from vaswani.config import DECODING_PRECISIONS, PRECISIONS, ModelConfig
-from vaswani.loss_chunks import loss_chunk_rows
+from vaswani.runtime.loss_chunks import loss_chunk_rows
 
 # bf16 is chosen only where its matrix products are at least this much faster than float32: the rest
 # of a step (casts, layer norms, softmax, attention, Adam) gains less than the products or nothing,
@@ -119,7 +119,7 @@ def choose(
     if requested == "fp32":
         return Choice("fp32", requested)
     if requested == "int8":
-        from vaswani.nn.int8 import kernels
+        from vaswani.nn.cpu_linear.int8 import kernels
 
         return Choice("int8", requested, reason=f"int8 linear layers, {kernels()}")
     if requested == "auto" and not training:

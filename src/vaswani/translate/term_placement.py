@@ -4,7 +4,7 @@ A model that was never trained for terminology (every imported OPUS-MT model, mo
 for a source term, and a search that only has to fit the term somewhere puts it where it costs the model least:
 glued into another word, beside the model's own word, after the sentence's end. So a sentence is first translated
 as it would be without the glossary (lines without terms are then exactly the plain translation), each candidate is
-aligned with its source from the model's own cross-attention (decode/align.py), and each source term's aligned target
+aligned with its source from the model's own cross-attention (translate/align.py), and each source term's aligned target
 word is replaced by the term, token for token: the word's pieces give way to the term's, a suffix that starts with
 punctuation ("." or "'s") stays. The candidate so edited is scored by the model (one teacher-forced pass) where scores
 are asked for. Where a term's source words have no aligned target word (or share it with another term), the sentence
@@ -22,20 +22,20 @@ from typing import TYPE_CHECKING, Protocol
 
 import torch
 
-from vaswani.decode.align import alignments, piece_words
 from vaswani.decode.hypothesis import Hypothesis, length_penalty
 from vaswani.decode.steps import banned_log_probs, length_limits
 from vaswani.decode.terms import Constraints, word_continuations
+from vaswani.translate.align import alignments, piece_words
 
 if TYPE_CHECKING:
     from vaswani.data.tokenizer import Tokenizer
-    from vaswani.decode.align import Alignment
     from vaswani.decode.engine import Engine
     from vaswani.decode.request import DecodeRequest
+    from vaswani.translate.align import Alignment
 
 
 class Translator(Protocol):
-    """What placing terms needs of decode/translator.py's Translator (which imports this module)."""
+    """What placing terms needs of translate/translator.py's Translator (which imports this module)."""
 
     model: torch.nn.Module
     tokenizer: Tokenizer
@@ -53,7 +53,7 @@ class _Candidate:
 
 @dataclass(frozen=True)
 class _Aligned:
-    """What decode/align.py reads of a translation: its source, its text and its (first) candidate's tokens."""
+    """What translate/align.py reads of a translation: its source, its text and its (first) candidate's tokens."""
 
     source: str
     text: str

@@ -8,7 +8,7 @@ with the text's own paragraphs, line breaks and surrounding whitespace.
 
     translate_documents(translator, [text])[0].text          # the same, decoding every sentence in one call
 
-A sentence never spans a line break: each line is split on its own (decode/sentences.py), so lists, headings
+A sentence never spans a line break: each line is split on its own (translate/sentences.py), so lists, headings
 and verse keep their lines. Hard-wrapped prose (a sentence broken over lines) is translated line by line.
 """
 
@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from vaswani.data.corpus import clean_line
-from vaswani.decode.sentences import sentence_spans
+from vaswani.translate.sentences import sentence_spans
 
 if TYPE_CHECKING:
     from vaswani.decode.request import DecodeRequest
-    from vaswani.decode.translator import Translation, Translator
+    from vaswani.translate.translator import Translation, Translator
 
 _LINE = re.compile(r"[^\n\r\u2028\u2029\x85\x0b\x0c]+")  # text between line breaks
 # Languages written without spaces between sentences: their translations are joined without one too.
@@ -66,7 +66,7 @@ class Document:
 
 def split(text: str, language: str | None = None) -> Document:
     """`text` cut at paragraphs, lines and sentences, with the sentence rules of `language` (an ISO 639-1
-    code such as "de"; None or one pysbd lacks: decode/sentences.py's own rules)."""
+    code such as "de"; None or one pysbd lacks: translate/sentences.py's own rules)."""
     spans = []
     for line in _LINE.finditer(text):
         offset = line.start()

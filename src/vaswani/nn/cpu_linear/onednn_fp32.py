@@ -2,7 +2,7 @@
 layout (the layout torch.compile's CPU code uses): a decoding step's products run faster than torch's `addmm` on
 an AVX2 CPU (docs/benchmarks.md, "CPU decoding"). The same float32 arithmetic as `F.linear`, summed in
 another order. `replace_linears` is the one place a model's nn.Linear layers are swapped for such a layer
-(nn/int8.py does it too).
+(nn/cpu_linear/int8.py does it too).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ attends to it most where that target piece also attends to it most of all the so
 to that piece alone, so that every source word has a place; pieces grouped into whitespace-separated words. A
 decoder step looks at the source word it is about to translate, so the agreed word may be the one before its
 translation ("is" before "cutting"): the next word is taken where it looks at the source word nearly as hard.
-Markup uses it to put tags around the right words (decode/markup.py). Chosen by benchmarks/markup.py
+Markup uses it to put tags around the right words (translate/markup/__init__.py). Chosen by benchmarks/markup.py
 (docs/benchmarks.md, "Markup").
 """
 
@@ -110,7 +110,7 @@ def layers_of(n_layers: int) -> list[int]:
 
 
 class Aligned(Protocol):
-    """What an alignment reads of a translation (decode/translator.py's Translation): its source, its text and its
+    """What an alignment reads of a translation (translate/translator.py's Translation): its source, its text and its
     candidates, the first of which has the tokens."""
 
     source: str

@@ -1,4 +1,4 @@
-"""Markup in, markup out (decode/markup.py, markup_html.py, markup_markdown.py) and word alignment (decode/align.py)."""
+"""Markup in, markup out (translate/markup, html.py, markdown.py) and word alignment (translate/align.py)."""
 
 import random
 from html.parser import HTMLParser
@@ -6,10 +6,10 @@ from html.parser import HTMLParser
 import pytest
 import torch
 
-from vaswani.decode.align import Alignment, align, piece_words, word_spans
-from vaswani.decode.document import DocumentTranslation
-from vaswani.decode.markup import Atom, Placement, parse, pieces, render_run, split_run
-from vaswani.decode.translator import Candidate, Translation
+from vaswani.translate.align import Alignment, align, piece_words, word_spans
+from vaswani.translate.document import DocumentTranslation
+from vaswani.translate.markup import Atom, Placement, parse, pieces, render_run, split_run
+from vaswani.translate.translator import Candidate, Translation
 
 HTML = """<!DOCTYPE html>
 <html><head><title>Ein Test</title><style>p { color: red; }</style><script>if (a < b) x = "<b>";</script></head>
@@ -186,10 +186,10 @@ def test_markup_translates_as_line_mode_and_keeps_every_tag(tmp_path, capsys):
 
     from tests.helpers.common import write_tiny_model_directory
     from vaswani import cli
-    from vaswani.decode.align import alignments
-    from vaswani.decode.markup import translate_markup
-    from vaswani.decode.translator import Translator
     from vaswani.serve.app import Settings, create_app
+    from vaswani.translate.align import alignments
+    from vaswani.translate.markup import translate_markup
+    from vaswani.translate.translator import Translator
 
     (tmp_path / "model").mkdir()
     model_dir = write_tiny_model_directory(tmp_path / "model", max_len_b=8)

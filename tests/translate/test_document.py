@@ -6,20 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.common import write_tiny_model_directory
 from vaswani.data.corpus import read_lines
-from vaswani.decode.document import Document, split, translate_documents
-from vaswani.decode.sentences import rule_spans, sentence_spans
-from vaswani.decode.translator import Translator
+from vaswani.translate.document import Document, split, translate_documents
+from vaswani.translate.sentences import rule_spans, sentence_spans
+from vaswani.translate.translator import Translator
 
 pytestmark = pytest.mark.shared_data  # reads ../shared/data (tests/conftest.py skips it where absent)
 
 MULTI30K = Path(__file__).resolve().parents[2] / "../shared/data/multi30k/raw"
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> Path:
-    return write_tiny_model_directory(tmp_path_factory.mktemp("model"))
 
 
 # (language, text, its sentences): abbreviations, numbers, quotes, no final punctuation.

@@ -1,5 +1,5 @@
 """How many rows of logits the training loss computes at a time on each kind of device (train/loss.py; measured
-for a precision by precision.py)."""
+for a precision by runtime/precision.py)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 import torch
 
-from vaswani import threads
+from vaswani.runtime import threads
 
 
 def _stat(tmp_path, name, rows):

@@ -22,7 +22,6 @@ import torch
 
 from vaswani.config import Config
 from vaswani.data.tokenizer import LANGUAGE_TOKEN, Tokenizer
-from vaswani.decode.align import Alignment, alignments
 from vaswani.decode.ct2_engine import CTranslate2Engine
 from vaswani.decode.engine import ENGINES, Engine, TorchEngine
 from vaswani.decode.glossary import Glossary
@@ -32,13 +31,14 @@ from vaswani.decode.search import Hypothesis, banned_log_probs
 from vaswani.decode.shortlist import FILE as SHORTLIST_FILE
 from vaswani.decode.shortlist import FREQUENT, TOP, Shortlist, Vocabularies, check_sizes
 from vaswani.decode.shortlist import learn as learn_shortlist
-from vaswani.decode.term_placement import continuations, with_terms
 from vaswani.families import TRANSLATE, family
 from vaswani.model_dir import load_model
 from vaswani.nn import Transformer
 from vaswani.nn.transformer import AttentionWeights
-from vaswani.precision import Choice, check
-from vaswani.runtime import pick_device
+from vaswani.runtime.device import pick_device
+from vaswani.runtime.precision import Choice, check
+from vaswani.translate.align import Alignment, alignments
+from vaswani.translate.term_placement import continuations, with_terms
 
 Warn = Callable[[int, str], None]  # (index of the input sentence, message)
 _LEADING_LANGUAGE = re.compile(r"^>>[^<>\s]+<<\s*")
@@ -69,7 +69,7 @@ class Translation:
     tgt_pieces: list[str] | None = None
     # with a glossary: its target terms the best candidate lacks (none: all there; None: no glossary asked)
     missing_terms: tuple[str, ...] | None = None
-    alignment: Alignment | None = None  # the best candidate's words aligned to the source's (decode/align.py)
+    alignment: Alignment | None = None  # the best candidate's words aligned to the source's (translate/align.py)
 
     @property
     def text(self) -> str:
@@ -156,7 +156,7 @@ class Translator:
         `shortlist` (engine torch; decode/shortlist.py): True reads `model_dir`/shortlist.safetensors (written by
         `vaswani shortlist`), a path reads that file; each batch's output layer then covers only the target words
         its sources may produce.
-        `precision` (engine torch): "auto" (fp32), "fp32", "bf16" or "int8" (a CPU's: nn/int8.py).
+        `precision` (engine torch): "auto" (fp32), "fp32", "bf16" or "int8" (a CPU's: nn/cpu_linear/int8.py).
         `engine="ctranslate2"` decodes with CTranslate2 in `compute_type` (float32 gives our outputs;
         int8 is faster) the model converted into `model_dir`/ctranslate2 (vaswani.export.ctranslate2.converted)."""
         check_engine(engine, precision)
@@ -312,7 +312,7 @@ class Translator:
         self, sentences: Sequence[str], ids: list[list[int]], request: DecodeRequest, progress
     ) -> list[list[Hypothesis]]:
         """The engine's hypotheses for `ids`; with a glossary, the plain ones with its terms put in the place of the
-        model's own words (decode/term_placement.py), so that a sentence without terms is translated as without
+        model's own words (translate/term_placement.py), so that a sentence without terms is translated as without
         the glossary."""
         found = self.engine(ids, request, progress)
         if request.glossary is None:

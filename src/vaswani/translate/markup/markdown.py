@@ -1,5 +1,5 @@
 """Markdown read for translation by markdown-it-py (CommonMark, with GitHub's tables and strikethrough): which text
-is translated, which delimiters are marks around it, what stays as written (decode/markup.py).
+is translated, which delimiters are marks around it, what stays as written (translate/markup/__init__.py).
 
 - Paragraphs, headings, list items, quotes and table cells are runs; everything around their inline content (list
   markers, `#`, `>`, table pipes, blank lines) stays as written. Code blocks, fences, HTML blocks, link
@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from vaswani.decode.markup_model import Markup, MarkupBuilder
+from vaswani.translate.markup.model import Markup, MarkupBuilder
 
 _ESCAPED = "\\`*_[]<~|"  # what a translation's text may not hold bare without starting markup
 _PAIRED = {"em_open": "em", "strong_open": "strong", "s_open": "s"}
@@ -53,7 +53,7 @@ def _parser() -> Any:
 
 
 def parse_markdown(text: str) -> Markup:
-    """`text` (a Markdown document) as raw pieces and runs (decode/markup.py). Line ends come back as written."""
+    """`text` (a Markdown document) as raw pieces and runs (translate/markup). Line ends come back as written."""
     crlf = "\r\n" in text
     source = text.replace("\r\n", "\n").replace("\r", "\n")
     lines = [0]

@@ -8,21 +8,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers.common import write_tiny_model_directory
 from vaswani.data.corpus import read_lines
-from vaswani.decode.translator import Translator
 from vaswani.evaluate import multi30k_tok_reference, tok_lc
-from vaswani.precision import Measurement
+from vaswani.runtime.precision import Measurement
 from vaswani.train import checkpoint as ckpt
+from vaswani.translate.translator import Translator
 
 pytestmark = pytest.mark.shared_data  # reads ../shared/data (tests/conftest.py skips it where absent)
 
 MULTI30K = Path(__file__).resolve().parents[2] / "../shared/data/multi30k"
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> Path:
-    return write_tiny_model_directory(tmp_path_factory.mktemp("model"))
 
 
 SENTENCES = [
@@ -229,7 +223,8 @@ def test_the_stopping_rule_reaches_the_search_from_the_config_and_the_command_li
 
 
 def test_translate_and_evaluate_show_progress_lines_and_precision_in_a_log(model_dir, tmp_path, monkeypatch, capsys):
-    from vaswani import cli, console, precision
+    from vaswani import cli, console
+    from vaswani.runtime import precision
 
     monkeypatch.setattr(console, "PLAIN_EVERY_S", 0.0)  # a line at every batch
     monkeypatch.setattr(
