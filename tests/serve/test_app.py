@@ -8,8 +8,6 @@ from pathlib import Path
 import httpx
 import pytest
 from fastapi.testclient import TestClient
-from vaswani.decode.document import split
-from vaswani.decode.translator import Translator
 
 from tests.helpers.common import write_tiny_model_directory
 from tests.helpers.server import start_server
@@ -17,6 +15,8 @@ from vaswani import __version__
 from vaswani.serve.app import Settings, create_app
 from vaswani.serve.batching import BusyError, MicroBatcher
 from vaswani.serve.compute import ComputeThread
+from vaswani.translate.document import split
+from vaswani.translate.translator import Translator
 
 pytestmark = pytest.mark.shared_data  # reads ../shared/data (tests/conftest.py skips it where absent)
 
@@ -208,7 +208,7 @@ def test_metrics_are_guarded_by_the_api_key_or_their_own_token(translator, model
 def test_a_request_gets_the_same_result_alone_or_batched_with_others(translator, model_dir, precision):
     """int8 too: its activations are quantized row by row (nn/int8.py), so no other sentence sets a row's scale."""
     if precision == "int8":
-        from vaswani.nn.int8 import int8_available
+        from vaswani.nn.cpu_linear.int8 import int8_available
 
         if int8_available() is not None:
             pytest.skip(int8_available())
@@ -273,7 +273,7 @@ def test_the_model_is_loaded_measured_and_run_on_one_compute_thread(model_dir, m
 
 
 def test_a_server_s_precision_auto_is_fp32_and_measures_nothing(model_dir, monkeypatch):
-    from vaswani import precision
+    from vaswani.runtime import precision
 
     monkeypatch.setattr(precision, "measure_matmuls", lambda *a: (_ for _ in ()).throw(AssertionError("measured")))
     translator = Translator.load(model_dir, "cpu", "auto")
