@@ -201,6 +201,25 @@ def test_translate_with_ctranslate2_converts_once_and_writes_our_lines(trained, 
     assert len(again.stdout.splitlines()) == len(lines)
 
 
+def test_a_glossary_with_ctranslate2_gives_our_engine_s_lines(trained, tmp_path):
+    """Terms go into CTranslate2's translations as into ours (float32: the same translations to start from; the
+    alignment, the scores and the constrained search are the torch model's)."""
+    pairs = toy_pairs("reverse", 30, 16, seed=13)
+    source, glossary = tmp_path / "source.txt", tmp_path / "terms.tsv"
+    source.write_text("\n".join(s for s, _ in pairs) + "\n", encoding="utf-8")
+    # a source (one word here) asked for as another word of the model's letters: its reversal, letters rotated
+    letters = sorted({c for s, _ in pairs for c in s})
+    rotate = {c: letters[(i + 1) % len(letters)] for i, c in enumerate(letters)}
+    terms = {s: "".join(rotate[c] for c in t) for s, t in pairs[:3]}
+    glossary.write_text("".join(f"{k}\t{v}\n" for k, v in terms.items()), encoding="utf-8")
+    common = ["translate", str(trained), "-i", str(source), "--glossary", str(glossary), "--max-len-a", "0"]
+    common += ["--max-len-b", "40", "--length-penalty", "0"]
+    ours, theirs = _cli(*common, "--precision", "fp32"), _cli(*common, "--engine", "ctranslate2")
+    assert ours.returncode == 0 and theirs.returncode == 0, theirs.stderr
+    assert theirs.stdout == ours.stdout and len(theirs.stdout.splitlines()) == len(pairs)
+    assert [theirs.stdout.splitlines()[i] for i in range(3)] == list(terms.values())  # the word is the term
+
+
 @pytest.mark.parametrize("beam", ["1", "4"])
 def test_ctranslate2_scores_are_our_log_probabilities(trained, tmp_path, beam):
     source = tmp_path / "source.txt"

@@ -17,16 +17,20 @@ import json
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from vaswani.config import ModelConfig
 from vaswani.data.tokenizer import Tokenizer
-from vaswani.decode.engine import CT2_TYPES, Constraints
+from vaswani.decode.engine import CT2_TYPES
 from vaswani.decode.request import DecodeRequest
 from vaswani.decode.search import Hypothesis, length_batches, length_limits
 from vaswani.model_dir import WEIGHTS
 from vaswani.runtime.precision import Choice
+
+if TYPE_CHECKING:
+    from vaswani.decode.terms import Constraints
 
 DIRECTORY = "ctranslate2"  # inside the model directory
 STAMP = "vaswani_source.json"  # what the conversion was made from (see stamp)

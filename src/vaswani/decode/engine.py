@@ -20,13 +20,13 @@ if TYPE_CHECKING:  # imported where used: the CLI reads CT2_TYPES and ENGINES wi
     from vaswani.decode.request import DecodeRequest
     from vaswani.decode.search import Hypothesis
     from vaswani.decode.shortlist import Shortlist
+    from vaswani.decode.terms import Constraints
     from vaswani.runtime.precision import Choice
 
 ENGINES = ("torch", "ctranslate2")
 # CTranslate2's weight and compute types (`--compute-type`, `vaswani export --quantization`); float32 gives our outputs
 CT2_TYPES = ("float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16")
 Progress = Callable[[int], None]
-Constraints = Sequence[Sequence[Sequence[int]]]  # per source, the token ids of each term its output must hold
 
 
 class Engine(Protocol):
@@ -40,8 +40,8 @@ class Engine(Protocol):
         constraints: Constraints | None = None,
     ) -> list[list[Hypothesis]]:
         """The request's n_best hypotheses of each tokenized source (without EOS), in input order; `progress(n)`
-        after each batch of n sentences. `constraints`: per source, the token ids of each term its output must
-        hold (a glossary's: decode/constrained.py)."""
+        after each batch of n sentences. `constraints`: per source, what its output must hold (a glossary's terms:
+        decode/terms.py)."""
         ...
 
     def choose_precision(self, request: DecodeRequest) -> Choice:

@@ -26,7 +26,7 @@ DECODE_FIELDS = frozenset(f.name for f in dataclasses.fields(DecodeConfig))
 class DecodeRequest:
     """The search settings (decode), how many candidates per input (n_best), whether the best one's attention
     weights come back (attention: the Translator's, not the search's), the user's terms (glossary:
-    decode/glossary.py, applied by decode/constrained.py), whether the best one's word alignment comes back
+    decode/glossary.py, placed by translate/term_placement.py), whether the best one's word alignment comes back
     (alignment: translate/align.py; markup needs it) and whether scores do (scores: each candidate's log-probability
     and its tokens' probabilities; without them a greedy search picks each word from the logits, skipping the
     softmax over the vocabulary, as CTranslate2 does without return_scores: its log_prob and score are then NaN

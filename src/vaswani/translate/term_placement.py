@@ -39,7 +39,7 @@ class Translator(Protocol):
 
     model: torch.nn.Module
     tokenizer: Tokenizer
-    engine: Engine
+    term_engine: Engine
     continues_word: tuple[int, ...]
 
 
@@ -92,7 +92,7 @@ def with_terms(
     if unplaced:  # the terms the alignment could not place: the constrained search places them
         order = sorted(unplaced)
         terms = [[ids_of[target] for _, _, target in matches[i] if ids_of[target]] for i in order]
-        searched = translator.engine(
+        searched = translator.term_engine(
             [encoded[i] for i in order], request, None, Constraints.of(terms, translator.continues_word)
         )
         for i, hyps in zip(order, searched, strict=True):

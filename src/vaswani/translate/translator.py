@@ -320,6 +320,12 @@ class Translator:
         return with_terms(self, sentences, ids, found, request)
 
     @functools.cached_property
+    def term_engine(self) -> Engine:
+        """What searches with a glossary's terms as constraints (decode/terms.py): the engine where it is our own,
+        else (CTranslate2 has no constrained search) our search on the torch model beside it."""
+        return self.engine if self.engine.describe() is None else TorchEngine(self.model)
+
+    @functools.cached_property
     def continues_word(self) -> tuple[int, ...]:
         """The target pieces that continue the word before them: never right after a term (decode/terms.py)."""
         return continuations(self)
@@ -328,8 +334,6 @@ class Translator:
         """Per sentence, the glossary's target term for each occurrence of a source term; None without one."""
         if glossary is None:
             return None
-        if self.engine.describe() is not None:
-            raise ValueError("a glossary needs our own search (--engine torch): CTranslate2 has no constrained search")
         return [glossary.targets(sentence) for sentence in sentences]
 
     def term_ids(self, terms: list[str]) -> list[list[int]]:
