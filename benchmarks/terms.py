@@ -112,18 +112,24 @@ def term_reference(reference: str, source: str, glossary: Glossary, words: dict[
     return reference
 
 
-def run_methods(translator, sources, glossaries, plain_texts, plain) -> dict[str, list[str]]:
+METHODS = ("unbounded", "search", "swap", "vaswani")
+
+
+def run_methods(translator, sources, glossaries, plain_texts, plain, methods) -> dict[str, list[str]]:
     request = translator.request()
     ids = translator.encode_sources(sources)
     targets = [g.targets(s) if g else [] for s, g in zip(sources, glossaries, strict=True)]
     term_ids = [translator.term_ids(t) for t in targets]
     out = {}
     for name, rule in (("unbounded", ()), ("search", translator.continues_word)):
-        found = translator.engine(ids, request, None, Constraints.of(term_ids, rule))
-        out[name] = translator.tokenizer.decode_tgt([h[0].tokens if h else [] for h in found])
-    pairs = aligned_words(translator, sources, plain, glossaries)
-    out["swap"] = [swapped(text, p) for text, p in zip(plain_texts, pairs, strict=True)]
-    out["vaswani"] = translate_each(translator, sources, glossaries)
+        if name in methods:
+            found = translator.engine(ids, request, None, Constraints.of(term_ids, rule))
+            out[name] = translator.tokenizer.decode_tgt([h[0].tokens if h else [] for h in found])
+    if "swap" in methods:
+        pairs = aligned_words(translator, sources, plain, glossaries)
+        out["swap"] = [swapped(text, p) for text, p in zip(plain_texts, pairs, strict=True)]
+    if "vaswani" in methods:
+        out["vaswani"] = translate_each(translator, sources, glossaries)
     return out
 
 
@@ -140,7 +146,7 @@ def translate_each(translator: Translator, sources: list[str], glossaries: list[
     return out
 
 
-def report(name, translator, sources, references, glossaries, words, repeats) -> None:
+def report(name, translator, sources, references, glossaries, words, repeats, methods) -> None:
     plain = translator.translate_with_details(sources)
     plain_texts = [t.text for t in plain]
     pairs = aligned_words(translator, sources, plain, glossaries)
@@ -158,7 +164,7 @@ def report(name, translator, sources, references, glossaries, words, repeats) ->
     bleu = sacrebleu.corpus_bleu(plain_texts, [term_refs]).score
     chrf = sacrebleu.corpus_chrf(plain_texts, [term_refs]).score
     print(f"| none (plain) | {used}/{asked} ({used / max(asked, 1):.1%}) | 0/{should} | {bleu:.1f} | {chrf:.1f} | | |")
-    for method, outputs in run_methods(translator, sources, glossaries, plain_texts, plain).items():
+    for method, outputs in run_methods(translator, sources, glossaries, plain_texts, plain, methods).items():
         used, asked, gone, should = measures(outputs, plain_texts, pairs)
         bleu = sacrebleu.corpus_bleu(outputs, [term_refs]).score
         chrf = sacrebleu.corpus_chrf(outputs, [term_refs]).score
@@ -192,6 +198,7 @@ def main() -> None:
     parser.add_argument("--split", default="val")
     parser.add_argument("--limit", type=int, default=0, help="the first N sentences only")
     parser.add_argument("--repeats", type=int, default=3, help="speed runs (0: none)")
+    parser.add_argument("--methods", default=",".join(METHODS), help=f"some of {', '.join(METHODS)}")
     args = parser.parse_args()
     data = Path(args.data)
     sources, references = read_lines(data / f"{args.split}.de.gz"), read_lines(data / f"{args.split}.en.gz")
@@ -212,7 +219,8 @@ def main() -> None:
         threads = torch.get_num_threads()
         print(f"\n## {model_dir} on {args.split}: {cpu_name()}, torch {torch.__version__}, {threads} threads")
         for kind, glossaries in kinds.items():
-            report(kind, translator, sources, references, glossaries, words, args.repeats if "unchosen" in kind else 0)
+            repeats = args.repeats if "unchosen" in kind else 0
+            report(kind, translator, sources, references, glossaries, words, repeats, args.methods.split(","))
 
 
 if __name__ == "__main__":
