@@ -213,14 +213,17 @@ def _totals(
     return [float(picked[row, : len(t) + 1].sum()) for row, t in enumerate(candidates)]
 
 
-@torch.inference_mode()
 def _log_probs(
     translator: Translator, src_ids: list[int], candidates: list[list[int]], after_softmax: bool, pick: bool
 ):
-    """One teacher-forced pass over the candidates: their log-probabilities as the search computes them (PAD and
-    BOS banned before the softmax, or after it), the whole vocabulary's (n, T + 1, V) or, with `pick`, each token's
-    (n, T + 1), on the host."""
-    model = translator.model
+    return forced_log_probs(translator.model, src_ids, candidates, after_softmax, pick)
+
+
+@torch.inference_mode()
+def forced_log_probs(model, src_ids: list[int], candidates: list[list[int]], after_softmax: bool, pick: bool):
+    """One teacher-forced pass of `model` over the candidates (token ids without BOS and EOS) of one source: their
+    log-probabilities as the search computes them (PAD and BOS never generated, banned before the softmax or after
+    it), the whole vocabulary's (n, T + 1, V) or, with `pick`, each token's, EOS last (n, T + 1), on the host."""
     c, device = model.config, next(model.parameters()).device
     longest = max(len(t) for t in candidates) + 1
     src = torch.tensor([[*src_ids, c.eos_id]] * len(candidates), device=device)  # (n, S + 1)

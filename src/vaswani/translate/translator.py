@@ -27,7 +27,7 @@ from vaswani.decode.engine import ENGINES, Engine, TorchEngine
 from vaswani.decode.glossary import Glossary
 from vaswani.decode.glossary import missing as glossary_missing
 from vaswani.decode.request import DecodeRequest
-from vaswani.decode.search import Hypothesis, banned_log_probs
+from vaswani.decode.search import Hypothesis
 from vaswani.decode.shortlist import FILE as SHORTLIST_FILE
 from vaswani.decode.shortlist import FREQUENT, TOP, Shortlist, Vocabularies, check_sizes
 from vaswani.decode.shortlist import learn as learn_shortlist
@@ -38,7 +38,7 @@ from vaswani.nn.transformer import AttentionWeights
 from vaswani.runtime.device import pick_device
 from vaswani.runtime.precision import Choice, check
 from vaswani.translate.align import Alignment, alignments
-from vaswani.translate.term_placement import continuations, with_terms
+from vaswani.translate.term_placement import continuations, forced_log_probs, with_terms
 
 Warn = Callable[[int, str], None]  # (index of the input sentence, message)
 _LEADING_LANGUAGE = re.compile(r"^>>[^<>\s]+<<\s*")
@@ -397,18 +397,13 @@ class Translator:
             torch.tensor([[c.bos_id, *tgt_ids]], device=device),
         )
 
-    @torch.inference_mode()
     def _log_prob(self, src_ids: list[int], tgt_ids: list[int], eos: bool = True) -> float:
         """log P(target [+ EOS] | source) as the search scores it over the whole vocabulary (a shortlist's search
         normalises over its words): PAD and BOS are never generated, their probability spread over the other
         tokens, or lost with decode.ban_after_softmax."""
-        c = self.model.config
-        src, tgt_in = self._pair(src_ids, tgt_ids)
-        tgt_out = torch.tensor([[*tgt_ids, c.eos_id]], device=src.device)
-        logits = self.model(src, tgt_in).float()  # (1, T + 1, V)
-        scores = banned_log_probs(logits, [c.pad_id, c.bos_id], self.config.decode.ban_after_softmax)
-        picked = scores.gather(-1, tgt_out[..., None])  # (1, T + 1, 1)
-        return float(picked.sum() if eos else picked[:, :-1].sum())
+        after_softmax = self.config.decode.ban_after_softmax
+        picked = forced_log_probs(self.model, src_ids, [tgt_ids], after_softmax, pick=True)[0]  # (T + 1,)
+        return float(picked.sum() if eos else picked[:-1].sum())
 
     @torch.inference_mode()
     def _with_attention(self, translation: Translation, src_ids: list[int], tgt_ids: list[int]) -> Translation:
