@@ -241,7 +241,11 @@ class Trainer:
         for i, batch in enumerate(batches):
             batch = batch.to(self.device, non_blocking=True)
             sync = i == len(batches) - 1 or self.world == 1
-            with compiling("train.compile", "train with train.compile false"):  # the backward compiles too
+            # the backward compiles too; without compiling, nothing to guard (and no CPU kind to work out: seconds)
+            compiled = self.config.train.compile
+            fix = "train with train.compile false"
+            guard = compiling("train.compile", fix) if compiled else contextlib.nullcontext()
+            with guard:
                 with contextlib.nullcontext() if sync else self.wrapped.no_sync(), self._autocast():
                     loss = self.task.loss(self.wrapped, self.model, batch)
                 # DDP averages gradients over ranks: scale by world so the result is sum / global tokens.
