@@ -317,28 +317,7 @@ def test_a_term_takes_the_place_of_the_model_s_word_nothing_added_nothing_after_
         for start, end, _ in glossary.matches(source):
             spans = before.alignment.source
             aligned |= {t for w, (a, b) in enumerate(spans) if a < end and b > start for t in before.alignment.links[w]}
-        # the word before a term may be chosen again now that the term follows it ("a automobile" -> "an ...")
-        assert changed and set(changed) <= aligned | {t - 1 for t in aligned}, (before.text, after.text, aligned)
+        assert changed and set(changed) <= aligned, (before.text, after.text, aligned)
         searched_text = translator.tokenizer.decode_tgt([searched[0].tokens])[0]
         moved += searched_text.split() != new
     assert placed >= 2 and moved  # the search alone did otherwise: the test can fail
-
-
-def test_the_word_before_a_term_is_chosen_again_only_where_the_sentence_becomes_more_probable(tmp_path):
-    from vaswani.translate import term_placement
-
-    translator = _copying_translator(tmp_path)
-    sources = translator.encode_sources(["Ein Hund läuft über die Straße.", "Der Mann und die Frau."])
-    term = translator.tokenizer.encode_tgt(["hound"])[0]
-    changed = 0
-    for src in sources:
-        [plain] = search_ids(translator.model, [src], translator.request())[0][:1]
-        words = [i for i, t in enumerate(plain.tokens) if term_placement._word_start(translator, t)]
-        for q in words[:-1]:  # the term in the place of the word after word q
-            nxt = words[words.index(q) + 1]
-            edited = [*plain.tokens[: q + 1], *term, *plain.tokens[nxt + 1 :]]
-            [chosen] = term_placement._with_neighbours(translator, src, [(edited, [q + 1])], False)
-            before, after = term_placement._totals(translator, src, [edited, chosen], False)
-            assert after >= before and chosen[q + 1 :] == edited[q + 1 :] and chosen[:q] == edited[:q]
-            changed += chosen != edited
-    assert changed  # some word was chosen again: the test can fail

@@ -76,20 +76,19 @@ def with_terms(
     pairs = zip(flat, texts, strict=True)
     candidates = [_Aligned(sentences[i], text, (_Candidate(found[i][j].tokens),)) for (i, j), text in pairs]
     aligned = alignments(translator.model, translator.tokenizer, candidates, [encoded[i] for i, _ in flat])
-    edited: dict[int, list[tuple[list[int], list[int]]]] = {}
+    edited: dict[int, list[list[int]]] = {}
     unplaced: set[int] = set()
     for (i, j), alignment in zip(flat, aligned, strict=True):
         terms = [(start, end, ids_of[target]) for start, end, target in matches[i] if ids_of[target]]
-        placed = _edited(terms, found[i][j].tokens, translator, alignment)
-        if placed is None or len(placed[0]) > _limit(translator, len(encoded[i]), request):  # the search fits it
+        tokens = _edited(terms, found[i][j].tokens, translator, alignment)
+        if tokens is None or len(tokens) > _limit(translator, len(encoded[i]), request):  # the search fits it
             unplaced.add(i)
-        elif placed not in edited.setdefault(i, []):
-            edited[i].append(placed)
+        elif tokens not in edited.setdefault(i, []):
+            edited[i].append(tokens)
     out = list(found)
     for i, candidates in edited.items():
         if i not in unplaced:
-            chosen = _with_neighbours(translator, encoded[i], candidates, request.decode.ban_after_softmax)
-            out[i] = _scored(translator, encoded[i], chosen, request)
+            out[i] = _scored(translator, encoded[i], candidates, request)
     if unplaced:  # the terms the alignment could not place: the constrained search places them
         order = sorted(unplaced)
         terms = [[ids_of[target] for _, _, target in matches[i] if ids_of[target]] for i in order]
@@ -117,9 +116,9 @@ def _term_ids(translator: Translator, targets: list[str]) -> dict[str, list[int]
 
 def _edited(
     terms: list[tuple[int, int, list[int]]], tokens: list[int], translator: Translator, alignment: Alignment
-) -> tuple[list[int], list[int]] | None:
-    """`tokens` with each term in the place of its aligned target words, and where each term starts in them; None
-    where a term has none (or shares them with another term)."""
+) -> list[int] | None:
+    """`tokens` with each term in the place of its aligned target words; None where a term has none (or shares
+    them with another term)."""
     spans: list[tuple[int, int, list[int]]] = []
     for start, end, ids in terms:
         words = _target_words(start, end, alignment)
@@ -128,7 +127,7 @@ def _edited(
         spans.append((*words, ids))
     pieces = [translator.tokenizer.tgt.id_to_piece(t) for t in tokens]
     word_of = piece_words(pieces, len(alignment.target))
-    out, starts, position = [], [], 0
+    out, position = [], 0
     for first, last, ids in sorted(spans):
         while position < len(tokens) and (word_of[position] is None or word_of[position] < first):
             out.append(tokens[position])
@@ -140,9 +139,8 @@ def _edited(
         # the last word's suffix from its first later piece that starts with punctuation ("." or "'s") stays
         in_last = [p for p in replaced if word_of[p] == last][1:]
         cut = next((p for p in in_last if not pieces[p][:1].isalnum() and pieces[p][:1] != "\u2581"), position)
-        starts.append(len(out))
         out += ids + tokens[cut:position]
-    return out + tokens[position:], starts
+    return out + tokens[position:]
 
 
 def _target_words(start: int, end: int, alignment: Alignment) -> tuple[int, int] | None:
@@ -153,70 +151,6 @@ def _target_words(start: int, end: int, alignment: Alignment) -> tuple[int, int]
     if not targets or targets[-1] - targets[0] > len(source):
         return None
     return targets[0], targets[-1]
-
-
-NEIGHBOURS = 3  # the model's best words tried in the place of the word before a term ("a" -> "an", "der" -> "die")
-
-
-def _with_neighbours(
-    translator: Translator, src_ids: list[int], candidates: list[tuple[list[int], list[int]]], after_softmax: bool
-) -> list[list[int]]:
-    """Each edited candidate with the one-piece word before each term chosen again: the model chose it before it
-    knew the term ("a automobile"); its NEIGHBOURS best words there are tried with the term after them and the
-    rest as it stands, and the one under which the whole sentence is most probable is kept (each term's on its
-    own, then all of them together where that is more probable still)."""
-    out = []
-    for tokens, starts in candidates:
-        log_probs = _log_probs(translator, src_ids, [tokens], after_softmax, pick=False)[0]  # (T + 1, V)
-        places = [q for q in (start - 1 for start in starts) if q >= 0 and _word_start(translator, tokens[q])]
-        variants = [
-            (q, w)
-            for q in places
-            for w in log_probs[q].topk(NEIGHBOURS + 1).indices.tolist()
-            if w != tokens[q] and _word_start(translator, w)
-        ]
-        if not variants:
-            out.append(tokens)
-            continue
-        totals = _totals(translator, src_ids, [tokens, *(_replaced(tokens, q, w) for q, w in variants)], after_softmax)
-        better: dict[int, tuple[int, float]] = {}  # place -> (its word, the total) where that beats the candidate
-        for (q, w), total in zip(variants, totals[1:], strict=True):
-            if total > max(totals[0], better.get(q, (0, totals[0]))[1]):
-                better[q] = (w, total)
-        chosen = tokens
-        for q, (w, _) in better.items():
-            chosen = _replaced(chosen, q, w)
-        if len(better) > 1:  # all of them together, unless one alone is more probable
-            q, (w, best) = max(better.items(), key=lambda x: x[1][1])
-            if _totals(translator, src_ids, [chosen], after_softmax)[0] < best:
-                chosen = _replaced(tokens, q, w)
-        out.append(chosen)
-    return out
-
-
-def _replaced(tokens: list[int], q: int, word: int) -> list[int]:
-    return [*tokens[:q], word, *tokens[q + 1 :]]
-
-
-def _word_start(translator: Translator, token: int) -> bool:
-    """Whether the piece begins a word and holds a letter or digit (before a term, which begins the next word, it is
-    a word of one piece)."""
-    piece = translator.tokenizer.tgt.id_to_piece(token)
-    return piece.startswith("\u2581") and any(ch.isalnum() for ch in piece)
-
-
-def _totals(
-    translator: Translator, src_ids: list[int], candidates: list[list[int]], after_softmax: bool
-) -> list[float]:
-    """Each candidate's log-probability (EOS included)."""
-    picked = _log_probs(translator, src_ids, candidates, after_softmax, pick=True)
-    return [float(picked[row, : len(t) + 1].sum()) for row, t in enumerate(candidates)]
-
-
-def _log_probs(
-    translator: Translator, src_ids: list[int], candidates: list[list[int]], after_softmax: bool, pick: bool
-):
-    return forced_log_probs(translator.model, src_ids, candidates, after_softmax, pick)
 
 
 @torch.inference_mode()
@@ -244,11 +178,10 @@ def _scored(
 ) -> list[Hypothesis]:
     """The edited candidates as hypotheses, scored by the model (log-probabilities as the search computes them,
     one teacher-forced pass) where the request asks for scores, best first; NaN scores otherwise."""
-    candidates = [list(t) for t in dict.fromkeys(tuple(t) for t in candidates)]  # one of each
     if not request.scores:
         return [Hypothesis(tokens, float("nan"), float("nan")) for tokens in candidates]
     d = request.decode
-    picked = _log_probs(translator, src_ids, candidates, d.ban_after_softmax, pick=True)
+    picked = forced_log_probs(translator.model, src_ids, candidates, d.ban_after_softmax, pick=True)
     out = []
     for row, tokens in enumerate(candidates):
         lps = picked[row, : len(tokens) + 1].tolist()
