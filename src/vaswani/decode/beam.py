@@ -33,7 +33,19 @@ from vaswani.decode.request import DecodeRequest
 from vaswani.decode.steps import DecodeStep, Steps, histories_of, start_steps
 from vaswani.decode.token_search import DEFAULT
 
-Candidates = tuple[Tensor, Tensor, Tensor]  # (n, m) each on the CPU: summed log-probabilities, hypothesis, word
+# (n, m) each on the CPU: summed log-probabilities, hypothesis, word (a strategy's `take`), and the word's own
+# log-probability (beam_search adds it)
+Candidates = tuple[Tensor, ...]
+
+
+@dataclass(frozen=True)
+class _Sentences:
+    """What beam search holds per sentence for its whole run: the length limit (B,), the length penalty of a
+    hypothesis ending at it (B,), and the finished hypotheses."""
+
+    limits: Tensor
+    largest_penalty: Tensor
+    finished: list[Finished]
 
 
 class TopContinuations:
@@ -110,15 +122,19 @@ def beam_search(
     width = 1 if model.config.tgt_vocab_size >= 2 * k else k
     steps = start_steps(model, src, width, cache, step=step, ban_after_softmax=d.ban_after_softmax)
     limits = steps.limits(d.max_len_a, d.max_len_b)  # (B,)
-    finished = [Finished(k, d.length_penalty, d.length_rule) for _ in range(B)]
+    largest_penalty = length_penalty(limits.float() + d.forced_eos, d.length_penalty, d.length_rule)
+    sentences = _Sentences(limits, largest_penalty, [Finished(k, d.length_penalty, d.length_rule) for _ in range(B)])
     beams, tokens = _Beams.start(B, width, src.device), steps.first
     for t in range(int(limits.max())):
         histories = _histories(steps, beams) if request.repetition is not None else ()
-        candidates = strategy.take(steps, tokens, beams.scores, t, histories)
-        live, done = _finish(model.config.eos_id, request, strategy, beams, candidates, limits, finished, t)
+        top_scores, origin, word = strategy.take(steps, tokens, beams.scores, t, histories)
+        word_log_probs = top_scores - beams.host_scores.gather(1, origin)  # (n, m): each continuation's last token
+        candidates = top_scores, origin, word, word_log_probs
+        live, done = _finish(model.config.eos_id, request, strategy, beams, candidates, sentences, t)
         if done.all():
             break
-        tokens = _go_on(steps, strategy, beams, candidates, live, done, k)
+        tokens = _go_on(steps, strategy, beams, candidates, live, done)
+    finished = sentences.finished
     return [f.best(request.n_best) or strategy.short(s, request.n_best) for s, f in enumerate(finished)]
 
 
@@ -135,20 +151,18 @@ def _finish(
     strategy: TopContinuations,
     beams: _Beams,
     candidates: Candidates,
-    limits: Tensor,
-    finished: list[Finished],
+    sentences: _Sentences,
     t: int,
 ) -> tuple[Tensor, Tensor]:
-    """The hypotheses that finish at this step, added to their sentences' `finished`; returns the continuations
+    """The hypotheses that finish at this step, added to their sentences' finished ones; returns the continuations
     that stay live (n, k) and which sentences are done (n,)."""
-    top_scores, origin, word = candidates
-    k, forced_eos = strategy.k, request.decode.forced_eos
-    word_log_probs = top_scores - beams.host_scores.gather(1, origin)  # (n, m): each continuation's last token
+    top_scores, origin, word, word_log_probs = candidates
+    k, forced_eos, finished = strategy.k, request.decode.forced_eos, sentences.finished
     is_eos = word == eos
     # The first k non-EOS continuations stay live (stable order: the order the strategy gave).
     rank = torch.arange(word.size(1)) + is_eos * word.size(1)
     live = rank.argsort(dim=1)[:, :k]  # (n, k)
-    at_limit = limits[beams.active] <= t + 1  # (n,) the last step these sentences may take
+    at_limit = sentences.limits[beams.active] <= t + 1  # (n,) the last step these sentences may take
     sentence = beams.active.tolist()
     ends = is_eos[:, :k].nonzero().tolist()  # EOS among the first k
     at_limit_rows = at_limit.nonzero().squeeze(1).tolist()
@@ -172,21 +186,14 @@ def _finish(
                 elif scores_l[i][j] != float("-inf"):
                     hyp = Hypothesis(tokens, scores_l[i][j], 0.0, tuple(lps))
                     strategy.cut(sentence[i], j, hyp)
-    return live, at_limit | _stopped(request, k, beams, top_scores, live, limits, finished, t)
+    return live, at_limit | _stopped(request, k, beams, top_scores, live, sentences, t)
 
 
 def _stopped(
-    request: DecodeRequest,
-    k: int,
-    beams: _Beams,
-    top_scores: Tensor,
-    live: Tensor,
-    limits: Tensor,
-    finished: list[Finished],
-    t: int,
+    request: DecodeRequest, k: int, beams: _Beams, top_scores: Tensor, live: Tensor, sentences: _Sentences, t: int
 ) -> Tensor:
     """Which running sentences can stop: the request's stopping rule (the module's docstring). Shape: (n,)"""
-    d, sentence = request.decode, beams.active.tolist()
+    d, sentence, finished = request.decode, beams.active.tolist(), sentences.finished
     if d.early_stopping is True:
         return torch.tensor([len(finished[s]) >= k for s in sentence])
     best_live = top_scores.gather(1, live).max(dim=1).values  # (n,)
@@ -194,8 +201,7 @@ def _stopped(
         current = (best_live / length_penalty(t + 1, d.length_penalty, d.length_rule)).tolist()
         return torch.tensor([finished[s].cannot_improve(k, r) for s, r in zip(sentence, current, strict=True)])
     # the best live score, were it to end at the length limit with nothing more lost
-    largest = length_penalty(limits[beams.active].float() + d.forced_eos, d.length_penalty, d.length_rule)
-    reachable = (best_live / largest).tolist()
+    reachable = (best_live / sentences.largest_penalty[beams.active]).tolist()
     return torch.tensor(
         [finished[s].cannot_improve(request.n_best, r) for s, r in zip(sentence, reachable, strict=True)]
     )
@@ -208,25 +214,23 @@ def _go_on(
     candidates: Candidates,
     live: Tensor,
     done: Tensor,
-    k: int,
 ) -> Tensor:
     """The live hypotheses of the sentences not done become the next step's rows (`beams` updated, the steps'
     rows reordered); returns the tokens the next step feeds. Shape: -> (n' * k,) on the device"""
-    top_scores, origin, word = candidates
     n, device = beams.active.numel(), beams.scores.device
     keep = (~done).nonzero().squeeze(1)  # (n',)
-    strategy.kept(keep, live[keep])
-    new_origin = origin.gather(1, live)[keep]  # (n', k)
-    word_log_probs = (top_scores - beams.host_scores.gather(1, origin)).gather(1, live)[keep, :, None]
-    beams.history = torch.cat([beams.history[keep[:, None], new_origin], word.gather(1, live)[keep, :, None]], dim=2)
-    beams.token_log_probs = torch.cat([beams.token_log_probs[keep[:, None], new_origin], word_log_probs], dim=2)
-    beams.host_scores = top_scores.gather(1, live)[keep]  # (n', k)
+    live = live[keep]  # (n', k)
+    strategy.kept(keep, live)
+    top_scores, new_origin, words, word_log_probs = (x[keep].gather(1, live) for x in candidates)  # (n', k) each
+    beams.history = torch.cat([beams.history[keep[:, None], new_origin], words[..., None]], dim=2)
+    beams.token_log_probs = torch.cat([beams.token_log_probs[keep[:, None], new_origin], word_log_probs[..., None]], 2)
+    beams.host_scores = top_scores
     # to the device without waiting for it (a copy that waits would stall a chained static step, decode/static.py);
     # the host's memory is staged at once, so these temporaries may go
     to_device = lambda x: x.to(device, non_blocking=True)  # noqa: E731
     beams.scores = to_device(beams.host_scores)
-    tokens = to_device(word.gather(1, live)[keep].view(-1))
+    tokens = to_device(words.view(-1))
     rows = to_device((keep[:, None] * beams.width + new_origin).view(-1))  # (n'*k,)
     steps.reorder(rows, kept=None if keep.numel() == n else to_device(keep))
-    beams.active, beams.width = beams.active[keep], k
+    beams.active, beams.width = beams.active[keep], live.size(1)
     return tokens

@@ -132,7 +132,6 @@ class TermContinuations:
     active: list[int] = field(default_factory=list)  # the sentence of each running position
     states: list[list[_State | None]] = field(default_factory=list)  # per running sentence, per live hypothesis
     pending: list[list[_State | None]] = field(default_factory=list)  # per running sentence, per continuation
-    t: int = 0
     cuts: dict[int, list[tuple[int, Hypothesis]]] = field(default_factory=dict)  # (bank, hypothesis) at the limit
 
     def __post_init__(self) -> None:
@@ -144,7 +143,6 @@ class TermContinuations:
     def take(self, steps: Steps, tokens: Tensor, scores: Tensor, t: int, histories: Sequence) -> tuple[Tensor, ...]:
         """This step's continuations in the order the beam takes them (beam.TopContinuations.take)."""
         d, (n, width) = self.request.decode, scores.shape
-        self.t = t
         log_probs = steps.step(tokens, t < d.min_len, self.request.repetition, histories)  # (n*width, V)
         self._restrict(log_probs, t, width)
         candidates = self._candidates(scores, log_probs, width)
