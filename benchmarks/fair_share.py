@@ -40,7 +40,7 @@ def run(command: list[str], env: dict[str, str], stdout: bool = False) -> tuple[
 
 
 def one(steps: int, busy: bool, threads: str | None, work: Path) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("VASWANI_THREADS", "OMP_NUM_THREADS")}
+    env = {k: v for k, v in os.environ.items() if k not in ("VASWANI_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     if threads:
         env["VASWANI_THREADS"] = threads
     spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if busy else None

@@ -1,20 +1,32 @@
 """The suite's hooks and autouse fixtures; what tests share to import is in tests/helpers."""
 
+import os
+
 import pytest
 import torch
 
-from tests.helpers.common import SHARED_DATA, write_tiny_model_directory
+from tests.helpers.common import SHARED_DATA, missing_shared_data, write_tiny_model_directory
+
+REQUIRE_DATA = "VASWANI_REQUIRE_DATA"  # set by .ci/run: a test that needs the shared data never skips there
 
 
 def pytest_collection_modifyitems(config, items):
     """Tests marked shared_data (they read Multi30k, Tiny Shakespeare or SST-2) skip, saying why, where the
-    project's shared data is not beside the checkout."""
-    if SHARED_DATA.is_dir():
+    project's shared data is not beside the checkout; under VASWANI_REQUIRE_DATA=1 (CI) the run stops instead, so
+    that a suite without its data cannot pass on skips."""
+    missing = missing_shared_data()
+    needing = [item for item in items if item.get_closest_marker("shared_data")]
+    if not missing or not needing:
         return
-    reason = f"{SHARED_DATA} is absent: this test reads the project's shared data (Multi30k, Tiny Shakespeare, SST-2)"
-    for item in items:
-        if item.get_closest_marker("shared_data"):
-            item.add_marker(pytest.mark.skip(reason=reason))
+    what = f"{SHARED_DATA} lacks {', '.join(missing)}"
+    if os.environ.get(REQUIRE_DATA):
+        raise pytest.UsageError(
+            f"{what}: {len(needing)} tests read it; put the project's shared data beside the checkout "
+            f"({REQUIRE_DATA}=1 makes their skip an error)"
+        )
+    reason = f"{what}: this test reads the project's shared data (Multi30k, Tiny Shakespeare, SST-2)"
+    for item in needing:
+        item.add_marker(pytest.mark.skip(reason=reason))
 
 
 @pytest.fixture(autouse=True)

@@ -1,14 +1,29 @@
 """Helpers every test folder uses: the shared data's place, tiny model configurations, random ids, a model
 directory with a real tokenizer."""
 
+import os
 from pathlib import Path
 
 import torch
 
 from vaswani import ModelConfig
 
-SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
+# beside the checkout; VASWANI_SHARED_DATA points elsewhere (tests/test_suite.py points it at nothing)
+SHARED_DATA = Path(os.environ.get("VASWANI_SHARED_DATA") or Path(__file__).resolve().parents[3] / "shared" / "data")
 MULTI30K = SHARED_DATA / "multi30k"
+SHARED_FILES = (  # what the suite reads from the shared data
+    *(f"multi30k/raw/{split}.{lang}.gz" for split in ("train", "val", "test_2016_flickr") for lang in ("de", "en")),
+    "tinyshakespeare/input.txt",
+    "sst2/train.tsv",
+    "sst2/dev.tsv",
+)
+
+
+def missing_shared_data() -> list[str]:
+    """The files of SHARED_FILES absent from the shared data (empty files count as absent)."""
+    return [
+        name for name in SHARED_FILES if not (SHARED_DATA / name).is_file() or not (SHARED_DATA / name).stat().st_size
+    ]
 
 
 def tiny_config(**overrides) -> ModelConfig:

@@ -41,7 +41,8 @@ def _version() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """The command line (`argv`: its arguments; None: the process's own, which also settles torch's threads to the
-    CPUs other work leaves free, vaswani/runtime/threads.py: a library call or a test keeps the process's setting)."""
+    CPUs other work leaves free within the CPU quota, vaswani/runtime/threads.py: a library call or a test keeps the
+    process's setting)."""
     args = build_parser().parse_args(argv)
     try:
         if argv is None:
