@@ -94,7 +94,8 @@ def test_a_document_parses_into_runs_and_writes_itself_back_unchanged():
 def test_unpaired_and_misnested_tags_are_each_kept_once_as_written():
     markup = parse("<p>Ungeschlossen <b>fett und <i>kursiv</b> Ende.</p><p>Ein </i> Rest</p>", "html")
     assert pieces(markup) == pieces(parse(markup.source(), "html"))
-    assert all(isinstance(node, Atom) for run in markup.runs for node in run.children)
+    nodes = [node for run in markup.runs for node in run.children]
+    assert nodes and all(isinstance(node, Atom) for node in nodes)
 
 
 class _Nesting(HTMLParser):
@@ -251,3 +252,28 @@ def test_two_atoms_put_side_by_side_stay_two():
     [run] = markup.runs
     out = markup.render([run.text], [lambda node: (4, 4)])  # both code spans placed after "Nimm"
     assert pieces(parse(out, "markdown")) == pieces(markup) and "`a` `b`" in out
+
+
+@pytest.mark.parametrize(
+    "page, runs, reason",
+    [
+        ("<p>Führe <code>pip install</p><p>Dann der Rest.</p>", ["Führe", "Dann der Rest."], "up to </p>"),
+        ("<div><pre>x = 1</div><p>Übersetze mich.</p>", ["Übersetze mich."], "up to </div>"),
+        ("<ul><li><span translate=no>Marke<li>Zweiter Punkt.</ul>", ["", "Zweiter Punkt."], "up to <li>"),
+        ("<p><code>a<b>x<p>Danach.", ["", "Danach."], "up to <p>"),
+        ("<pre>nie geschlossen\n<p>Der Rest.</p>", [], "everything after it kept as written"),
+    ],
+)
+def test_an_unclosed_kept_element_ends_where_a_browser_ends_it_and_is_reported(page, runs, reason):
+    markup = parse(page, "html")
+    assert [run.text for run in markup.runs] == runs
+    [said] = markup.kept
+    assert said.startswith("line 1: <") and "not closed" in said and reason in said
+    assert markup.source() == page
+
+
+def test_elements_closed_in_order_are_not_reported_and_a_kept_one_holds_its_own_nesting():
+    markup = parse("<b>Ein <code><b>x</b> y</code></b> Hund. <div translate=no><p>a</p><p>b</p></div>", "html")
+    assert [run.text.strip() for run in markup.runs] == ["Ein Hund."] and not markup.kept
+    assert parse("<b><b>", "html").source() == "<b><b>"  # two tags never closed stay side by side
+    assert parse("<code></code><b><img></b>", "html").source() == "<code></code><b><img></b>"

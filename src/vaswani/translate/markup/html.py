@@ -6,6 +6,9 @@ marks around it, what stays as written (translate/markup/__init__.py).
 - `<code>`, `<kbd>`, `<samp>`, `<var>`, and any element with `translate="no"` or the class `notranslate`, stay as
   written where they are (atoms inside a sentence); `<pre>`, `<script>`, `<style>`, `<textarea>`, `<svg>`, `<math>`,
   `<template>` stay as written between blocks. So do comments, declarations and processing instructions.
+- Such an element never closed ends where a browser ends it by the HTML5 parsing rules: at the end tag of an
+  element around it, or (inside a paragraph, a list item, a table cell) at the tag that ends that; with nothing to
+  end it, at the end of the text. Either way `Markup.kept` says so, with its line: the CLI warns, JSON has `kept`.
 - Every other tag is a block: it ends the text before it (`<br>` too: a sentence does not run over a line break).
 - Entities are decoded for the model and written back as the input wrote them (`&nbsp;` stays `&nbsp;`); `&`,
   `<` and `>` in translated text are escaped.
@@ -26,6 +29,20 @@ KEPT_INLINE = frozenset({"code", "kbd", "samp", "var"})  # untranslated, inside 
 KEPT_BLOCK = frozenset({"pre", "script", "style", "textarea", "svg", "math", "template"})  # untranslated, a block
 VOID = frozenset("area base br col embed hr img input link meta param source track wbr".split())  # noqa: SIM905
 INLINE_VOID = frozenset({"img", "wbr", "input"})  # kept as written inside a sentence
+# HTML5's tree construction: a start tag of these ends an open <p> ("close a p element")
+CLOSES_P = frozenset(
+    "address article aside blockquote center details dialog dir div dl fieldset figcaption figure footer form h1 h2 "  # noqa: SIM905
+    "h3 h4 h5 h6 header hgroup hr main menu nav ol p pre section summary table ul li dd dt".split()
+)
+IMPLIED_BY = {  # a start tag that ends the open element of its kind ("generate implied end tags")
+    "li": ("li",),
+    "dt": ("dt", "dd"),
+    "dd": ("dt", "dd"),
+    "tr": ("tr", "td", "th"),
+    "td": ("td", "th"),
+    "th": ("td", "th"),
+    "option": ("option",),
+}
 
 
 def _kept(tag: str, attrs: list[tuple[str, str | None]]) -> bool:
@@ -82,32 +99,99 @@ def escape(char: str) -> str:
     return html.escape(char, quote=False)
 
 
-def parse_html(text: str) -> Markup:
-    """`text` (an HTML document or fragment) as raw pieces and runs (translate/markup/__init__.py)."""
-    events = _Events(text)
-    events.feed(text)
-    events.close()
-    starts = [e[3] for e in events.events] + [len(text)]
-    builder = MarkupBuilder(escape)
-    kept: list[str] = []  # inside an element kept as written: its tag names, innermost last
-    kept_block = False
-    held: list[str] = []  # the kept element's raw text so far
-    for i, (kind, tag, attrs, start) in enumerate(events.events):
-        raw = text[start : starts[i + 1]]
-        if kept:
-            held.append(raw)
-            if kind == "start" and tag == kept[0] and tag not in VOID:
-                kept.append(tag)
-            elif kind == "end" and tag == kept[0]:
-                kept.pop()
-            if not kept:
-                builder.raw("".join(held)) if kept_block else builder.atom("".join(held))
-            continue
+class _Kept:
+    """An element kept as written while it is open: its raw text so far, the elements opened inside it, and
+    whether it is a block (kept between runs) or inline (an atom inside the sentence)."""
+
+    def __init__(self, tag: str, raw: str, start: int, block: bool) -> None:
+        self.tag, self.held, self.start, self.block = tag, [raw], start, block
+        self.inside: list[str] = []  # elements opened inside it and not yet closed, innermost last
+
+
+def _closes(tag: str, open_: list[str]) -> str | None:
+    """The open element a start tag `tag` ends by the HTML5 parsing rules a browser follows, where it ends one
+    through the inline elements inside it: `<p>` and the blocks end an open `<p>`; `<li>`, `<dt>`/`<dd>`, table
+    rows and cells, options end the open one of their kind. None where it ends nothing."""
+    kin = IMPLIED_BY.get(tag, ())
+    if tag in CLOSES_P:
+        kin = (*kin, "p")
+    for name in reversed(open_):
+        if name in kin:
+            return name
+        if name not in INLINE | KEPT_INLINE:  # a block between them: the start tag nests inside it
+            return None
+    return None
+
+
+def _line(text: str, at: int) -> int:
+    return text.count("\n", 0, at) + 1
+
+
+class _Reader:
+    """The events turned into the builder's calls, with the stack of open elements a browser would hold, so that
+    an element kept as written and never closed ends where a browser ends it (an ancestor's end tag, a block that
+    ends its paragraph), or at the end of the text; either way the reader says so in `Markup.kept`."""
+
+    def __init__(self, text: str) -> None:
+        self.text, self.builder = text, MarkupBuilder(escape)
+        self.open: list[str] = []  # elements open outside kept ones, outermost first
+        self.kept: _Kept | None = None
+
+    def event(self, kind: str, tag: str, attrs: list[tuple[str, str | None]], raw: str, start: int) -> None:
+        if self.kept is not None and self._inside_kept(kind, tag, raw):
+            return
+        if kind == "start" and tag not in VOID:
+            self._implied_end(tag)
         if kind == "start" and _kept(tag, attrs) and tag not in VOID:
-            kept, held = [tag], [raw]
-            kept_block = tag in KEPT_BLOCK or tag not in INLINE | KEPT_INLINE
-        elif kind == "data":
-            builder.text(raw)
+            self.kept = _Kept(tag, raw, start, tag in KEPT_BLOCK or tag not in INLINE | KEPT_INLINE)
+            return
+        if kind == "start" and tag not in VOID:
+            self.open.append(tag)
+        elif kind == "end" and tag in self.open:
+            del self.open[len(self.open) - 1 - self.open[::-1].index(tag) :]
+        self._build(kind, tag, raw)
+
+    def _inside_kept(self, kind: str, tag: str, raw: str) -> bool:
+        """True where the event belongs to the kept element; False where it ends it first (said in `kept`)."""
+        kept = self.kept
+        assert kept is not None
+        if kind == "end" and tag in kept.inside:
+            del kept.inside[len(kept.inside) - 1 - kept.inside[::-1].index(tag) :]
+        elif kind == "end" and tag == kept.tag:
+            kept.held.append(raw)
+            self._end_kept()
+            return True
+        elif kind == "end" and tag in self.open:
+            self._end_kept(f"up to </{tag}>")
+            return False
+        elif kind == "start" and not kept.block and _closes(tag, [*self.open, kept.tag, *kept.inside]):
+            self._end_kept(f"up to <{tag}>")
+            return False
+        elif kind == "start" and tag not in VOID:
+            kept.inside.append(tag)
+        kept.held.append(raw)
+        return True
+
+    def _end_kept(self, recovered: str | None = None) -> None:
+        kept, self.kept = self.kept, None
+        assert kept is not None
+        if recovered is not None:
+            line = _line(self.text, kept.start)
+            where = f"kept as written {recovered}, where a browser ends it"
+            self.builder.markup.kept.append(f"line {line}: <{kept.tag}> not closed; {where}: close it where it ends")
+        held = "".join(kept.held)
+        self.builder.raw(held) if kept.block else self.builder.atom(held)
+
+    def _implied_end(self, tag: str) -> None:
+        """A start tag that ends an open paragraph, list item, row, ... pops it (and what is open inside it)."""
+        name = _closes(tag, self.open)
+        if name is not None:
+            del self.open[len(self.open) - 1 - self.open[::-1].index(name) :]
+
+    def _build(self, kind: str, tag: str, raw: str) -> None:
+        builder = self.builder
+        if kind == "data":  # "&amp" without its ";" is still "&" to a browser (HTML5's legacy references)
+            builder.text(html.unescape(raw), raw) if "&" in raw else builder.text(raw)
         elif kind == "entity":
             builder.text(html.unescape(raw), raw)
         elif kind == "start" and tag in INLINE:
@@ -118,6 +202,26 @@ def parse_html(text: str) -> Markup:
             builder.atom(raw)
         else:
             builder.raw(raw)
-    if kept:  # an element kept as written never closed: the rest of the text is its
-        builder.raw("".join(held)) if kept_block else builder.atom("".join(held))
-    return builder.finish()
+
+    def finish(self) -> Markup:
+        if self.kept is not None:  # never closed, nothing ended it: the rest of the text is its
+            line = _line(self.text, self.kept.start)
+            self.builder.markup.kept.append(
+                f"line {line}: <{self.kept.tag}> not closed; everything after it kept as written: close it where it "
+                "ends to translate the rest"
+            )
+            held = "".join(self.kept.held)
+            self.builder.raw(held) if self.kept.block else self.builder.atom(held)
+        return self.builder.finish()
+
+
+def parse_html(text: str) -> Markup:
+    """`text` (an HTML document or fragment) as raw pieces and runs (translate/markup/__init__.py)."""
+    events = _Events(text)
+    events.feed(text)
+    events.close()
+    starts = [e[3] for e in events.events] + [len(text)]
+    reader = _Reader(text)
+    for i, (kind, tag, attrs, start) in enumerate(events.events):
+        reader.event(kind, tag, attrs, text[start : starts[i + 1]], start)
+    return reader.finish()

@@ -40,6 +40,7 @@ class Mark:
     end: int
     key: str = ""  # what closes it: a tag's name, a delimiter's kind
     children: list[Mark | Atom] = field(default_factory=list)
+    joined: bool = False  # opened right after an atom (where it is never closed, its tag is an atom joined so)
 
 
 Node = Mark | Atom
@@ -142,7 +143,7 @@ class MarkupBuilder:
 
     def open(self, raw: str, key: str) -> None:
         self._flush()
-        mark = Mark(raw, "", self._length, self._length, key)
+        mark = Mark(raw, "", self._length, self._length, key, joined=self._after_atom)
         self._stack[-1].children.append(mark)
         self._stack.append(mark)
         self._record(mark, "start")
@@ -202,7 +203,10 @@ class MarkupBuilder:
             mark = self._stack.pop()
             siblings = self._stack[-1].children
             i = siblings.index(mark)
-            siblings[i : i + 1] = [Atom(mark.open, mark.start), *mark.children]
+            first = mark.children[0] if mark.children else None
+            if isinstance(first, Atom) and first.at == mark.start and not first.before:
+                first.joined = True  # written right after the tag that is now an atom ("<b><b>")
+            siblings[i : i + 1] = [Atom(mark.open, mark.start, joined=mark.joined), *mark.children]
         text = "".join(self._text)
         if self._root.children or text.strip():
             self.markup.parts.append(Run(text, tuple(self._root.children)))
@@ -310,6 +314,7 @@ def render_run(
                 after_atom[0] = True
             else:
                 out.append(node.open)
+                after_atom[0] = False  # a tag between two atoms: they are not side by side
                 emit(node.children, a, b)
                 out.append(node.close)
                 after_atom[0] = False
