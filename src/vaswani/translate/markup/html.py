@@ -7,8 +7,10 @@ marks around it, what stays as written (translate/markup/__init__.py).
   written where they are (atoms inside a sentence); `<pre>`, `<script>`, `<style>`, `<textarea>`, `<svg>`, `<math>`,
   `<template>` stay as written between blocks. So do comments, declarations and processing instructions.
 - Such an element never closed ends where a browser ends it by the HTML5 parsing rules: at the end tag of an
-  element around it, or (inside a paragraph, a list item, a table cell) at the tag that ends that; with nothing to
-  end it, at the end of the text. Either way `Markup.kept` says so, with its line: the CLI warns, JSON has `kept`.
+  element around it, or at a tag that ends it or its paragraph, list item or table cell; with nothing to end it, at
+  the end of the text. One difference, on purpose: a browser carries an unclosed `<code>` (a formatting element)
+  on into every later paragraph; here it ends with its own, so that the rest of the page is translated.
+  Either way `Markup.kept` says so, with its line: the CLI warns, JSON has `kept`.
 - Every other tag is a block: it ends the text before it (`<br>` too: a sentence does not run over a line break).
 - Entities are decoded for the model and written back as the input wrote them (`&nbsp;` stays `&nbsp;`); `&`,
   `<` and `>` in translated text are escaped.
@@ -62,10 +64,22 @@ def _doctype(raw: str) -> bool:
 class _Events(HTMLParser):
     """The parser's events in order, each with where it starts in the text: (kind, tag, attrs, start)."""
 
+    # raw text to a browser: no tags inside (html.parser knows only script and style)
+    CDATA_CONTENT_ELEMENTS = ("script", "style", "textarea", "title", "xmp", "iframe", "noembed", "noframes")
+
     def __init__(self, text: str) -> None:
         super().__init__(convert_charrefs=False)
         self.events: list[tuple[str, str, list[tuple[str, str | None]], int]] = []
         self._lines = [0] + [i + 1 for i, c in enumerate(text) if c == "\n"]
+
+    def close(self) -> None:
+        """The text's end; a comment, declaration or tag it cuts off is one piece kept as written (a browser
+        reads an unclosed comment to the end of the page, not as text; html.parser would give it as text)."""
+        rest = self.rawdata
+        if rest[:1] == "<" and (rest[1:2].isalpha() or rest[1:2] in ("!", "?", "/")):
+            self.events.append(("other", "", [], self._at()))
+            self.rawdata = ""
+        super().close()
 
     def _at(self) -> int:
         line, column = self.getpos()
@@ -108,17 +122,18 @@ class _Kept:
         self.inside: list[str] = []  # elements opened inside it and not yet closed, innermost last
 
 
-def _closes(tag: str, open_: list[str]) -> str | None:
-    """The open element a start tag `tag` ends by the HTML5 parsing rules a browser follows, where it ends one
-    through the inline elements inside it: `<p>` and the blocks end an open `<p>`; `<li>`, `<dt>`/`<dd>`, table
-    rows and cells, options end the open one of their kind. None where it ends nothing."""
+def _closes(tag: str, open_: list[str]) -> int | None:
+    """Where in `open_` (open elements, outermost first) the element that a start tag `tag` ends stands, by the
+    HTML5 parsing rules a browser follows, where it ends one through the inline elements inside it: `<p>` and the
+    blocks end an open `<p>`; `<li>`, `<dt>`/`<dd>`, table rows and cells, options end the open one of their kind.
+    None where it ends nothing."""
     kin = IMPLIED_BY.get(tag, ())
     if tag in CLOSES_P:
         kin = (*kin, "p")
-    for name in reversed(open_):
-        if name in kin:
-            return name
-        if name not in INLINE | KEPT_INLINE:  # a block between them: the start tag nests inside it
+    for i in range(len(open_) - 1, -1, -1):
+        if open_[i] in kin:
+            return i
+        if open_[i] not in INLINE | KEPT_INLINE:  # a block between them: the start tag nests inside it
             return None
     return None
 
@@ -164,10 +179,13 @@ class _Reader:
         elif kind == "end" and tag in self.open:
             self._end_kept(f"up to </{tag}>")
             return False
-        elif kind == "start" and not kept.block and _closes(tag, [*self.open, kept.tag, *kept.inside]):
-            self._end_kept(f"up to <{tag}>")
-            return False
         elif kind == "start" and tag not in VOID:
+            ended = _closes(tag, [*self.open, kept.tag, *kept.inside])
+            if ended is not None and ended <= len(self.open):  # it ends the kept element, or one around it
+                self._end_kept(f"up to <{tag}>")
+                return False
+            if ended is not None:  # it ends an element inside the kept one
+                del kept.inside[ended - len(self.open) - 1 :]
             kept.inside.append(tag)
         kept.held.append(raw)
         return True
@@ -177,16 +195,16 @@ class _Reader:
         assert kept is not None
         if recovered is not None:
             line = _line(self.text, kept.start)
-            where = f"kept as written {recovered}, where a browser ends it"
-            self.builder.markup.kept.append(f"line {line}: <{kept.tag}> not closed; {where}: close it where it ends")
+            said = f"line {line}: <{kept.tag}> not closed; kept as written {recovered}: close it where it ends"
+            self.builder.markup.kept.append(said)
         held = "".join(kept.held)
         self.builder.raw(held) if kept.block else self.builder.atom(held)
 
     def _implied_end(self, tag: str) -> None:
         """A start tag that ends an open paragraph, list item, row, ... pops it (and what is open inside it)."""
-        name = _closes(tag, self.open)
-        if name is not None:
-            del self.open[len(self.open) - 1 - self.open[::-1].index(name) :]
+        ended = _closes(tag, self.open)
+        if ended is not None:
+            del self.open[ended:]
 
     def _build(self, kind: str, tag: str, raw: str) -> None:
         builder = self.builder
