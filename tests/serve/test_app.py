@@ -424,7 +424,7 @@ def test_a_full_queue_answers_503_with_retry_after(translator):
 def test_wrong_paths_and_methods_are_json_4xx(client):
     assert client.get("/v1/translate").status_code == 405
     missing = client.get("/v2/nothing")
-    assert missing.status_code == 404 and missing.json() == {"error": "Not Found"}
+    assert missing.status_code == 404 and missing.json()["error"].startswith('"/v2/nothing": no such page')
 
 
 def test_an_api_key_guards_the_api_and_cors_is_off_unless_configured(translator, model_dir):

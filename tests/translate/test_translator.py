@@ -1,6 +1,8 @@
 import gzip
 import itertools
 import json
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -46,8 +48,8 @@ def test_texts_alone_skip_the_greedy_softmax_and_details_keep_the_scores(model_d
 
     translator = Translator.load(model_dir)
     details = translator.translate_with_details(SENTENCES, beam_size=1)
-    scored = [r.candidates[0] for r in details if r.candidates]
-    assert all(c.log_prob <= 0 and 0 < c.confidence <= 1 for c in scored)
+    scored = [r.candidates[0] for r in details if r.candidates]  # the four texts that are not blank
+    assert len(scored) == 4 and all(c.log_prob <= 0 and 0 < c.confidence <= 1 for c in scored)
     assert details[0].to_dict()["log_prob"] is not None
     softmaxes = []
     counted = search.banned_log_probs
@@ -309,26 +311,78 @@ def test_translate_compile_runs_the_compiled_step_and_writes_the_same_lines(mode
     assert (tmp_path / "compiled").read_text() == (tmp_path / "eager").read_text()
 
 
+# `vaswani` as its console script runs it (main() with the process's arguments: threads settled), then the torch
+# thread count it ran with
+CLI_AND_THREADS = """
+import sys, torch
+from vaswani.cli import main
+code = main()
+print(f"torch ran {torch.get_num_threads()} threads", file=sys.stderr)
+sys.exit(code)
+"""
+
+
 @pytest.mark.slow
 def test_the_same_command_gives_the_same_lines_with_a_busy_process_beside_it(model_dir, tmp_path):
     """precision auto is settled without timing anything for decoding, so a CPU-bound process running beside
-    `vaswani translate` changes nothing: identical lines, and the lines of --precision fp32."""
+    `vaswani translate` changes nothing but the thread count (runtime/threads.py: one fewer per busy CPU): identical
+    lines with fewer threads, and the lines of --precision fp32. Alone it runs a thread on every CPU it may use
+    (VASWANI_THREADS: other work on a shared machine does not lower it)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if cpus < 2:
+        pytest.skip("one CPU: a busy process beside leaves the thread count at 1, no different count to compare")
     source = tmp_path / "in.de"
     source.write_text("\n".join(SENTENCES * 4) + "\n", encoding="utf-8")
+    automatic = {
+        k: v for k, v in os.environ.items() if k not in ("VASWANI_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+    }
 
-    def translate(out: str, *extra: str) -> list[str]:
-        command = [sys.executable, "-m", "vaswani.cli", "translate", str(model_dir), "-i", str(source)]
-        run = subprocess.run([*command, "-o", str(tmp_path / out), *extra], capture_output=True, text=True)
+    def translate(out: str, *extra: str, env=automatic) -> tuple[list[str], int, str]:
+        command = [sys.executable, "-c", CLI_AND_THREADS, "translate", str(model_dir), "-i", str(source)]
+        run = subprocess.run([*command, "-o", str(tmp_path / out), *extra], capture_output=True, text=True, env=env)
         assert run.returncode == 0, run.stderr
         assert "precision auto -> fp32" in run.stderr or extra
-        return (tmp_path / out).read_text(encoding="utf-8").splitlines()
+        threads = re.findall(r"^torch ran (\d+) threads$", run.stderr, re.MULTILINE)
+        assert len(threads) == 1, run.stderr
+        return (tmp_path / out).read_text(encoding="utf-8").splitlines(), int(threads[0]), run.stderr
 
-    alone = translate("alone.en")
+    alone, alone_threads, _ = translate("alone.en", env=automatic | {"VASWANI_THREADS": str(cpus)})
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
-        loaded = translate("loaded.en")
+        loaded, loaded_threads, log = translate("loaded.en")
     finally:
         busy.kill()
         busy.wait()
-    assert alone == loaded == translate("fp32.en", "--precision", "fp32")
+    assert alone_threads == cpus and loaded_threads < cpus, (alone_threads, loaded_threads, log)
+    assert alone == loaded == translate("fp32.en", "--precision", "fp32")[0]
     assert len(alone) == len(SENTENCES) * 4 and sum(bool(line) for line in alone) == 16
+
+
+def test_a_model_of_several_target_languages_refuses_a_sentence_without_one(model_dir, monkeypatch, capsys, tmp_path):
+    """Without --target-language a multilingual model (>>lang<< tokens) would translate into whatever it drifts
+    to: the CLI, the Python API and the HTTP API refuse in one line listing the languages; a target given, or a
+    sentence that starts with its own >>lang<<, translates."""
+    from fastapi.testclient import TestClient
+
+    from vaswani import cli
+    from vaswani.data.tokenizer import Tokenizer
+    from vaswani.serve.app import Settings, create_app
+
+    monkeypatch.setattr(Tokenizer, "language_tokens", property(lambda self: [">>deu<<", ">>fra<<"]))
+    translator = Translator.load(model_dir)
+    with pytest.raises(ValueError, match=r"^sentence 2: no target language, .* translates into deu, fra; give one"):
+        translator.translate(["", "Ein Hund."])
+    assert len(translator.translate(["Ein Hund.", ""], target_language="fra")) == 2
+    assert len(translator.translate([">>deu<< Ein Hund."])) == 1
+    source = tmp_path / "in.de"
+    source.write_text("Ein Hund.\n", encoding="utf-8")
+    capsys.readouterr()
+    assert cli.main(["translate", str(model_dir), "-i", str(source), "--precision", "fp32"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "translates into deu, fra" in err and "Traceback" not in err
+    with TestClient(create_app(translator, model_dir, Settings())) as client:
+        reply = client.post("/v1/translate", json={"text": ["Ein Hund."]})
+        assert reply.status_code == 422 and "--target-language" in reply.json()["error"]
+        assert client.get("/v1/model").json()["target_languages"] == ["deu", "fra"]
+        reply = client.post("/v1/translate", json={"text": ["Ein Hund.", "Zwei."], "target_language": "fra"})
+        assert reply.status_code == 200 and len(reply.json()["translations"]) == 2

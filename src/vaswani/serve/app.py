@@ -33,7 +33,7 @@ from vaswani.serve.batching import MicroBatcher
 from vaswani.serve.compute import ComputeThread
 from vaswani.serve.guards import ApiKey, BodyLimit
 from vaswani.serve.metrics import Metrics, RequestMetrics
-from vaswani.serve.routes import router
+from vaswani.serve.routes import TranslateRequest, one_line, router
 from vaswani.translate.translator import Translator
 
 DESCRIPTION = "Translation with a Transformer trained by vaswani."
@@ -150,24 +150,66 @@ def _add_error_handlers(app: FastAPI) -> None:
             }
             for e in error.errors()
         ]
-        first = details[0] if details else {"loc": [], "msg": "invalid request"}
-        where = ".".join(part for part in first["loc"] if part != "body")
-        message = first["msg"].removeprefix("Value error, ")
-        if not where and first.get("type") == "missing":
-            message = 'no request body: send JSON such as {"text": ["Ein Mann fährt Fahrrad."]}'
-        return JSONResponse({"error": f"{where}: {message}" if where else message, "detail": details}, 422)
+        status, message = _validation_message(error, details)
+        return JSONResponse({"error": one_line(message), "detail": details}, status)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, error: StarletteHTTPException) -> JSONResponse:
-        message = str(error.detail)
-        if error.status_code == 400 and message == "There was an error parsing the body":  # FastAPI's words
-            message = "the request body could not be read as JSON: it must be UTF-8 encoded JSON"
-        return JSONResponse({"error": message}, error.status_code, headers=error.headers)
+        message = _http_message(request, error)
+        return JSONResponse({"error": one_line(message)}, error.status_code, headers=error.headers)
 
     @app.exception_handler(Exception)
     async def internal(request: Request, error: Exception) -> JSONResponse:
         # Our own failure, never the client's input (which is validated first): said in JSON, logged by uvicorn.
         return JSONResponse({"error": f"internal error ({type(error).__name__}); the server log has the details"}, 500)
+
+
+EXAMPLE = '{"text": ["Ein Mann fährt Fahrrad."]}'
+
+
+def _validation_message(error: RequestValidationError, details: list[dict[str, Any]]) -> tuple[int, str]:
+    """The status and one-line message of a request that failed its schema, naming the field (or the body, or
+    the Content-Type header) and what to send: pydantic's words alone name a JSON position or nothing."""
+    first = details[0] if details else {"loc": [], "msg": "invalid request", "type": ""}
+    loc, kind = first["loc"][1:] if first["loc"][:1] == ["body"] else first["loc"], first["type"]
+    if kind == "json_invalid":
+        reason = (error.errors()[0].get("ctx") or {}).get("error", "a syntax error")
+        at = f" at character {loc[0]}" if loc else ""
+        return 422, f"the request body is not valid JSON ({reason}{at}): send JSON such as {EXAMPLE}"
+    if not loc:  # the body as a whole
+        if kind == "missing":
+            return 422, f"no request body: send JSON such as {EXAMPLE}"
+        if isinstance(error.body, bytes | bytearray):  # FastAPI reads JSON only under a JSON content type
+            return 415, "Content-Type: the body is read as JSON only with the header Content-Type: application/json"
+        if kind in ("model_attributes_type", "dict_type"):
+            return 422, f"the request body must be a JSON object such as {EXAMPLE}"
+        if kind == "string_unicode":
+            return 422, "the request body has a key that is not valid Unicode (a lone surrogate); send UTF-8 text"
+        return 422, f"the request body: {first['msg']}"
+    where = ".".join(_field_name(part) for part in loc)
+    if kind == "extra_forbidden":
+        return 422, f"{where}: unknown field; the fields are {', '.join(TranslateRequest.model_fields)}"
+    return 422, f"{where}: {first['msg'].removeprefix('Value error, ')}"
+
+
+def _field_name(part: str) -> str:
+    """A field or index as written; any other key (empty, a line break, very long) quoted and cut short."""
+    if part.isidentifier() or part.isdecimal():
+        return part if len(part) <= 64 else part[:64] + "..."
+    return json.dumps(part[:64] + ("..." if len(part) > 64 else ""))  # ASCII: control characters escaped
+
+
+def _http_message(request: Request, error: StarletteHTTPException) -> str:
+    """Starlette's words ("Not Found") with what was asked and what to do instead."""
+    message, path = str(error.detail), _field_name(request.url.path)
+    if error.status_code == 400 and message == "There was an error parsing the body":  # FastAPI's words
+        return "the request body could not be read as JSON: send UTF-8 encoded JSON, its numbers under 4300 digits"
+    if error.status_code == 404 and message == "Not Found":
+        return f"{path}: no such page; the API is POST /v1/translate and GET /v1/model, /health, /metrics"
+    if error.status_code == 405 and message == "Method Not Allowed":
+        allowed = next((v for k, v in (error.headers or {}).items() if k.lower() == "allow"), "GET")
+        return f"{_field_name(request.method)} {path}: method not allowed; use {allowed}"
+    return message
 
 
 def training_summary(model_dir: Path) -> dict[str, Any] | None:

@@ -6,6 +6,7 @@ with launch("runs/quick") as server:
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -49,8 +50,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(model_dir: str | Path, *args: str, port: int | None = None, timeout: float = 120) -> Server:
-    """Start `vaswani serve MODEL_DIR ARGS` on 127.0.0.1 and return once /health answers 200."""
+def launch(
+    model_dir: str | Path,
+    *args: str,
+    port: int | None = None,
+    timeout: float = 120,
+    env: dict[str, str] | None = None,
+) -> Server:
+    """Start `vaswani serve MODEL_DIR ARGS` on 127.0.0.1 and return once /health answers 200. `env`: variables
+    added to this process's environment for the server (e.g. OMP_NUM_THREADS, torch's threads)."""
     port = port or free_port()
     log = Path(tempfile.mkstemp(prefix="vaswani-serve-", suffix=".log")[1])
     with open(log, "w", encoding="utf-8") as handle:
@@ -58,6 +66,7 @@ def launch(model_dir: str | Path, *args: str, port: int | None = None, timeout: 
             [sys.executable, "-m", "vaswani.cli", "serve", str(model_dir), "--port", str(port), *args],
             stdout=handle,
             stderr=subprocess.STDOUT,
+            env={**os.environ, **env} if env else None,
         )
     server = Server(process, f"http://127.0.0.1:{port}", log)
     deadline = time.monotonic() + timeout

@@ -10,6 +10,7 @@ No `from __future__ import annotations` here: FastAPI reads the request model's 
 """
 
 import dataclasses
+import math
 import time
 from typing import Any, Literal
 
@@ -63,7 +64,11 @@ class TranslateRequest(BaseModel):
         None, ge=0, le=32, description="no n-gram of this many tokens twice in a translation (0: off)"
     )
     repetition_penalty: float | None = Field(
-        None, gt=0, le=10, description="transformers' repetition penalty on tokens already output (1: off)"
+        None,
+        ge=0.1,
+        le=10,
+        description="transformers' repetition penalty on tokens already output (1: off), from 0.1 to 10: their "
+        "logits divided or multiplied by at most 10 (a penalty near 0 overflows float32 logits into NaN scores)",
     )
     attention: bool = Field(False, description="add the cross-attention of each sentence's best translation")
     glossary: list[list[str]] | None = Field(
@@ -77,20 +82,47 @@ class TranslateRequest(BaseModel):
     @classmethod
     def _texts(cls, texts: list[str]) -> list[str]:
         for i, text in enumerate(texts):
-            if "\x00" in text:
-                raise ValueError(f"text[{i}] contains a NUL character")
-            try:
-                text.encode("utf-8")
-            except UnicodeEncodeError:
-                raise ValueError(f"text[{i}] is not valid Unicode (a lone surrogate)") from None
+            _check_characters(text, f"text[{i}]")
         return texts
+
+    @field_validator("glossary")
+    @classmethod
+    def _terms(cls, pairs: list[list[str]] | None) -> list[list[str]] | None:
+        """The terms go to the tokenizer and back into the JSON answer, as the texts do: the same characters."""
+        for i, pair in enumerate(pairs or ()):
+            for j, term in enumerate(pair):
+                _check_characters(term, f"glossary[{i}][{j}]")
+        return pairs
+
+
+def _check_characters(text: str, where: str) -> None:
+    """A NUL (cut by the tokenizer) or a lone surrogate (not encodable: the answer could not be written) refused,
+    naming where it is."""
+    if "\x00" in text:
+        raise ValueError(f"{where} contains a NUL character; remove it")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{where} is not valid Unicode (a lone surrogate); send UTF-8 text") from None
+
+
+def one_line(message: str) -> str:
+    """An error message on one line, whatever the client's words it quotes: a client's log keeps it whole."""
+    return " ".join(message.splitlines())
+
+
+def _number(n: int) -> str:
+    """`n` as written, or its size where it would flood a one-line message (JSON allows any number of digits)."""
+    return str(n) if n.bit_length() <= 64 else f"a number of about {int(n.bit_length() * 0.30103) + 1} digits"
 
 
 def decode_request(body: TranslateRequest, state: Any) -> DecodeRequest:
     """The body's decoding request: the server's defaults with what it asks for, within the limits."""
     s, defaults = state.settings, state.defaults
     if body.beam is not None and body.beam > s.max_beam:
-        raise RequestError(f"beam: {body.beam} is more than the {s.max_beam} this server allows")
+        raise RequestError(f"beam: {_number(body.beam)} is more than the {s.max_beam} this server allows")
+    if body.n_best > s.max_beam:  # sampling's n_best is not bounded by a beam: bounded here
+        raise RequestError(f"n_best: {_number(body.n_best)} is more than the {s.max_beam} this server allows")
     try:
         state.translator.language_token(body.target_language)
     except ValueError as error:
@@ -174,9 +206,12 @@ async def translate(body: TranslateRequest, request: Request) -> JSONResponse:
         decode = decode_request(body, state)
         documents, sentences, markups = sentences_of(body, state)
     except RequestError as error:
-        return JSONResponse({"error": str(error)}, 422)
+        return JSONResponse({"error": one_line(str(error))}, 422)
     # the only tokenization: counted here, decoded by the batcher (requests for other languages batch together)
-    ids = state.translator.encode_sources(sentences, body.target_language)
+    try:  # a multilingual model refuses sentences without a target language
+        ids = state.translator.encode_sources(sentences, body.target_language)
+    except ValueError as error:
+        return JSONResponse({"error": one_line(str(error))}, 422)
     tokens, limit = sum(map(len, ids)), state.settings.max_batch_tokens
     if tokens > limit:
         message = f"text has {tokens} source tokens in all, more than the {limit} a request may have"
@@ -197,7 +232,28 @@ async def translate(body: TranslateRequest, request: Request) -> JSONResponse:
     else:
         translations = [d.to_dict() for d in assemble(body.text, documents, results, puts_spaces(target))]
     elapsed_ms = round((time.perf_counter() - started) * 1000, 1)
-    return JSONResponse({"translations": translations, "elapsed_ms": elapsed_ms})
+    return FiniteJSONResponse({"translations": translations, "elapsed_ms": elapsed_ms})
+
+
+class FiniteJSONResponse(JSONResponse):
+    """JSON has no infinities or NaN: a score the search left so (a repetition rule that banned every token) is
+    written null, rather than the translations being lost to a 500."""
+
+    def render(self, content: Any) -> bytes:
+        try:
+            return super().render(content)
+        except ValueError:  # "Out of range float values are not JSON compliant": rare, so checked only then
+            return super().render(_finite(content))
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    return value
 
 
 @router.get("/", include_in_schema=False)

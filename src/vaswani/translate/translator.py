@@ -32,7 +32,7 @@ from vaswani.decode.shortlist import FILE as SHORTLIST_FILE
 from vaswani.decode.shortlist import FREQUENT, TOP, Shortlist, Vocabularies, check_sizes
 from vaswani.decode.shortlist import learn as learn_shortlist
 from vaswani.families import TRANSLATE, family
-from vaswani.model_dir import load_model
+from vaswani.model_dir import load_model, load_tokenizer
 from vaswani.nn import Transformer
 from vaswani.nn.transformer import AttentionWeights
 from vaswani.runtime.device import pick_device
@@ -168,7 +168,7 @@ class Translator:
         # With CTranslate2 the torch model only answers attention requests: it stays on the CPU.
         model, config = load_model(model_dir, device if engine == "torch" else "cpu")
         family(config.model.type).check(TRANSLATE, str(model_dir))
-        tokenizer = Tokenizer.load(model_dir)
+        tokenizer = load_tokenizer(model_dir, config)  # a tokenizer of another run is named here, not mid-batch
         if engine == "torch":
             if words is not None:
                 words.check(config.model.src_vocab_size, config.model.tgt_vocab_size, str(where))
@@ -223,18 +223,32 @@ class Translator:
                 f"target language {language!r}: this model translates into one language (it has no >>lang<< "
                 "tokens); leave the target language out"
             )
-        names = [k[2:-2] for k in known]
-        shown = ", ".join(names[:40]) + (f" and {len(names) - 40} more" if len(names) > 40 else "")
-        raise ValueError(f"target language {language!r}: this model has no {piece} token; it translates into {shown}")
+        raise ValueError(
+            f"target language {language!r}: this model has no {piece} token; it translates into {self._languages()}"
+        )
+
+    def _languages(self) -> str:
+        names = [k[2:-2] for k in self.tokenizer.language_tokens]
+        return ", ".join(names[:40]) + (f" and {len(names) - 40} more" if len(names) > 40 else "")
 
     def encode_sources(self, sentences: Sequence[str], target_language: str | None = None) -> list[list[int]]:
         """Source token ids as the model reads them (stripped, lowercased where it was trained so), before EOS.
         `target_language`: a multilingual model's `>>lang<<` token put before every sentence (in place of one the
-        sentence starts with), as OPUS-MT's models are asked for a language; empty sentences stay empty."""
+        sentence starts with), as OPUS-MT's models are asked for a language; empty sentences stay empty. A model
+        of several target languages refuses, in one line listing them, a sentence without one: it would translate
+        into whichever language it drifts to."""
         piece = self.language_token(target_language)
         texts = [self._normalise(s) for s in sentences]
         if piece is not None:
             texts = [f"{piece} {_LEADING_LANGUAGE.sub('', s)}" if s else s for s in texts]
+        elif len(self.tokenizer.language_tokens) > 1:
+            bare = next((i for i, s in enumerate(texts) if s and not _LEADING_LANGUAGE.match(s)), None)
+            if bare is not None:
+                raise ValueError(
+                    f"sentence {bare + 1}: no target language, and this model translates into {self._languages()}; "
+                    'give one (--target-language, "target_language" in the API, the page\'s Target menu) or start '
+                    "the sentence with >>lang<<"
+                )
         return self.tokenizer.encode_src(texts)
 
     def translate(
