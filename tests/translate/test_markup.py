@@ -6,6 +6,7 @@ from html.parser import HTMLParser
 import pytest
 import torch
 
+from tests.helpers.browser import REAL_PAGES
 from vaswani.translate.align import Alignment, align, piece_words, word_spans
 from vaswani.translate.document import DocumentTranslation
 from vaswani.translate.markup import Atom, Placement, parse, pieces, render_run, split_run
@@ -277,3 +278,18 @@ def test_elements_closed_in_order_are_not_reported_and_a_kept_one_holds_its_own_
     assert [run.text.strip() for run in markup.runs] == ["Ein Hund."] and not markup.kept
     assert parse("<b><b>", "html").source() == "<b><b>"  # two tags never closed stay side by side
     assert parse("<code></code><b><img></b>", "html").source() == "<code></code><b><img></b>"
+    assert parse("Ein<b>&nbsp;</b> Hund", "html").source() == "Ein<b>&nbsp;</b> Hund"  # a blank pair takes no word
+
+
+@pytest.mark.parametrize("page", REAL_PAGES)
+def test_broken_pages_keep_the_text_an_html5_parser_keeps(page):
+    """The reference is html5lib (the WHATWG parsing rules browsers follow): the text kept untranslated is the text
+    it puts inside the elements kept as written, but for the one difference made on purpose (a browser carries an
+    unclosed <code> on into later paragraphs; <kbd> is kept alike and is not carried on)."""
+    from tests.helpers.browser import browser_kept, ours_kept
+
+    assert ours_kept(page) == browser_kept(page.replace("<code", "<kbd").replace("</code", "</kbd"))
+    unclosed = any(
+        f"<{tag}" in page and f"</{tag}" not in page for tag in ("code", "kbd", "pre", "span", "var", "samp")
+    )
+    assert bool(parse(page, "html").kept) == (unclosed or "notranslate>" in page)

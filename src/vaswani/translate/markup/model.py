@@ -41,6 +41,7 @@ class Mark:
     key: str = ""  # what closes it: a tag's name, a delimiter's kind
     children: list[Mark | Atom] = field(default_factory=list)
     joined: bool = False  # opened right after an atom (where it is never closed, its tag is an atom joined so)
+    blank: bool = False  # around whitespace only (<b>&nbsp;</b>): it keeps its place, it takes no word
 
 
 Node = Mark | Atom
@@ -154,6 +155,7 @@ class MarkupBuilder:
         if len(self._stack) > 1 and self._stack[-1].key == key:
             mark = self._stack.pop()
             mark.close, mark.end = raw, self._length
+            mark.blank = mark.end > mark.start and not "".join(self._text)[mark.start : mark.end].strip()
             self._record(mark, "end")
         else:
             self.atom(raw)
@@ -342,11 +344,12 @@ def _sibling_spans(
         spans.append((a, max(b, a), order, node))
         position = max(b, a)
     for i, (a, b, order, node) in enumerate(spans):
-        if a < b:  # a clipped span starts and ends on a word, never on the space beside it
+        blank = isinstance(node, Mark) and node.blank
+        if a < b and not blank:  # a clipped span starts and ends on a word, never on the space beside it
             a += len(text[a:b]) - len(text[a:b].lstrip())
             b -= len(text[a:b]) - len(text[a:b].rstrip())
             spans[i] = (a, b, order, node)
-        if a == b and isinstance(node, Mark) and node.end > node.start:
+        if a == b and isinstance(node, Mark) and node.end > node.start and not blank:
             taken = [(x, y) for x, y, _, _ in spans if x < y]
             free = [w for w in words if lo <= w[0] and w[1] <= hi and not any(x < w[1] and w[0] < y for x, y in taken)]
             if free:
