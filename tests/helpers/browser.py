@@ -8,7 +8,7 @@ import re
 from html.parser import HTMLParser
 
 from vaswani.translate.markup import Atom, Run, parse
-from vaswani.translate.markup.html import KEPT_BLOCK, KEPT_INLINE
+from vaswani.translate.markup.html import KEPT_BLOCK, KEPT_INLINE, _Events
 
 REAL_PAGES = [  # broken markup as it is met on real pages (documentation, CMS output, pasted snippets)
     "<p>Install it with <code>pip install vaswani</p><p>Then run the tests.</p>",
@@ -29,7 +29,8 @@ REAL_PAGES = [  # broken markup as it is met on real pages (documentation, CMS o
 def _text_of(raw: str) -> str:
     """The text a page fragment shows (its data, comments apart)."""
     parts: list[str] = []
-    reader = HTMLParser()
+    reader = HTMLParser(convert_charrefs=True)
+    reader.CDATA_CONTENT_ELEMENTS = _Events.CDATA_CONTENT_ELEMENTS  # textarea's tags are its text, as a browser reads
     reader.handle_data = parts.append  # type: ignore[method-assign]
     reader.feed(re.sub(r"<!--(?:.*?-->|.*\Z)", "", raw, flags=re.S))  # an unclosed comment runs to the end
     reader.close()
