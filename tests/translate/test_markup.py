@@ -293,3 +293,13 @@ def test_broken_pages_keep_the_text_an_html5_parser_keeps(page):
         f"<{tag}" in page and f"</{tag}" not in page for tag in ("code", "kbd", "pre", "span", "var", "samp")
     )
     assert bool(parse(page, "html").kept) == (unclosed or "notranslate>" in page)
+
+
+def test_found_by_fuzzing_a_broken_reference_hides_no_tag_and_no_word_is_glued_to_a_url():
+    markup = parse('Ein &#xZZ; <b translate="no">Marke</b> Hund', "html")  # html.parser took "</b>" for text
+    assert [n.raw for n in markup.runs[0].children] == ['<b translate="no">Marke</b>']
+    assert markup.source() == 'Ein &amp;#xZZ; <b translate="no">Marke</b> Hund'  # a browser shows "&#xZZ;" alike
+    [run] = parse("https://example.org/x., Ein", "markdown").runs
+    [url] = run.children
+    out = render_run(run, "bei dog", lambda node: (0, 0), parse("x", "markdown").write)
+    assert out.startswith(url.raw + " bei")  # the model dropped the ".,": the word stays a word, the URL a URL

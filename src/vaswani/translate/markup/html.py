@@ -19,6 +19,7 @@ marks around it, what stays as written (translate/markup/__init__.py).
 from __future__ import annotations
 
 import html
+import re
 from html.parser import HTMLParser
 
 from vaswani.translate.markup.model import Markup, MarkupBuilder
@@ -55,6 +56,11 @@ def _kept(tag: str, attrs: list[tuple[str, str | None]]) -> bool:
         or (values.get("translate") or "").lower() == "no"
         or "notranslate" in (values.get("class") or "").split()
     )
+
+
+# "&#" that does not start a reference html.parser reads: it would take the rest of the text as data, tags and all
+# ("&#xZZ;</b>"); the parser is given "_#" there instead, and the text keeps "&#" (a browser shows it as written)
+_BROKEN_CHARREF = re.compile(r"&#(?!(?:[0-9]+|[xX][0-9a-fA-F]+)(?:[^0-9a-fA-F]|\Z))")
 
 
 def _doctype(raw: str) -> bool:
@@ -236,7 +242,7 @@ class _Reader:
 def parse_html(text: str) -> Markup:
     """`text` (an HTML document or fragment) as raw pieces and runs (translate/markup/__init__.py)."""
     events = _Events(text)
-    events.feed(text)
+    events.feed(_BROKEN_CHARREF.sub("_#", text))  # the same length: the events' places hold in `text`
     events.close()
     starts = [e[3] for e in events.events] + [len(text)]
     reader = _Reader(text)

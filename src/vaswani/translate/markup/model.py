@@ -301,12 +301,19 @@ def render_run(
     words = word_spans(text)
     after_atom = [False]  # the last thing written was an atom
 
+    def add(piece: str) -> None:
+        """Translated text; a word right after an atom that ends in one (a URL) is kept apart from it."""
+        piece = write(piece) if out or lead is None else lead(write(piece))
+        last = next((x for x in reversed(out) if x), "")
+        glued = after_atom[0] and piece[:1].isalnum() and last[-1:].isalnum()
+        out.append(" " + piece if glued else piece)
+
     def emit(nodes: Sequence[Node], lo: int, hi: int) -> None:
         spans, position = _sibling_spans(nodes, lo, hi, place, text, words), lo
         for a, b, _, node in spans:
             a = max(a, position)
             b = max(b, a)
-            out.append(write(text[position:a]) if out or lead is None else lead(write(text[position:a])))
+            add(text[position:a])
             after_atom[0] = after_atom[0] and a == position
             if isinstance(node, Atom):
                 written = next((piece for piece in reversed(out) if piece), "")
@@ -321,7 +328,7 @@ def render_run(
                 out.append(node.close)
                 after_atom[0] = False
             position = b
-        out.append(write(text[position:hi]) if out or lead is None else lead(write(text[position:hi])))
+        add(text[position:hi])
 
     emit(run.children, 0, len(text))
     return "".join(out)
