@@ -175,3 +175,9 @@ def test_translate_document_cli_errors(model_dir, tmp_path):
     assert run.stdout.count(b"\n") == 2
     run = _cli("translate", str(model_dir), "--document", "--source-language", "German", stdin=b"x")
     assert run.returncode == 2 and b"--source-language 'German'" in run.stderr and b"Traceback" not in run.stderr
+
+
+def test_a_line_pysbd_fails_on_is_split_by_the_rules_found_by_fuzzing():
+    from vaswani.translate.document import split
+
+    assert split("\x1f1. Ein Hund.", "de").sentences == ("1.", "Ein Hund.")  # pysbd raised ValueError

@@ -303,3 +303,12 @@ def test_found_by_fuzzing_a_broken_reference_hides_no_tag_and_no_word_is_glued_t
     [url] = run.children
     out = render_run(run, "bei dog", lambda node: (0, 0), parse("x", "markdown").write)
     assert out.startswith(url.raw + " bei")  # the model dropped the ".,": the word stays a word, the URL a URL
+
+
+def test_found_by_fuzzing_at_scale_no_translated_word_falls_inside_an_unclosed_element_and_nul_is_read_as_u_fffd():
+    markup = parse("<p>Ein <b>Hund <code>x</b> läuft</p>", "html")
+    [run] = markup.runs
+    out = render_run(run, "A dog runs", lambda node: (2, 5), markup.write)  # a hostile place: inside the words
+    assert "<code>x</b>" in out  # the <code> that </b> ended stays right before it, nothing pulled inside
+    assert pieces(parse("<p>" + out + "</p>", "html")) == pieces(markup)
+    assert parse("\\\n\x00\n\nEin", "markdown").source() == "\\\n\ufffd\n\nEin"  # two paragraphs stay two

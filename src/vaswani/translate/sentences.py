@@ -57,9 +57,14 @@ def _segmenter(language: str):
 
 
 def _pysbd_spans(line: str, language: str) -> list[tuple[int, int]] | None:
-    """pysbd's sentences located in `line`; None where one cannot be found there verbatim."""
+    """pysbd's sentences located in `line`; None where one cannot be found there verbatim, or where pysbd fails
+    on the line (it raises on some control characters before a numbered item, "\x1f1. ": found by fuzzing)."""
     spans, position = [], 0
-    for sentence in _segmenter(language).segment(line):
+    try:
+        sentences = _segmenter(language).segment(line)
+    except (ValueError, IndexError, TypeError, AttributeError):
+        return None  # the rules of rule_spans instead
+    for sentence in sentences:
         sentence = sentence.strip()
         if not sentence:
             continue

@@ -204,7 +204,7 @@ class _Reader:
             said = f"line {line}: <{kept.tag}> not closed; kept as written {recovered}: close it where it ends"
             self.builder.markup.kept.append(said)
         held = "".join(kept.held)
-        self.builder.raw(held) if kept.block else self.builder.atom(held)
+        self.builder.raw(held) if kept.block else self.builder.atom(held, last=recovered is not None)
 
     def _implied_end(self, tag: str) -> None:
         """A start tag that ends an open paragraph, list item, row, ... pops it (and what is open inside it)."""
@@ -235,7 +235,7 @@ class _Reader:
                 "ends to translate the rest"
             )
             held = "".join(self.kept.held)
-            self.builder.raw(held) if self.kept.block else self.builder.atom(held)
+            self.builder.raw(held) if self.kept.block else self.builder.atom(held, last=True)
         return self.builder.finish()
 
 

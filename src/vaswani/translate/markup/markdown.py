@@ -55,7 +55,8 @@ def _parser() -> Any:
 def parse_markdown(text: str) -> Markup:
     """`text` (a Markdown document) as raw pieces and runs (translate/markup). Line ends come back as written."""
     crlf = "\r\n" in text
-    source = text.replace("\r\n", "\n").replace("\r", "\n")
+    # CommonMark reads NUL as U+FFFD, and markdown-it's token maps count it so: the text is read the same way
+    source = text.replace("\r\n", "\n").replace("\r", "\n").replace("\x00", "\ufffd")
     lines = [0]
     for i, char in enumerate(source):
         if char == "\n":

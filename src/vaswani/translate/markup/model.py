@@ -28,6 +28,7 @@ class Atom:
     at: int
     before: str = ""
     joined: bool = False  # written right after another atom in the source (two code spans side by side)
+    last: bool = False  # an element never closed, ended by the tag after it: text after it would fall inside it
 
 
 @dataclass(eq=False)
@@ -160,9 +161,11 @@ class MarkupBuilder:
         else:
             self.atom(raw)
 
-    def atom(self, raw: str) -> None:
+    def atom(self, raw: str, last: bool = False) -> None:
+        """`raw` kept as written inside the text; `last`: it goes last in its place's parent (Atom.last)."""
         self._flush()
         self._atom(raw)
+        self._stack[-1].children[-1].last = last
 
     def _atom(self, raw: str) -> None:
         """`raw` kept at this point; the whitespace before it leaves the text (the sentence reads as it would
@@ -341,7 +344,8 @@ def _sibling_spans(
     place, trimmed to words; a mark left empty takes the nearest word no sibling holds. In order of place."""
     wanted = []
     for order, node in enumerate(nodes):
-        a, b = place(node)
+        # an atom never closed goes right before the tag that ended it: text after it would fall inside it
+        a, b = (hi, hi) if isinstance(node, Atom) and node.last else place(node)
         a = min(max(a, lo), hi)
         wanted.append((a, min(max(b, a), hi), order, node))
     wanted.sort(key=lambda s: (s[0], s[2]))
