@@ -1,4 +1,5 @@
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
@@ -287,3 +288,83 @@ def test_the_wmt14_recipes_are_the_papers(name, preset, steps, averaged):
     d_model = c.model.d_model
     assert learning_rate(4000, t, d_model) == pytest.approx(d_model**-0.5 * 4000**-0.5)  # the peak, §5.3
     assert (c.decode.beam_size, c.decode.length_penalty, c.decode.max_len_a, c.decode.max_len_b) == (4, 0.6, 1.0, 50)
+
+
+# Issue 60: recipes as users write them (tests/fuzz/config_yaml.py found each): a one-line ConfigError naming the
+# file, section, key or override, never a traceback, a hang or a value taken silently.
+@pytest.mark.parametrize(
+    ("recipe", "says"),
+    [
+        ("- model\n- train\n", "must hold a mapping of sections"),  # was AttributeError
+        ("model: 5\n", "section 'model' must be a mapping"),  # was TypeError
+        ("model: abc\n", "section 'model' must be a mapping"),  # was ValueError: dictionary update sequence
+        ("model: false\n", "section 'model' must be a mapping"),  # was loaded as the defaults
+        ("1: 2\n", "unknown section '1'"),  # was TypeError in difflib
+        ("train:\n  1: 2\n", "unknown key 'train.1'"),
+        ("data:\n  corpora: [{src: a, tgt: b, 1: c}]\n", "unknown key 'data.corpora[0].1'"),
+        ("data:\n  corpora: [{src: a, tgt: b, name: {x: 1}}]\n", "data.corpora[0].name must be a name"),
+        ("data:\n  corpora: [{src: a, tgt: b, weight: .inf}]\n", "data.corpora[0].weight"),
+        ("model:\n  preset: [tiny]\n", "model.preset must name a preset"),  # was TypeError: unhashable
+        ("model:\n  preset: tiny\n  3: 4\n", "unknown key 'model.3'"),  # was TypeError: keywords must be strings
+        ("model:\n  Preset: tiny\n", "did you mean 'preset'"),
+        ("model:\n  dropout: [1]\n", "model.dropout must be a number"),  # was TypeError comparing list and float
+        ("train:\n  lr_factor: .nan\n", "train.lr_factor must be a finite number"),  # was loaded
+        ("train:\n  peak_lr: nan\n", "train.peak_lr must be a finite number"),
+        ("train:\n  max_time: .nan\n", "train.max_time must be positive and finite"),  # was loaded
+        ("train:\n  max_time: 1" + "0" * 400 + "\n", "train.max_time must be positive and finite"),  # OverflowError
+        ("train:\n  max_steps: 1\n  max_steps: 2\n", "line 3: key 'max_steps' given twice (first at line 2)"),
+        ("train:\n  max_steps: \x1c\n", "at line 2: character U+001C is not allowed"),  # was 2 lines
+        ('train:\n  "a\\nb": 1\n', "unknown key 'train.a\\nb'"),  # the newline split the message
+        ("[" * 2000, "nested too deeply"),  # was RecursionError
+        ("train:\n  seed: -1\n", "train.seed must be an integer from 0"),  # numpy's generators refuse it
+        ("train:\n  adam_beta2: 1.5\n", "train.adam_beta2 must be in [0, 1)"),  # torch refused it at step 1
+        ("train:\n  lr_factor: 0\n", "train.lr_factor must be positive"),
+        ("data:\n  max_len_ratio: -1\n", "data.max_len_ratio must be positive"),
+        ("data:\n  toy_task: copy\n  toy_max_len: 1\n", "data.toy_max_len must be 2 or more"),  # randint failed
+        ("decode:\n  early_stopping: 1\n", "decode.early_stopping must be true, false or heuristic"),
+    ],
+)
+def test_a_broken_recipe_is_one_line_naming_the_key(tmp_path, recipe, says):
+    from vaswani.config import Config
+
+    (tmp_path / "r.yaml").write_text(recipe, encoding="utf-8")
+    with pytest.raises(ConfigError) as error:
+        Config.load(tmp_path / "r.yaml")
+    assert says in str(error.value) and len(str(error.value).splitlines()) == 1, str(error.value)
+
+
+def test_a_recipe_that_is_not_utf8_names_the_file_and_line(tmp_path):
+    from vaswani.config import Config
+
+    (tmp_path / "r.yaml").write_bytes(b"train:\n  max_steps: \xff\n")
+    with pytest.raises(ConfigError, match=r"r\.yaml, line 2: not UTF-8 text"):  # was UnicodeDecodeError
+        Config.load(tmp_path / "r.yaml")
+
+
+@pytest.mark.parametrize(
+    ("override", "says"),
+    [
+        ("train.max_steps=[1", "override 'train.max_steps=[1' is not valid YAML at line 1"),  # was ParserError
+        ("train.max_steps={a: 1, a: 2}", "key 'a' given twice"),
+        ("model.max_steps=1", "section 'model' of the config is not a mapping"),  # was TypeError
+    ],
+)
+def test_a_broken_override_is_one_line_naming_it(tmp_path, override, says):
+    from vaswani.config import Config
+
+    (tmp_path / "r.yaml").write_text("model: 5\n" if override.startswith("model") else "", encoding="utf-8")
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        Config.load(tmp_path / "r.yaml", [override])
+
+
+def test_a_huge_d_model_is_refused_at_once():
+    """The suggested n_heads was searched among every number up to d_model: 10^12 never ended."""
+    with pytest.raises(ConfigError, match=r"e\.g\. n_heads=1"):
+        ModelConfig(d_model=10**12 + 1, n_heads=7, src_vocab_size=100, tgt_vocab_size=100)
+
+
+def test_yaml_merges_and_empty_sections_still_load(tmp_path):
+    from vaswani.config import Config
+
+    (tmp_path / "r.yaml").write_text("train:\n  <<: {max_steps: 5}\n  max_steps: 6\ndecode:\n", encoding="utf-8")
+    assert Config.load(tmp_path / "r.yaml").train.max_steps == 6

@@ -76,3 +76,62 @@ def test_lowercase_option_lowercases_training_and_validation_text(tmp_path):
         train = prepared.train
         assert [tuple(run.tokenizer.decode_tgt([train.src[i], train.tgt[i]])) for i in range(2)] == expected
         assert run.valid_text == [("zwei hunde", "two dogs") if lowercase else ("Zwei Hunde", "Two Dogs")]
+
+
+# Issue 60: parallel text as users bring it (tests/fuzz/corpus.py found each).
+def _gz(path, data: bytes, damage: str):
+    """`data` gzipped into `path`, truncated or with a byte of its deflate stream flipped."""
+    packed = bytearray(gzip.compress(data, mtime=0))
+    if damage == "truncated":
+        packed = packed[: len(packed) // 2]
+    else:
+        packed[12] ^= 0x5A
+    path.write_bytes(bytes(packed))
+    return path
+
+
+@pytest.mark.parametrize("damage", ["truncated", "corrupt"])
+def test_a_damaged_gzip_file_is_named_wherever_it_is_read(tmp_path, damage):
+    """A corrupt deflate stream raised zlib.error (no OSError) from every reader; a truncated one, EOFError from
+    translate's line counting."""
+    from vaswani.data.corpus import LineReader
+    from vaswani.data.streaming import raw_chunks
+
+    path = _gz(tmp_path / "train.de.gz", ("ein Mann fährt Fahrrad\n" * 200).encode(), damage)
+    (tmp_path / "train.en").write_text("a man rides a bike\n" * 200, encoding="utf-8")
+    readers = (
+        lambda: read_lines(path),
+        lambda: list(raw_chunks(path, tmp_path / "train.en", 64)),
+        lambda: list(LineReader(path).chunks(8)),
+    )
+    for read in readers:
+        with pytest.raises(DataError, match=r"train\.de\.gz: cannot read .*truncated or corrupt"):
+            read()
+
+
+def test_a_file_that_is_not_gzip_is_named_by_translate_s_reader(tmp_path):
+    """LineReader counted the lines of a .gz that is not gzip and let gzip's bare BadGzipFile out."""
+    from vaswani.data.corpus import LineReader
+
+    (tmp_path / "in.txt.gz").write_text("plain text\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"in\.txt\.gz: cannot read \(Not a gzipped file"):
+        LineReader(tmp_path / "in.txt.gz")
+
+
+def test_a_bom_starting_a_file_is_no_part_of_its_first_line(tmp_path):
+    """The BOM Windows editors write was kept in the first sentence (its first piece a BOM glued to a word); a file
+    holding only a BOM was one empty line to the streaming reader and none to read_lines."""
+    from vaswani.data.corpus import LineReader
+    from vaswani.data.labelled import read_labelled
+    from vaswani.data.streaming import raw_chunks
+
+    path = tmp_path / "train.de"
+    path.write_bytes(b"\xef\xbb\xbfein Mann\r\nzwei\n")
+    assert read_lines(path) == ["ein Mann", "zwei"]
+    assert [line for _, chunk in LineReader(path).chunks(8) for line in chunk] == ["ein Mann", "zwei"]
+    assert next(raw_chunks(path, path, 8))[1] == [b"ein Mann\r", b"zwei"]
+    (tmp_path / "only").write_bytes(b"\xef\xbb\xbf")
+    assert read_lines(tmp_path / "only") == [] and list(raw_chunks(tmp_path / "only", tmp_path / "only", 8)) == []
+    assert LineReader(tmp_path / "only").total == 0
+    (tmp_path / "sst.tsv").write_bytes(b"\xef\xbb\xbfsentence\tlabel\ngood film\t1\nbad film\t0\n")
+    assert [label for _, label, _ in read_labelled(tmp_path / "sst.tsv")] == ["1", "0"]  # the header found

@@ -203,7 +203,9 @@ def test_constrained_search_keeps_the_repetition_rules():
     model = random_model(40, seed=7)
     src = random_ids([5, 6], vocab=40)
     request = DecodeRequest.of(beam_size=4, max_len_b=10, no_repeat_ngram=2)
-    for hyps in constrained_beam_search(model, src, [[[11, 12]], [[13]]], request):
+    found = constrained_beam_search(model, src, [[[11, 12]], [[13]]], request)
+    assert len(found) == 2
+    for hyps in found:
         tokens = hyps[0].tokens
         assert len(set(itertools.pairwise(tokens))) == len(tokens) - 1  # no bigram twice
 

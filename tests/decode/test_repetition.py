@@ -52,6 +52,7 @@ def test_no_output_repeats_an_ngram_in_any_search(n):
         "sampling": search.sample(model, src, rule, generator=torch.Generator().manual_seed(1)),
     }
     for name, hyps in outputs.items():
+        assert len(hyps) == (12 if name == "beam" else 4), name  # 4 sentences (3 hypotheses each in the beam)
         for h in hyps:
             assert len(set(ngrams(h.tokens, n))) == len(ngrams(h.tokens, n)), (name, h.tokens)
 

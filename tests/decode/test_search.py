@@ -151,7 +151,9 @@ def test_the_stopping_rule_ends_a_sentence_only_when_going_on_could_not_change_i
 def test_n_best_is_sorted_distinct_and_scored_consistently(model):
     src = random_ids([4, 6])
     request = DecodeRequest.of(beam_size=5, length_penalty=0.6, max_len_a=1.0, max_len_b=3, n_best=5)
-    for hyps in beam_search(model, src, request):
+    found = beam_search(model, src, request)
+    assert len(found) == 2
+    for hyps in found:
         assert len(hyps) == 5
         assert len({tuple(h.tokens) for h in hyps}) == 5
         assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
@@ -219,10 +221,12 @@ def test_greedy_stops_at_the_length_limit_a_times_source_length_plus_b():
 
 def test_min_len_forbids_early_eos(model):
     src = random_ids(LENGTHS)
-    for hyps in beam_search(model, src, DecodeRequest.of(beam_size=3, max_len_a=0.0, max_len_b=7, min_len=7)):
-        assert len(hyps[0].tokens) == 7
-    assert all(len(h.tokens) == 7 for h in greedy(model, src, DecodeRequest.of(max_len_a=0.0, max_len_b=7, min_len=7)))
-    assert all(len(h.tokens) >= 4 for h in greedy(model, src, DecodeRequest.of(max_len_a=0.0, max_len_b=9, min_len=4)))
+    beams = beam_search(model, src, DecodeRequest.of(beam_size=3, max_len_a=0.0, max_len_b=7, min_len=7))
+    assert [len(hyps[0].tokens) for hyps in beams] == [7] * len(LENGTHS)
+    at_7 = greedy(model, src, DecodeRequest.of(max_len_a=0.0, max_len_b=7, min_len=7))
+    assert [len(h.tokens) for h in at_7] == [7] * len(LENGTHS)
+    at_least_4 = greedy(model, src, DecodeRequest.of(max_len_a=0.0, max_len_b=9, min_len=4))
+    assert len(at_least_4) == len(LENGTHS) and all(len(h.tokens) >= 4 for h in at_least_4)
 
 
 @pytest.mark.parametrize("after_softmax", [False, True])

@@ -242,6 +242,7 @@ def test_ctranslate2_scores_are_our_log_probabilities(trained, tmp_path, beam):
     ]
     ours, theirs = _cli(*common, "--precision", "fp32"), _cli(*common, "--engine", "ctranslate2")
     assert theirs.returncode == 0, theirs.stderr
+    assert ours.returncode == 0 and len(ours.stdout.splitlines()) == 12, ours.stderr  # a line per source line
     for a, b in zip(ours.stdout.splitlines(), theirs.stdout.splitlines(), strict=True):
         (a,), (b,) = json.loads(a), json.loads(b)
         assert a["text"] == b["text"] and a["log_prob"] == pytest.approx(b["log_prob"], abs=1e-3)

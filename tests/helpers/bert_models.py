@@ -5,6 +5,8 @@ save_pretrained beside the tokenizer's files (BertTokenizerFast.save_pretrained:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -23,25 +25,52 @@ def sst2(split: str, n: int, start: int = 0) -> list[tuple[int, str]]:
 
 
 def save_bert_mlm(out: Path, steps: int = 120, vocab_size: int = 1000) -> Path:
-    """A BertForMaskedLM (hidden 64, 2 layers, 4 heads, intermediate 128, 128 positions) in `out`."""
+    """A BertForMaskedLM (hidden 64, 2 layers, 4 heads, intermediate 128, 128 positions) in `out`, the same bytes
+    on every run, thread count and x86 vector width (`_wordpiece`, `_one_thread`, trained in float64)."""
     torch.manual_seed(0)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # a model this small trains far faster on one thread of a busy machine
-    try:
+    with _one_thread():
         return _save_mlm(out, steps, vocab_size)
+
+
+@contextmanager
+def _one_thread() -> Iterator[None]:
+    """torch on one thread, then as many as before: sums in one order, so the weights do not depend on the thread
+    count (and a model this small trains far faster on one thread of a busy machine)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
     finally:
         torch.set_num_threads(threads)
 
 
+def _wordpiece(lines: list[str], vocab_size: int):
+    """A WordPiece vocabulary trained by `tokenizers`, the same on every run. Its trainer numbers the continuing
+    pieces ("##e") in the order of a hash map seeded per process, and breaks ties between merges of equal count by
+    those numbers: the vocabulary differed from run to run (a few pieces of 1000, and the order of the rest), and
+    so did the model trained on it. Given as special tokens, in sorted order, the continuing characters get their
+    numbers before the trainer sees a word (and stand in vocab.txt right after [MASK])."""
+    from tokenizers import BertWordPieceTokenizer
+
+    wordpiece = BertWordPieceTokenizer(lowercase=True)
+    words = (
+        w
+        for line in lines
+        for w, _ in wordpiece.pre_tokenizer.pre_tokenize_str(wordpiece.normalizer.normalize_str(line))
+    )
+    continuing = sorted({f"##{c}" for word in words for c in word[1:]})
+    wordpiece.train_from_iterator(
+        lines, vocab_size=vocab_size, min_frequency=2, special_tokens=[*SPECIAL_TOKENS, *continuing]
+    )
+    return wordpiece
+
+
 def _save_mlm(out: Path, steps: int, vocab_size: int) -> Path:
     import transformers
-    from tokenizers import BertWordPieceTokenizer
 
     out.mkdir(parents=True, exist_ok=True)
     lines = [text for _, text in sst2("train", 6000)]
-    wordpiece = BertWordPieceTokenizer(lowercase=True)
-    wordpiece.train_from_iterator(lines, vocab_size=vocab_size, min_frequency=2, special_tokens=SPECIAL_TOKENS)
-    wordpiece.save_model(str(out))  # vocab.txt
+    _wordpiece(lines, vocab_size).save_model(str(out))  # vocab.txt
     tokenizer = transformers.BertTokenizerFast(vocab=str(out / "vocab.txt"))
     config = transformers.BertConfig(
         vocab_size=len(tokenizer),
@@ -65,8 +94,10 @@ def _save_mlm(out: Path, steps: int, vocab_size: int) -> Path:
                 p.mul_(5.0)
         model.bert.embeddings.token_type_embeddings.weight.normal_(0.0, 0.05)
         model.cls.predictions.bias.normal_(0.0, 0.5)
-    _train_mlm(model, tokenizer, lines, steps)
-    model.eval().save_pretrained(str(out))
+    # In float64, saved as float32: ATen's AVX2 and AVX-512 kernels round float32 sums apart, and 120 steps grew that
+    # into other weights (the int8 test's errors moved with them); float64's differences stay below float32's last bit
+    _train_mlm(model.double(), tokenizer, lines, steps)
+    model.float().eval().save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))
     return out
 
@@ -76,9 +107,14 @@ def save_bert_classifier(mlm: Path, out: Path) -> Path:
     scaled and centred on SST-2 training text so that both labels come out with probabilities far from 0.5 (the
     tiny pretrained model's [CLS] states differ little from text to text, and a few steps of fine-tuning on
     SST-2 do not move them)."""
+    torch.manual_seed(1)
+    with _one_thread():
+        return _save_classifier(mlm, out)
+
+
+def _save_classifier(mlm: Path, out: Path) -> Path:
     import transformers
 
-    torch.manual_seed(1)
     model = transformers.BertForSequenceClassification.from_pretrained(
         str(mlm), num_labels=2, id2label=LABELS, label2id={v: k for k, v in LABELS.items()}
     ).eval()
@@ -87,7 +123,8 @@ def save_bert_classifier(mlm: Path, out: Path) -> Path:
     with torch.no_grad():
         model.bert.pooler.dense.weight.normal_(0.0, 0.5)
         model.bert.pooler.dense.bias.normal_(0.0, 0.1)
-        logits = model(**batch).logits
+        logits = model.double()(**batch).logits.float()  # in float64 too: the same scale on every CPU
+        model.float()
         margin = logits[:, 1] - logits[:, 0]  # (B,)
         model.classifier.weight.mul_(3.0 / margin.std())  # margins of about 3 nats, half of them each way
         centre = (margin * 3.0 / margin.std()).median() - (model.classifier.bias[1] - model.classifier.bias[0])

@@ -261,7 +261,7 @@ def test_a_sharded_checkpoint_imports_the_same_weights(gpt2, tmp_path, safetenso
     assert len(shards) > 3 and not (sharded / "model.safetensors").exists()
     assert main(["import", str(sharded), str(tmp_path / "out")]) == 0
     ours, whole = load_file(tmp_path / "out" / "model.safetensors"), load_file(model_dir / "model.safetensors")
-    assert ours.keys() == whole.keys() and all(torch.equal(ours[k], whole[k]) for k in ours)
+    assert ours and ours.keys() == whole.keys() and all(torch.equal(ours[k], whole[k]) for k in ours)
 
 
 def test_a_sharded_checkpoint_missing_a_shard_is_refused(gpt2, tmp_path, capsys):

@@ -126,7 +126,7 @@ def test_an_interrupted_fine_tuning_resumes_to_the_same_weights(pretrained, tmp_
     finetune(model_dir, _recipe(root, tmp_path / "a.yaml", max_steps=6), stopped)
     a = load_weights(straight / "checkpoints/step_00000006" / ckpt.WEIGHTS)
     b = load_weights(stopped / "checkpoints/step_00000006" / ckpt.WEIGHTS)
-    assert all(torch.equal(a[n], b[n]) for n in a)
+    assert a and a.keys() == b.keys() and all(torch.equal(a[n], b[n]) for n in a)
 
 
 def test_a_translation_fine_tuning_config_keeps_the_model_s_text_settings(pretrained, tmp_path, capsys):

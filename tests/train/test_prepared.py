@@ -320,6 +320,27 @@ def test_cli_prepare_then_train_reuses_it(tmp_path):
         json.dumps({"data": {"corpora": [{**{"src": files["train_src"], "tgt": files["train_tgt"]}, "weight": 0}]}})
     )
     result = cli("prepare", str(bad), str(tmp_path / "e"))
-    assert result.returncode == 2 and result.stderr.count("\n") == 1
+    said = [line for line in result.stderr.splitlines() if not line.startswith("vaswani: threads:")]  # a busy CPU's
+    assert result.returncode == 2 and len(said) == 1
     assert "data.corpora[0].weight must be a number above 0" in result.stderr
     assert json.loads((tmp_path / "d/manifest.json").read_text())["format"] == store.FORMAT
+
+
+def test_nothing_left_to_train_on_names_the_files_and_the_dev_set_counts_its_removals(tmp_path):
+    """Issue 60 (tests/fuzz/corpus.py): the error named no file nor why the pairs went; dev pairs with an empty side
+    were left out of the dev set without a count anywhere."""
+    files = write_corpus(tmp_path, 60)
+    tokenizer = Tokenizer.load(_open(DataConfig(**files, vocab_size=60), tmp_path / "p").prepared.directory)
+    (tmp_path / "empty.de").write_text("\n" * 5, encoding="utf-8")
+    empty = str(tmp_path / "empty.de")
+    recipe = ParallelRecipe(corpora=(parallel.Corpus("e", empty, empty),))
+    with pytest.raises(DataError, match=r"after filtering .*empty\.de and .*empty\.de \(5 read; removed: 5 empty"):
+        open_or_prepare(recipe, tmp_path / "q", tokenizer, workers=1)
+    lines = Path(files["train_src"]).read_text(encoding="utf-8").splitlines()
+    lines[3] = ""
+    (tmp_path / "valid.de").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    train = parallel.Corpus("train", files["train_src"], files["train_tgt"])
+    recipe = ParallelRecipe(corpora=(train,), valid=(str(tmp_path / "valid.de"), files["train_tgt"]))
+    prepared = open_or_prepare(recipe, tmp_path / "r", tokenizer, workers=1)
+    assert prepared.manifest["report"]["valid"] == {"total": 60, "kept": 59, "removed": {"empty source or target": 1}}
+    assert len(prepared.valid) == 59

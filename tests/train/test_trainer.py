@@ -56,6 +56,7 @@ def test_resumed_run_with_subword_sampling_equals_uninterrupted(tmp_path):
     assert state.step == 12 and state.epoch >= 1  # 0-based: past the first epoch
     a = ckpt.load_weights(tmp_path / "straight/checkpoints/step_00000010" / ckpt.WEIGHTS)
     b = ckpt.load_weights(tmp_path / "resumed/checkpoints/step_00000010" / ckpt.WEIGHTS)
+    assert a and a.keys() == b.keys()
     for name in a:
         assert torch.equal(a[name], b[name]), name
 

@@ -138,9 +138,10 @@ def test_cli_errors_name_the_problem(model_dir, tmp_path):
     assert result.returncode == 2 and result.stderr.decode().strip().endswith("missing.txt: file not found")
     result = _cli("translate", str(model_dir), "--compile", "--engine", "ctranslate2", stdin=b"x\n")
     assert result.returncode == 2 and result.stdout == b""
-    assert result.stderr.decode().strip() == (
+    said = [line for line in result.stderr.decode().splitlines() if not line.startswith("vaswani: threads:")]
+    assert said == [  # apart from the thread count a busy CPU makes it say
         "vaswani: error: --compile applies to --engine torch (our own search); CTranslate2 runs compiled code already"
-    )
+    ]
     result = _cli("translate", str(model_dir), "--beam", "0", stdin=b"x\n")
     assert result.returncode == 2 and b"beam_size" in result.stderr and b"Traceback" not in result.stderr
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from vaswani.config.fields import ConfigError, closest, every_field
+from vaswani.config.fields import ConfigError, check_keys, every_field, number
 
 
 @dataclass(frozen=True)
@@ -120,9 +120,16 @@ class DataConfig:
             raise ConfigError(f"data.mask_prob must be in (0, 1), got {self.mask_prob!r}")
         if self.batch_size < 0:
             raise ConfigError(f"data.batch_size must be 0 (max_tokens // block_size) or more, got {self.batch_size!r}")
-        for name in ("vocab_size", "max_len", "max_tokens", "block_size"):
+        for name in ("vocab_size", "max_len", "max_tokens", "block_size", "max_len_ratio", *_TOY_SIZES):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"data.{name} must be positive, got {getattr(self, name)!r}")
+        if self.toy_max_len < 2:
+            raise ConfigError(
+                f"data.toy_max_len must be 2 or more (toy strings are 2 to toy_max_len long), got {self.toy_max_len!r}"
+            )
+        for name in ("valid_max_sentences", "toy_valid_size"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"data.{name} must be 0 or more, got {getattr(self, name)!r}")
         for name in ("src_sampling_alpha", "tgt_sampling_alpha"):
             value = getattr(self, name)
             if not 0.0 <= value < 1.0:
@@ -133,6 +140,8 @@ class DataConfig:
                     "sample); set it to 0 or data.tokenizer: bpe"
                 )
 
+
+_TOY_SIZES = ("toy_train_size",)  # toy_valid_size may be 0: no dev set
 
 # What each task reads of this section (train/tasks/, data/parallel.py, data/plain.py, and for the model
 # directory decode/generate.py and decode/classifier.py). Every task reads _EVERY_TASK (max_tokens also sizes
@@ -176,19 +185,19 @@ def _corpora(values: Any) -> list[dict]:
         where = f"data.corpora[{i}]"
         if not isinstance(entry, dict):
             raise ConfigError(f"{where} must be a mapping with src, tgt and optionally weight and name")
-        for key in entry:
-            if key not in ("name", "src", "tgt", "weight"):
-                raise ConfigError(f"unknown key '{where}.{key}'{closest(key, ['name', 'src', 'tgt', 'weight'])}")
+        check_keys(where, entry, ["name", "src", "tgt", "weight"])
         for key in ("src", "tgt"):
             if not isinstance(entry.get(key), str) or not entry[key]:
                 raise ConfigError(f"{where}.{key} must name a file")
         weight = entry.get("weight", 1.0)
-        if isinstance(weight, bool) or not isinstance(weight, int | float) or not weight > 0:
+        if isinstance(weight, str) or not number(weight, f"{where}.weight") > 0:
             raise ConfigError(
                 f"{where}.weight must be a number above 0 (how often its pairs are sampled per "
                 f"epoch), got {weight!r}; to leave a corpus out, remove it from the list"
             )
-        name = str(entry.get("name") or Path(entry["src"]).name)
+        if not isinstance(entry.get("name"), str | None):
+            raise ConfigError(f"{where}.name must be a name (text), got {entry['name']!r}")
+        name = entry.get("name") or Path(entry["src"]).name
         out.append({"name": name, "src": entry["src"], "tgt": entry["tgt"], "weight": float(weight)})
     names = [c["name"] for c in out]
     if len(set(names)) != len(names):

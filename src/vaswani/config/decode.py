@@ -67,13 +67,13 @@ class DecodeConfig:
             raise ConfigError(
                 "decode.length_penalty, decode.max_len_a, decode.max_len_b and decode.min_len must be >= 0"
             )
-        if self.early_stopping not in (True, False, "heuristic"):
+        if not isinstance(self.early_stopping, bool) and self.early_stopping != "heuristic":  # 1 == True: no
             raise ConfigError(f"decode.early_stopping must be true, false or heuristic, got {self.early_stopping!r}")
         if self.no_repeat_ngram < 0:
             raise ConfigError(f"decode.no_repeat_ngram must be >= 0 (0 is off), got {self.no_repeat_ngram}")
         if self.repetition_penalty <= 0:
             raise ConfigError(f"decode.repetition_penalty must be > 0 (1 is off), got {self.repetition_penalty}")
-        if self.static_cache not in (True, False, "auto"):
+        if not isinstance(self.static_cache, bool) and self.static_cache != "auto":
             raise ConfigError(f"decode.static_cache must be true, false or auto, got {self.static_cache!r}")
         if self.compile and self.static_cache is True:
             raise ConfigError("decode.compile and decode.static_cache are two ways to a lean step: choose one")
@@ -81,3 +81,5 @@ class DecodeConfig:
             raise ConfigError(f"decode.length_rule must be gnmt or power, got {self.length_rule!r}")
         if self.temperature <= 0 or self.top_k < 0 or not 0 < self.top_p <= 1:
             raise ConfigError("decode.temperature must be > 0, decode.top_k >= 0 and decode.top_p in (0, 1]")
+        if not 0 <= self.seed < 2**63:  # what torch takes as a seed
+            raise ConfigError(f"decode.seed must be an integer from 0 to 2^63 - 1, got {self.seed!r}")

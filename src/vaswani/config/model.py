@@ -194,7 +194,7 @@ class ModelConfig:
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> ModelConfig:
         """A named architecture (see PRESETS), with any field overridden, e.g. `preset("base", src_vocab_size=8000)`."""
-        if name not in PRESETS:
+        if not isinstance(name, str) or name not in PRESETS:
             raise ConfigError(
                 f"unknown model preset '{name}'{closest(name, list(PRESETS))}; choose one of {', '.join(PRESETS)}"
             )
@@ -223,9 +223,16 @@ def fitting(task: str) -> list[str]:
     return [f.type for f in FAMILIES.values() if task in f.tasks]
 
 
-def _divisor_near(d_model: int, n_heads: int) -> int:
-    divisors = [h for h in range(1, d_model + 1) if d_model % h == 0]
-    return min(divisors, key=lambda h: abs(h - n_heads))
+def _divisor_near(d_model: int, n_heads: int, reach: int = 4096) -> int:
+    """The divisor of d_model nearest n_heads (the smaller on a tie), searched within `reach` of it: a d_model of
+    10^12 is not walked through (1 divides everything)."""
+    if n_heads >= d_model:
+        return d_model
+    for distance in range(min(reach, n_heads)):
+        for h in (n_heads - distance, n_heads + distance):
+            if 0 < h <= d_model and d_model % h == 0:
+                return h
+    return 1
 
 
 # Table 3 of the paper, and small models that train on a CPU.

@@ -3,6 +3,7 @@ sections, and written into each model directory as config.yaml with the fields t
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,9 +13,9 @@ import yaml
 
 from vaswani.config.data import DataConfig
 from vaswani.config.decode import DecodeConfig
-from vaswani.config.fields import ConfigError, build, closest, every_field, reset, written
+from vaswani.config.fields import ConfigError, build, check_keys, closest, every_field, reset, shown, written
 from vaswani.config.finetune import FinetuneConfig
-from vaswani.config.model import ModelConfig, fitting
+from vaswani.config.model import PRESETS, ModelConfig, fitting
 from vaswani.config.train import TrainConfig
 from vaswani.families import TRANSLATE, family
 
@@ -90,8 +91,8 @@ class Config:
         sections = {}
         for name, section in values.items():
             if name not in SECTIONS:
-                raise ConfigError(f"unknown section '{name}'{closest(name, list(SECTIONS))}")
-            sections[name] = _section(name, section or {})
+                raise ConfigError(f"unknown section '{shown(name)}'{closest(name, list(SECTIONS))}")
+            sections[name] = _section(name, {} if section is None else section)  # `train:` alone: the defaults
         for name, section in sections.items():  # before fields without effect are reset: every value is checked
             if name != "model":
                 section.validate()
@@ -128,13 +129,17 @@ class Config:
         """Read a YAML recipe and apply `section.key=value` overrides (values parsed as YAML)."""
         path = Path(path)
         try:
-            values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            content = path.read_bytes()
         except FileNotFoundError:
             raise ConfigError(f"config file {path} not found") from None
-        except yaml.YAMLError as error:
-            mark = getattr(error, "problem_mark", None)
-            where = f" at line {mark.line + 1}" if mark else ""
-            raise ConfigError(f"{path} is not valid YAML{where}: {getattr(error, 'problem', error)}") from None
+        values = parse_yaml(_utf8(content, path), str(path))
+        if values is None:  # an empty file: the defaults
+            values = {}
+        if not isinstance(values, dict):
+            raise ConfigError(
+                f"{path} must hold a mapping of sections (model, data, train, decode, finetune), "
+                f"got a {type(values).__name__}"
+            )
         return cls.from_dict(apply_overrides(values, overrides))
 
     def save(self, path: str | Path) -> None:
@@ -143,21 +148,93 @@ class Config:
 
 
 def _section(name: str, values: Any) -> Any:
-    if name == "model" and isinstance(values, dict):
+    """A section from its mapping; the model section may name a preset (and then a vocab_size for both sides)."""
+    if name != "model" or not isinstance(values, dict):
+        return build(name, SECTIONS[name], values)
+    known = [f.name for f in dataclasses.fields(ModelConfig)]
+    check_keys("model", values, [*known, "preset", *(["vocab_size"] if "preset" in values else [])])
+    if "preset" in values:
         values = dict(values)
-        preset = values.pop("preset", None)
-        if preset is not None:
-            return ModelConfig.preset(preset, **values)
+        preset = values.pop("preset")
+        if preset is None:  # `preset:` left empty: none
+            return build(name, ModelConfig, values)
+        if not isinstance(preset, str):
+            raise ConfigError(f"model.preset must name a preset ({', '.join(PRESETS)}), got {preset!r}")
+        return ModelConfig.preset(preset, **values)
     return build(name, SECTIONS[name], values)
 
 
 def apply_overrides(values: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """`train.max_steps=2000` sets values['train']['max_steps'] = 2000."""
-    values = {k: dict(v or {}) for k, v in values.items()}
+    """`train.max_steps=2000` sets values['train']['max_steps'] = 2000. A section that is not a mapping is left
+    as it is (from_dict names it), unless an override sets one of its keys."""
+    values = {k: dict(v) if isinstance(v, dict) else v for k, v in values.items()}
     for item in overrides:
         key, sep, raw = item.partition("=")
         section, dot, name = key.partition(".")
         if not sep or not dot or not name:
-            raise ConfigError(f"override '{item}' must look like section.key=value, e.g. train.max_steps=2000")
-        values.setdefault(section, {})[name] = yaml.safe_load(raw)
+            raise ConfigError(f"override '{shown(item)}' must look like section.key=value, e.g. train.max_steps=2000")
+        if values.get(section) is None:
+            values[section] = {}
+        if not isinstance(values[section], dict):
+            raise ConfigError(f"override '{shown(item)}': section '{shown(section)}' of the config is not a mapping")
+        values[section][name] = parse_yaml(raw, f"override '{shown(item)}'")
     return values
+
+
+class _Loader(yaml.SafeLoader):
+    """yaml.safe_load's loader, but a key given twice in one mapping is an error: PyYAML keeps the last one
+    silently, and a recipe edited in two places would run with the value its author did not look at."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *defaults`: keys given beside it override the merged ones
+            key = self.construct_object(key_node, deep=True)
+            with contextlib.suppress(TypeError):  # an unhashable key: construct_mapping's own error names it
+                if key in seen:
+                    raise _Duplicate(key, seen[key], key_node.start_mark.line + 1)
+                seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep)
+
+
+class _Duplicate(yaml.YAMLError):
+    def __init__(self, key: Any, first: int, line: int) -> None:
+        super().__init__(f"line {line}: key '{shown(key)}' given twice (first at line {first}); keep one")
+
+
+def parse_yaml(text: str, where: str) -> Any:
+    """The YAML document `text` (safe types only); a ConfigError naming `where` (the file, the override), the line
+    and the problem in one line."""
+    try:
+        return yaml.load(text, Loader=_Loader)  # a SafeLoader: plain types only
+    except _Duplicate as error:
+        raise ConfigError(f"{where}, {error}") from None
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{where} is not valid YAML{_yaml_problem(error, text)}") from None
+    except RecursionError:
+        raise ConfigError(f"{where} is not a recipe: its values are nested too deeply for a YAML reader") from None
+
+
+def _yaml_problem(error: yaml.YAMLError, text: str) -> str:
+    """' at line N: problem' of a YAML error, in one line (PyYAML's own messages span several)."""
+    if isinstance(error, yaml.reader.ReaderError):
+        line = text.count("\n", 0, error.position) + 1 if isinstance(error.position, int) else None
+        code = error.character if isinstance(error.character, int) else ord(str(error.character)[:1] or "\0")
+        problem = f"character U+{code:04X} is not allowed (a control character)"
+    else:
+        mark = getattr(error, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        parts = [getattr(error, "context", None), getattr(error, "problem", None)]
+        problem = ": ".join(p for p in parts if p) or str(error)
+    where = f" at line {line}" if line is not None else ""
+    return f"{where}: {' '.join(str(problem).split())}"
+
+
+def _utf8(content: bytes, path: Path) -> str:
+    """The recipe's text; bytes that are not UTF-8 are a ConfigError naming the file and line."""
+    try:
+        return content.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = content.count(b"\n", 0, error.start) + 1
+        raise ConfigError(f"{path}, line {line}: not UTF-8 text (byte {error.start}); save the file as UTF-8") from None

@@ -98,5 +98,24 @@ class TrainConfig:
             raise ConfigError(f"train.weight_decay must be 0 or more, got {self.weight_decay!r}")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ConfigError(f"train.label_smoothing must be in [0, 1), got {self.label_smoothing!r}")
-        if self.loader_workers < 0:
-            raise ConfigError(f"train.loader_workers must be 0 or more, got {self.loader_workers!r}")
+        self._validate_optimiser()
+        for name in ("loader_workers", "patience", "keep_best"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"train.{name} must be 0 or more, got {getattr(self, name)!r}")
+        if self.max_epochs is not None and self.max_epochs <= 0:
+            raise ConfigError(f"train.max_epochs must be positive (or left out: no limit), got {self.max_epochs!r}")
+        if not 0 <= self.seed < 2**63:  # what torch and numpy both take as a seed
+            raise ConfigError(f"train.seed must be an integer from 0 to 2^63 - 1, got {self.seed!r}")
+
+    def _validate_optimiser(self) -> None:
+        """The rates and Adam's constants: what torch's optimiser would refuse only once training starts (in a
+        message naming none of these keys), or take and train nothing with."""
+        for name in ("lr_factor", "peak_lr"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"train.{name} must be positive, got {getattr(self, name)!r}")
+        for name in ("adam_beta1", "adam_beta2"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ConfigError(f"train.{name} must be in [0, 1), got {getattr(self, name)!r}")
+        for name in ("adam_eps", "clip_norm"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"train.{name} must be 0 or more, got {getattr(self, name)!r}")

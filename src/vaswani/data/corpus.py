@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import gzip
 import sys
+import zlib
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -21,6 +22,34 @@ class DataError(ValueError):
 
 # NUL and the Unicode line/paragraph separators would split or corrupt lines downstream.
 _SPACED = ("\x00", "\r", "\u2028", "\u2029")
+# What reading a plain or .gz file may raise: the OS's errors, gzip's (a truncated file: EOFError; not gzip:
+# BadGzipFile, an OSError) and zlib's (a corrupt deflate stream: zlib.error, no OSError).
+READ_ERRORS = (OSError, EOFError, zlib.error)
+BOM = b"\xef\xbb\xbf"  # UTF-8's byte order mark, which Windows editors put at a file's start
+
+
+def without_bom(data: bytes) -> bytes:
+    """A file's bytes without the BOM some editors start a UTF-8 file with: an encoding mark, not text (left in, it
+    would become part of the first sentence's first word)."""
+    return data[len(BOM) :] if data.startswith(BOM) else data
+
+
+def unreadable(path: str | Path, error: BaseException) -> DataError:
+    """The DataError for a file that cannot be read (one of READ_ERRORS): the reason, and what to do about it."""
+    damaged = isinstance(error, EOFError | zlib.error | gzip.BadGzipFile)
+    fix = "the file is truncated or corrupt: copy or download it again" if damaged else "check that it can be read"
+    return DataError(f"{path}: cannot read ({error}); {fix}")
+
+
+def file_lines(handle: Iterable[bytes]) -> Iterator[bytes]:
+    """The lines of a binary file (or standard input) without their line end, split at \\n alone, the BOM at its
+    start dropped: a file holding only a BOM has no lines, as read_lines reads it."""
+    for number, line in enumerate(handle):
+        if number == 0 and line.startswith(BOM):
+            line = line[len(BOM) :]
+            if not line:
+                return
+        yield line[:-1] if line.endswith(b"\n") else line
 
 
 def _normalise(text: str) -> str:
@@ -47,9 +76,9 @@ def read_lines(path: str | Path, invalid_utf8: str = "error") -> list[str]:
     opener = gzip.open if path.suffix == ".gz" else open
     try:
         with opener(path, "rb") as handle:
-            raw = handle.read()
-    except (OSError, EOFError) as error:
-        raise DataError(f"{path}: cannot read ({error})") from None
+            raw = without_bom(handle.read())
+    except READ_ERRORS as error:
+        raise unreadable(path, error) from None
     lines = raw.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
@@ -165,8 +194,12 @@ class LineReader:
         return gzip.open(self.path, "rb") if self.path.suffix == ".gz" else open(self.path, "rb")
 
     def _count(self) -> int:
-        with self._open() as handle:
-            return sum(1 for _ in handle)
+        """The file's lines, counted before any is translated: a truncated or corrupt file is refused at once."""
+        try:
+            with self._open() as handle:
+                return sum(1 for _ in file_lines(handle))
+        except READ_ERRORS as error:
+            raise unreadable(self.path, error) from None
 
     def read_text(self) -> str:
         """The whole input as one text, every character and line end kept (for documents); invalid UTF-8 is
@@ -174,8 +207,8 @@ class LineReader:
         handle = self._open()
         try:
             data = handle.read()
-        except (OSError, EOFError) as error:
-            raise DataError(f"{self.path or 'standard input'}: cannot read ({error})") from None
+        except READ_ERRORS as error:
+            raise unreadable(self.path or "standard input", error) from None
         finally:
             if handle is not sys.stdin.buffer:
                 handle.close()
@@ -195,8 +228,7 @@ class LineReader:
         """(index of the chunk's first line, its lines), `size` lines at a time."""
         handle, chunk, first = self._open(), [], 0
         try:
-            for number, raw in enumerate(handle, start=1):
-                raw = raw.rstrip(b"\n")
+            for number, raw in enumerate(file_lines(handle), start=1):
                 try:
                     text = raw.decode("utf-8")
                 except UnicodeDecodeError:
@@ -208,8 +240,8 @@ class LineReader:
                     first, chunk = first + size, []
             if chunk:
                 yield first, chunk
-        except (OSError, EOFError) as error:
-            raise DataError(f"{self.path or 'standard input'}: cannot read ({error})") from None
+        except READ_ERRORS as error:
+            raise unreadable(self.path or "standard input", error) from None
         finally:
             if handle is not sys.stdin.buffer:
                 handle.close()

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from vaswani.config import ModelConfig
-from vaswani.data.corpus import DataError, decode_line
+from vaswani.data.corpus import DataError, decode_line, without_bom
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.families import family
 from vaswani.special import PAD_ID
@@ -26,7 +26,7 @@ def read_labelled(path: str | Path, invalid_utf8: str = "error") -> list[tuple[i
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: file not found")
-    raw = path.read_bytes().split(b"\n")
+    raw = without_bom(path.read_bytes()).split(b"\n")  # a BOM would hide the header's label column
     if raw and raw[-1] == b"":
         raw.pop()
     rows = [[decode_line(field, path, i, invalid_utf8) for field in line.split(b"\t")] for i, line in enumerate(raw, 1)]

@@ -139,6 +139,8 @@ def _encode_chunk(job: tuple) -> dict:
         src = [ids[: r.max_len] for ids in tokenizer.encode_src([src_text[i] for i in kept])]
         tgt = [ids[: r.max_len] for ids in tokenizer.encode_tgt([tgt_text[i] for i in kept])]
         report = FilterReport(total=len(src_text), kept=len(kept))
+        if len(kept) < len(src_text):
+            report.removed["empty source or target"] = len(src_text) - len(kept)
     else:
         src, tgt = tokenizer.encode_src(src_text), tokenizer.encode_tgt(tgt_text)
         kept, report = filter_pairs(list(zip(src, tgt, strict=True)), r.max_len, r.max_len_ratio)
@@ -248,16 +250,12 @@ def _prepare(
                 log(f"{name}: {reports[name].lines()[0]}")
         files = train.close()
         if train.count == 0:
-            raise DataError(
-                "no training pairs left after filtering; check the files, data.max_len and data.max_len_ratio"
-            )
+            raise DataError(_nothing_kept(recipe, _report(reports)))
         splits = ["train"]
-        if recipe.valid is not None or (recipe.toy is not None and recipe.toy.get("valid")):
-            valid = _SplitWriter(partial, "valid", dtype, text=True)
-            valid.add(in_order(_valid_jobs(recipe), 1, _encode_chunk, _init_worker, (partial, recipe)))
-            files.update(valid.close())
-            splits.append("valid")
         report = _report(reports)
+        if recipe.valid is not None or (recipe.toy is not None and recipe.toy.get("valid")):
+            report["valid"] = _valid_split(recipe, partial, dtype, files, log)
+            splits.append("valid")
         (partial / "report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
         store.write_manifest(
             partial,
@@ -274,6 +272,16 @@ def _prepare(
         )
 
 
+def _valid_split(recipe: ParallelRecipe, partial: Path, dtype, files: dict, log: Callable[[str], None]) -> dict:
+    """The dev set's arrays written into `partial` (their entries added to `files`); its report, the pairs removed
+    for an empty side counted too: nothing leaves the dev set unsaid."""
+    valid = _SplitWriter(partial, "valid", dtype, text=True)
+    report = valid.add(in_order(_valid_jobs(recipe), 1, _encode_chunk, _init_worker, (partial, recipe)))
+    files.update(valid.close())
+    log(f"valid: {report.lines()[0]}")
+    return report.to_dict()
+
+
 def _tokenizer(recipe: ParallelRecipe, tokenizer: Tokenizer | None, partial: Path, log) -> Tokenizer:
     """The tokenizer given, saved into `partial`, or one trained there on a sample of the recipe's text."""
     if tokenizer is not None:
@@ -285,6 +293,16 @@ def _tokenizer(recipe: ParallelRecipe, tokenizer: Tokenizer | None, partial: Pat
     )
     return Tokenizer.train(
         _training_text(recipe, 0), _training_text(recipe, 1), recipe.vocab_size, recipe.tokenizer, recipe.joint, partial
+    )
+
+
+def _nothing_kept(recipe: ParallelRecipe, report: dict) -> str:
+    """Why no pair is left to train on: the files read, how many pairs they held, why each was removed."""
+    files = ", ".join(f"{c.src} and {c.tgt}" for c in recipe.corpora) or "the toy task's pairs"
+    removed = ", ".join(f"{n:,} {reason}" for reason, n in sorted(report["removed"].items())) or "none"
+    return (
+        f"no training pairs left after filtering {files} ({report['total']:,} read; removed: {removed}); check the "
+        "files, data.max_len and data.max_len_ratio"
     )
 
 

@@ -26,7 +26,7 @@ from rich.console import Console
 
 from vaswani.config import DataConfig
 from vaswani.data import store
-from vaswani.data.corpus import DataError, decode_line
+from vaswani.data.corpus import READ_ERRORS, DataError, decode_line, unreadable, without_bom
 from vaswani.data.tokenizer import SAMPLE_SENTENCES, Tokenizer
 from vaswani.special import EOS_ID
 
@@ -131,9 +131,9 @@ def _read_text(path: Path, invalid_utf8: str) -> str:
     if not path.is_file():
         raise DataError(f"{path}: file not found")
     try:
-        raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
-    except (OSError, EOFError) as error:
-        raise DataError(f"{path}: cannot read ({error})") from None
+        raw = without_bom(gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes())
+    except READ_ERRORS as error:
+        raise unreadable(path, error) from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:

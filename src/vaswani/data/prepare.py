@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar, Protocol
 
 from rich.console import Console
 
+from vaswani import atomic
 from vaswani.data import store
 from vaswani.data.corpus import DataError
 from vaswani.data.tokenizer import Tokenizer
@@ -112,16 +112,14 @@ def install_tokenizer(prepared: store.PreparedData, model_dir: Path) -> Tokenize
                 f"{target} is not the tokenizer {prepared.directory} was prepared with; use a new "
                 "model directory, or prepare the data with this model's tokenizer"
             )
-        if not target.is_file():
-            shutil.copyfile(prepared.directory / name, target)
+        if not target.is_file():  # whole or absent: a torn copy would refuse every resumed run as "not the tokenizer"
+            atomic.copy_file(prepared.directory / name, target)
     return Tokenizer.load(prepared.directory)
 
 
 def write_report(prepared: store.PreparedData, model_dir: Path) -> None:
     """The filter report (pairs kept and removed, per corpus), kept with the model as data_report.json."""
-    (model_dir / "data_report.json").write_text(
-        json.dumps(prepared.manifest["report"], indent=2) + "\n", encoding="utf-8"
-    )
+    atomic.write_text(model_dir / "data_report.json", json.dumps(prepared.manifest["report"], indent=2) + "\n")
 
 
 def default_workers() -> int:

@@ -22,13 +22,12 @@ import contextlib
 import hashlib
 import json
 import os
-import shutil
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from vaswani import atomic
 from vaswani.data.corpus import DataError
 
 FORMAT = 1
@@ -240,21 +239,11 @@ def check_unprepared(directory: Path) -> None:
         )
 
 
-@contextlib.contextmanager
-def building(directory: Path) -> Iterator[Path]:
-    """A temporary sibling of `directory` to write prepared data into: renamed to `directory` when the block
-    completes, removed when it fails, so that an interrupted preparation leaves nothing a later run trusts."""
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    partial = directory.parent / f".{directory.name}.partial-{os.getpid()}"
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir()
-    try:
-        yield partial
-        if directory.exists():
-            directory.rmdir()
-        os.replace(partial, directory)
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)
+def building(directory: Path) -> contextlib.AbstractContextManager[Path]:
+    """A temporary sibling of `directory` to write prepared data into (`.NAME.partial-PID`): fsynced and renamed to
+    `directory` when the block completes, removed when it fails, so that an interrupted preparation leaves nothing a
+    later run trusts; the next preparation removes what a killed one left (vaswani.atomic.building)."""
+    return atomic.building(directory, tag="partial")
 
 
 def describe_input(path: Path) -> dict:

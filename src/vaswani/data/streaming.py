@@ -15,7 +15,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
-from vaswani.data.corpus import DataError
+from vaswani.data.corpus import READ_ERRORS, DataError, file_lines, unreadable
 
 Chunk = tuple[int, list[bytes], list[bytes]]  # (number of the first line, source lines, target lines)
 
@@ -38,10 +38,9 @@ class _Reader:
 
     def __iter__(self) -> Iterator[bytes]:
         try:
-            for line in self.handle:
-                yield line[:-1] if line.endswith(b"\n") else line
-        except (OSError, EOFError) as error:
-            raise DataError(f"{self.path}: cannot read ({error})") from None
+            yield from file_lines(self.handle)
+        except READ_ERRORS as error:
+            raise unreadable(self.path, error) from None
 
     def close(self) -> None:
         self.handle.close()

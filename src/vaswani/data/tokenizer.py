@@ -17,12 +17,12 @@ import io
 import itertools
 import json
 import re
-import shutil
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import sentencepiece as spm
 
+from vaswani import atomic
 from vaswani.data.corpus import DataError
 from vaswani.data.hf_tokenizer import HfPieces, holds_hf_tokenizer
 from vaswani.special import BOS_ID, EOS_ID, MASK, PAD_ID, UNK_ID
@@ -174,11 +174,11 @@ class Tokenizer:
         if self.marian or isinstance(self.src, HfPieces):
             source = self.src.directory if isinstance(self.src, HfPieces) else self.src.path.parent
             for name in self.file_names:
-                shutil.copyfile(source / name, Path(directory) / name)
+                atomic.copy_file(source / name, Path(directory) / name)
             return
         processors = [self.src] if self.joint else [self.src, self.tgt]
-        for name, processor in zip(self.files(self.joint), processors, strict=True):
-            (Path(directory) / name).write_bytes(processor.serialized_model_proto())
+        for name, processor in zip(self.files(self.joint), processors, strict=True):  # each whole or absent
+            atomic.write_bytes(Path(directory) / name, processor.serialized_model_proto())
 
     @staticmethod
     def files(joint: bool) -> list[str]:
@@ -225,7 +225,7 @@ class Tokenizer:
         for joint in (True, False):
             paths = [directory / name for name in cls.files(joint)]
             if all(p.is_file() for p in paths):
-                return cls(*(spm.SentencePieceProcessor(model_file=str(p)) for p in paths))
+                return cls(*(_sentencepiece(p) for p in paths))
         raise DataError(f"{directory} has no tokenizer.model (or src.model and tgt.model); is it a model directory?")
 
     @classmethod
@@ -246,6 +246,20 @@ class Tokenizer:
         src = VocabPieces(processors[0], source_vocab, directory / MARIAN_FILES[2])
         tgt = VocabPieces(processors[1], target_vocab, directory / (MARIAN_TARGET_VOCAB if separate else "vocab.json"))
         return cls(src, tgt)
+
+
+def _sentencepiece(path: Path) -> spm.SentencePieceProcessor:
+    """The SentencePiece model at `path`; a truncated or corrupt file is a DataError naming it (SentencePiece's
+    own is a RuntimeError that names no file)."""
+    try:
+        processor = spm.SentencePieceProcessor(model_file=str(path))
+        processor.id_to_piece(list(range(processor.get_piece_size())))  # a flipped byte in a piece: not UTF-8
+        return processor
+    except (OSError, RuntimeError, UnicodeDecodeError) as error:
+        raise DataError(
+            f"{path} is not a SentencePiece model ({' '.join(str(error).split())}): truncated or corrupt; "
+            "restore it from the run that trained the model, or from its prepared data"
+        ) from None
 
 
 def _read_vocab(path: Path) -> dict[str, int]:
@@ -315,5 +329,5 @@ def _train_one(lines: Iterable[str], vocab_size: int, model_type: str, path: Pat
                 "or less"
             ) from None
         raise DataError(f"SentencePiece training failed: {message.strip()}") from None
-    path.write_bytes(model.getvalue())
+    atomic.write_bytes(path, model.getvalue())
     return spm.SentencePieceProcessor(model_proto=model.getvalue())

@@ -4,13 +4,17 @@
     vaswani export MODEL_DIR OUT_DIR --to huggingface
 
 Each exporter reads the model directory through `vaswani.model_dir` and writes a directory its engine
-loads with nothing from vaswani installed. Both are proven output-equal in tests/export/.
+loads with nothing from vaswani installed, built beside it and renamed into place (`output_directory`). Both
+are proven output-equal in tests/export/.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
+from vaswani import atomic
 from vaswani.families import FAMILIES, family
 
 TARGETS = ("ctranslate2", "huggingface")
@@ -46,8 +50,8 @@ def export(model_dir: str | Path, out_dir: str | Path, to: str, quantization: st
     raise ExportError(f"unknown export target {to!r}; choose one of {', '.join(TARGETS)}")
 
 
-def prepare_output(out_dir: str | Path, model_dir: str | Path) -> Path:
-    """An empty (or new) output directory that is not the model directory itself."""
+def check_output(out_dir: str | Path, model_dir: str | Path) -> Path:
+    """`out_dir`, where it may be exported into: new or empty, and not the model directory itself."""
     out_dir, model_dir = Path(out_dir), Path(model_dir)
     if out_dir.resolve() == model_dir.resolve():
         raise ExportError(f"{out_dir} is the model directory itself; export into a directory of its own")
@@ -55,8 +59,17 @@ def prepare_output(out_dir: str | Path, model_dir: str | Path) -> Path:
         raise ExportError(f"{out_dir} exists and is not a directory; choose another output path")
     if out_dir.is_dir() and any(out_dir.iterdir()):  # stale files of another export would mislead its loader
         raise ExportError(f"{out_dir} is not empty; export into a new or empty directory")
-    out_dir.mkdir(parents=True, exist_ok=True)
     return out_dir
+
+
+@contextlib.contextmanager
+def output_directory(out_dir: str | Path, model_dir: str | Path) -> Iterator[Path]:
+    """A temporary sibling of `out_dir` (checked by check_output) to write the export into, renamed to `out_dir`
+    when complete (vaswani.atomic.building): a kill while exporting leaves `out_dir` as it was, never half
+    written (its loader would fail, and the next export would refuse it as not empty)."""
+    out = check_output(out_dir, model_dir)
+    with atomic.building(out) as tmp:
+        yield tmp
 
 
 def pieces(processor) -> list[str]:

@@ -17,19 +17,17 @@ from __future__ import annotations
 
 import fcntl
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from vaswani import atomic
 from vaswani.config import ModelConfig
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.decode.ct2_engine import DIRECTORY, STAMP, current, stamp
 from vaswani.decode.engine import CT2_TYPES
-from vaswani.export import ExportError, pieces, prepare_output
+from vaswani.export import ExportError, check_output, output_directory, pieces
 from vaswani.model_dir import load_model
 from vaswani.nn import Transformer
 from vaswani.nn.embedding import sinusoid_table
@@ -141,6 +139,15 @@ def build_spec(model: Transformer, tokenizer: Tokenizer):
 
 def export_ctranslate2(model_dir: str | Path, out_dir: str | Path, quantization: str | None = None) -> Path:
     """Convert `model_dir` into a CTranslate2 model directory (weights in `quantization`, default float32)."""
+    check_output(out_dir, model_dir)
+    spec, tokenizer = _spec(model_dir, quantization)
+    with output_directory(out_dir, model_dir) as out:
+        _save(spec, tokenizer, out)
+    return Path(out_dir)
+
+
+def _spec(model_dir: str | Path, quantization: str | None):
+    """The model's CTranslate2 specification, validated and in `quantization`, and its tokenizer."""
     if quantization is not None and quantization not in CT2_TYPES:
         raise ExportError(f"--quantization {quantization} is not one of {', '.join(CT2_TYPES)}")
     _ctranslate2()
@@ -149,10 +156,13 @@ def export_ctranslate2(model_dir: str | Path, out_dir: str | Path, quantization:
     spec = build_spec(model, tokenizer)
     spec.validate()
     spec.optimize(quantization=quantization)
-    out = prepare_output(out_dir, model_dir)
+    return spec, tokenizer
+
+
+def _save(spec, tokenizer: Tokenizer, out: Path) -> None:
+    """The model and its tokenizer into `out`, a temporary directory that is renamed into place when complete."""
     spec.save(str(out))
     tokenizer.save(out)
-    return out
 
 
 def converted(model_dir: str | Path) -> Path:
@@ -172,12 +182,10 @@ def converted(model_dir: str | Path) -> Path:
             )
         if current(model_dir) is not None:
             return target
-        tmp = Path(tempfile.mkdtemp(prefix=".ctranslate2-", dir=model_dir))
-        try:
-            export_ctranslate2(model_dir, tmp)
+        spec, tokenizer = _spec(model_dir, None)
+        # the stale conversion exchanged for the new one in one step (vaswani.atomic): never one half deleted
+        # under its stamp, never none while a translator looks
+        with atomic.building(target) as tmp:
+            _save(spec, tokenizer, tmp)
             (tmp / STAMP).write_text(json.dumps(stamp(model_dir)) + "\n")
-            shutil.rmtree(target, ignore_errors=True)
-            os.replace(tmp, target)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
     return target

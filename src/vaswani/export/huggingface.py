@@ -35,7 +35,7 @@ import torch
 
 from vaswani.config import Config
 from vaswani.data.tokenizer import Tokenizer
-from vaswani.export import ExportError, pieces, prepare_output
+from vaswani.export import ExportError, check_output, output_directory, pieces
 from vaswani.model_dir import load_model
 from vaswani.nn import Transformer
 
@@ -195,10 +195,16 @@ def export_huggingface(model_dir: str | Path, out_dir: str | Path) -> Path:
     model, config = load_model(model_dir)
     check_exportable(config)
     tokenizer = Tokenizer.load(model_dir)
+    check_output(out_dir, model_dir)
     marian = to_marian(model, config)
-    out = prepare_output(out_dir, model_dir)
-    marian.save_pretrained(str(out))
-    model_dir = Path(model_dir)
+    with output_directory(out_dir, model_dir) as out:
+        marian.save_pretrained(str(out))
+        _save_tokenizer(tokenizer, config, Path(model_dir), out)
+    return Path(out_dir)
+
+
+def _save_tokenizer(tokenizer: Tokenizer, config: Config, model_dir: Path, out: Path) -> None:
+    """The SentencePiece models and vocabularies MarianTokenizer reads, and its tokenizer_config.json."""
     if tokenizer.marian:  # imported from Marian: its own files
         tokenizer.save(out)
     else:
@@ -221,4 +227,3 @@ def export_huggingface(model_dir: str | Path, out_dir: str | Path) -> Path:
             json.dumps(target, ensure_ascii=False, indent=0) + "\n", encoding="utf-8"
         )
     (out / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2) + "\n", encoding="utf-8")
-    return out

@@ -16,13 +16,13 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
+from vaswani import atomic
 from vaswani.config import Config
 from vaswani.model_dir import WEIGHTS, load_into, save_weights, weights_of, write_model_directory
 from vaswani.nn import build_model
@@ -156,14 +156,18 @@ def _read_shards(index: Path) -> dict[str, torch.Tensor]:
 
 
 # transformers' GenerationConfig defaults for what vaswani's search reads, and for what it cannot do (refused when
-# a checkpoint sets it otherwise: its outputs would differ from generate's)
+# a checkpoint sets it otherwise: its outputs would differ from generate's). no_repeat_ngram_size is our
+# decode.no_repeat_ngram exactly (-inf after the log-softmax, as generate's beam search bans it; generate's history
+# also holds the start token, but an n-gram holding it cannot occur twice). repetition_penalty is not ours: generate's
+# beam search applies it to the log-probabilities, ours to the logits before the softmax; nor are the encoder's rules.
 GENERATION_DEFAULTS = {"num_beams": 1, "max_length": 20, "max_new_tokens": None, "length_penalty": 1.0,
-                       "early_stopping": False, "forced_eos_token_id": None, "bad_words_ids": None}  # fmt: skip
+                       "early_stopping": False, "forced_eos_token_id": None, "bad_words_ids": None,
+                       "no_repeat_ngram_size": 0}  # fmt: skip
 GENERATION_UNSUPPORTED = {"do_sample": False, "num_beam_groups": 1, "diversity_penalty": 0.0, "min_length": 0,
-                          "min_new_tokens": None, "no_repeat_ngram_size": 0, "encoder_no_repeat_ngram_size": 0,
-                          "repetition_penalty": 1.0, "encoder_repetition_penalty": 1.0, "forced_bos_token_id": None,
-                          "suppress_tokens": None, "begin_suppress_tokens": None, "constraints": None,
-                          "force_words_ids": None, "exponential_decay_length_penalty": None}  # fmt: skip
+                          "min_new_tokens": None, "encoder_no_repeat_ngram_size": 0, "repetition_penalty": 1.0,
+                          "encoder_repetition_penalty": 1.0, "forced_bos_token_id": None, "suppress_tokens": None,
+                          "begin_suppress_tokens": None, "constraints": None, "force_words_ids": None,
+                          "exponential_decay_length_penalty": None}  # fmt: skip
 
 
 def generation_settings(src: Path, hf: dict) -> dict:
@@ -264,9 +268,7 @@ def import_pretrained(src: str | Path, model_dir: str | Path) -> Path:
         "architectures": hf.get("architectures"),
         "transformers_version": hf.get("transformers_version"),
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
-    try:
+    with atomic.building(out) as tmp:  # a kill leaves `out` as it was (absent or empty), never half imported
         for name, file in tokenizer_files.items():  # a file of the checkpoint, or one the layout made (bytes)
             if isinstance(file, bytes):
                 (tmp / name).write_bytes(file)
@@ -274,11 +276,6 @@ def import_pretrained(src: str | Path, model_dir: str | Path) -> Path:
                 shutil.copyfile(file, tmp / name)
         save_weights(weights_of(model), tmp / WEIGHTS)
         write_model_directory(tmp, config, origin)
-        if out.exists():
-            out.rmdir()
-        tmp.rename(out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 

@@ -9,11 +9,13 @@
 - generation_config.json (where the checkpoint has none, config.json's generation fields, as transformers reads
   them) becomes the model's decode defaults: num_beams, max_length (max_len_a 0, max_len_b max_length - 1: HF
   counts the start token; - 1 again with forced_eos_token_id, decode.forced_eos), length_penalty with Hugging
-  Face's rule (decode.length_rule power: score / |Y|^alpha), early_stopping; greedy and beam outputs are then
-  generate's, token for token (tests/pretrained/test_marian.py).
+  Face's rule (decode.length_rule power: score / |Y|^alpha), early_stopping, no_repeat_ngram_size
+  (decode.no_repeat_ngram); greedy and beam outputs are then generate's, token for token
+  (tests/pretrained/test_marian.py).
 
 Refused, in one line: pre-norm variants (normalize_before, normalize_embedding, add_final_layer_norm),
-unequal encoder/decoder widths or heads, learned positions, bad_words_ids beyond PAD.
+unequal encoder/decoder widths or heads, learned positions, bad_words_ids beyond PAD, the generation settings
+our search does not follow (pretrained/__init__.py, GENERATION_UNSUPPORTED).
 """
 
 from __future__ import annotations
@@ -97,8 +99,9 @@ def model_section(hf: dict, path: Path) -> dict:
 def decode_section(generation: dict, max_positions: int, pad: int, bos: int, eos: int, path: Path) -> dict:
     """The checkpoint's generation settings as decode defaults, absent ones at transformers' defaults, so that
     translating gives what `generate` gives: beam search's scores normalised before PAD is banned, transformers'
-    stopping rule (early_stopping false: decode.early_stopping heuristic; "never": our default rule), and
-    forced_eos_token_id's EOS counted in the length (decode.forced_eos)."""
+    stopping rule (early_stopping false: decode.early_stopping heuristic; "never": our default rule),
+    forced_eos_token_id's EOS counted in the length (decode.forced_eos), and no n-gram of no_repeat_ngram_size
+    tokens twice (decode.no_repeat_ngram)."""
     banned = {pad, bos}
     bad = [ids for ids in generation.get("bad_words_ids") or [] if not (len(ids) == 1 and ids[0] in banned)]
     if bad:
@@ -120,6 +123,7 @@ def decode_section(generation: dict, max_positions: int, pad: int, bos: int, eos
         "early_stopping": {True: True, False: "heuristic", "never": False}[early_stopping],
         "forced_eos": forced_eos,
         "ban_after_softmax": True,
+        "no_repeat_ngram": generation["no_repeat_ngram_size"],
     }
 
 

@@ -1,20 +1,20 @@
 """Atomic checkpoints with training state, pruning and averaging, inside a model directory (model_dir.py).
 
 Training adds checkpoints/step_XXXXXXXX/ directories to a model directory, each with weights and the
-full training state, written to a temporary name and renamed into place, so a kill during a save leaves
-the previous one intact.
+full training state, built under a temporary name, fsynced and renamed into place (vaswani.atomic), so a kill
+during a save leaves the previous one intact; pruning renames a checkpoint out of sight before deleting it.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors.torch import save_file
+
+from vaswani import atomic
 
 # Re-exported: the model directory's names, for code that works on checkpoints and the directory alike.
 from vaswani.model_dir import (  # noqa: F401
@@ -44,19 +44,19 @@ def checkpoint_dirs(directory: Path) -> list[Path]:
 def save_checkpoint(
     directory: Path, step: int, weights: dict[str, torch.Tensor], state: dict[str, Any], score: float | None = None
 ) -> Path:
-    """checkpoints/step_N with weights, training state and validation score (higher is better),
-    written into a temporary directory and renamed into place when complete: a kill at any moment
-    leaves the earlier checkpoints intact, and the incomplete one is invisible to checkpoint_dirs."""
+    """checkpoints/step_N with weights, training state (optimizer, step, every RNG) and validation score (higher is
+    better), built in checkpoints/.step_N.tmp, fsynced and renamed into place when complete (vaswani.atomic): a kill
+    at any moment leaves the earlier checkpoints intact, and the incomplete one is invisible to checkpoint_dirs."""
     final = directory / "checkpoints" / f"step_{step:08d}"
-    tmp = final.with_name(f".{final.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    save_file(weights, str(tmp / WEIGHTS), metadata={"format_version": str(FORMAT_VERSION)})
-    torch.save(state, tmp / STATE)
-    if score is not None:
-        (tmp / "metrics.json").write_text(json.dumps({"score": score, "step": step}) + "\n")
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(tmp, final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    for pattern in (".step_*.tmp", f".step_*.{atomic.DELETED}-*"):  # what a killed save or prune left (one trainer
+        for stale in final.parent.glob(pattern):  # writes a model directory at a time)
+            atomic.remove(stale)
+    with atomic.building(final, tmp=final.with_name(f".{final.name}.tmp")) as tmp:
+        save_file(weights, str(tmp / WEIGHTS), metadata={"format_version": str(FORMAT_VERSION)})
+        torch.save(state, tmp / STATE)
+        if score is not None:
+            (tmp / "metrics.json").write_text(json.dumps({"score": score, "step": step}) + "\n")
     return final
 
 
@@ -84,7 +84,7 @@ def prune_checkpoints(directory: Path, keep_last: int, keep_best: int) -> None:
     keep.update(path for _, path in scored[:keep_best])
     for path in checkpoints:
         if path not in keep:
-            shutil.rmtree(path, ignore_errors=True)
+            atomic.remove_directory(path)  # out of checkpoint_dirs' sight first: a kill leaves none half deleted
 
 
 def average_checkpoints(paths: list[Path]) -> dict[str, torch.Tensor]:

@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 from rich.console import Console
 
+from vaswani import atomic
 from vaswani.config import Config, ConfigError, ModelConfig
 from vaswani.console import format_duration, progress_bar, stderr_console
 from vaswani.data import store
@@ -168,9 +169,11 @@ class Trainer:
             return
         full = {"train_state": dataclasses.asdict(state), "optimizer": self.optimizer.state_dict(), "rng": all_rng}
         weights = weights_of(self.model)
-        ckpt.save_checkpoint(self.model_dir, state.step, weights, full, score)
-        if state.best_score == score:  # this checkpoint is the best so far: it becomes the model to translate
+        # the best so far becomes the model to translate, before its checkpoint: a kill between the two leaves
+        # weights that a resumed run, going over the same steps again, writes again (not a best it never saves)
+        if state.best_score == score:
             save_weights(weights, self.model_dir / WEIGHTS)
+        ckpt.save_checkpoint(self.model_dir, state.step, weights, full, score)
         ckpt.prune_checkpoints(self.model_dir, self.config.train.keep_last, self.config.train.keep_best)
 
     def _start_from(self, directory: Path) -> None:
@@ -414,8 +417,7 @@ class Trainer:
 
     def _append(self, path: Path, record: dict[str, Any]) -> None:
         if self.rank == 0:
-            with path.open("a", encoding="utf-8") as handle:
-                handle.write(json.dumps(record) + "\n")
+            atomic.append_line(path, json.dumps(record))  # one write: a kill never leaves half a line before the next
 
     def _validate_and_save(self, data, state: TrainState, metrics_path: Path) -> bool:
         """Validate, checkpoint, update early stopping; True when training should stop."""
