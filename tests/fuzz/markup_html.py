@@ -82,12 +82,12 @@ def well_nested(page: str) -> bool:
 def read(page: str, fmt: str) -> str:
     """`page` as a reader sees it, where a parse may write it back differently: HTML as a browser decodes it (a
     letter written "&#65;" comes back "A", "&bogus;" as "&amp;bogus;"), whitespace apart; Markdown rendered,
-    whitespace collapsed (a literal "*" may come back escaped, a paragraph's wrapped lines as one)."""
+    whitespace apart (a literal "*" may come back escaped, a paragraph's wrapped lines as one)."""
     if fmt == "html":  # whitespace apart: a tag's inner edge may give its space to the outside ("<b> x</b>")
         return "".join(html.unescape(page).split())
     from markdown_it import MarkdownIt
 
-    return " ".join(MarkdownIt("commonmark").enable(["table", "strikethrough"]).render(page).split())
+    return "".join(MarkdownIt("commonmark").enable(["table", "strikethrough"]).render(page).split())
 
 
 def letters(markup_text: str, fmt: str) -> int:

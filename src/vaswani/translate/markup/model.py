@@ -208,6 +208,9 @@ class MarkupBuilder:
             mark = self._stack.pop()
             siblings = self._stack[-1].children
             i = siblings.index(mark)
+            for child in mark.children:  # no longer last in their parent: what ended them is beside them now
+                if isinstance(child, Atom):
+                    child.last = False
             first = mark.children[0] if mark.children else None
             if isinstance(first, Atom) and first.at == mark.start and not first.before:
                 first.joined = True  # written right after the tag that is now an atom ("<b><b>")
