@@ -162,6 +162,7 @@ def _edit_weights(path: Path, fault: Fault) -> None:
 
     weights = load_file(str(path))
     name = _tensor_name(list(weights), fault.params["seed"])
+    fault.params["name"] = name  # for the checks: which tensor
     if fault.kind == "retype":
         weights[name] = weights[name].to(getattr(torch, fault.params["dtype"]))
     elif fault.kind == "reshape":
@@ -242,9 +243,14 @@ def apply(fault: Fault, directory: Path, spares: dict[str, Path]) -> None:
         _swap_tokenizer(directory, fault.params["which"], spares)
 
 
+def _tied(fault: Fault) -> bool:
+    """A drop of one of the tied embeddings (the tiny model shares them): the other holds the same matrix."""
+    return fault.kind == "drop_tensor" and fault.params.get("name", "").endswith("embed.tokens.weight")
+
+
 def _damaged(fault: Fault) -> str | None:
     """The file a refusal must name (None: an unchanged or harmless directory, which must translate)."""
-    if fault.kind in ("none", "stray") or (fault.kind == "retype" and fault.params["dtype"] in FLOATS):
+    if fault.kind in ("none", "stray") or (fault.kind == "retype" and fault.params["dtype"] in FLOATS) or _tied(fault):
         return None
     if fault.kind == "tokenizer":
         return {"hf_json": "tokenizer.json", "merges": "merges.txt"}.get(fault.params["which"], TOKENIZER)
@@ -254,7 +260,7 @@ def _damaged(fault: Fault) -> str | None:
 def _must_refuse(fault: Fault) -> bool:
     """Whether no working model can be read from the damaged directory."""
     if fault.kind in ("empty", "missing", "dir", "reshape", "drop_tensor", "extra_tensor", "tokenizer"):
-        return True
+        return not _tied(fault)
     if fault.kind == "truncate":  # a text file cut at its last newline is whole
         return fault.file in (WEIGHTS, TOKENIZER)
     if fault.kind == "retype":

@@ -174,7 +174,7 @@ def settle_threads(
     sample_s: float = SAMPLE_S, root: Path = ROOT, environ: Mapping[str, str] | None = None
 ) -> str | None:
     """Set torch's thread count (see the module): the user's number, or the measured one, raised or lowered from
-    torch's default. Returns one line for the log where it measured a count other than torch's, else None.
+    torch's default. Returns one line for the log where it runs fewer threads than torch would have, else None.
     ValueError where a variable of USER_VARIABLES holds no whole number ≥ 1."""
     chosen = user_threads(os.environ if environ is None else environ)
     if chosen is not None:
@@ -187,4 +187,6 @@ def settle_threads(
         return None
     threads, reason = measured
     torch.set_num_threads(threads)
+    if threads > default:  # torch counted physical cores only: nothing for the log (every command would say it)
+        return None
     return f"threads: {threads} ({reason}; torch would run {default}; VASWANI_THREADS=N sets the number)"
