@@ -314,3 +314,5 @@ def test_found_by_fuzzing_at_scale_no_translated_word_falls_inside_an_unclosed_e
     assert parse("\\\n\x00\n\nEin", "markdown").source() == "\\\n\ufffd\n\nEin"  # two paragraphs stay two
     page = '<b>Ein<i><i translate="no"></b>0'  # its pairs never closed: the atom stays beside the </b> that ended it
     assert parse(page, "html").source() == page
+    for page in ('<b><p><i translate="no"></b>Ein', "<b>&nbsp;<img src='a.png'></b>Ein"):  # a stray </b>; a blank pair
+        assert parse(page, "html").source() == page

@@ -182,8 +182,8 @@ class _Reader:
             kept.held.append(raw)
             self._end_kept()
             return True
-        elif kind == "end" and tag in self.open:
-            self._end_kept(f"up to </{tag}>")
+        elif kind == "end" and tag in self.open:  # last before it where it closes the pair it is in
+            self._end_kept(f"up to </{tag}>", last=self.builder.closes(tag))
             return False
         elif kind == "start" and tag not in VOID:
             ended = _closes(tag, [*self.open, kept.tag, *kept.inside])
@@ -196,7 +196,7 @@ class _Reader:
         kept.held.append(raw)
         return True
 
-    def _end_kept(self, recovered: str | None = None) -> None:
+    def _end_kept(self, recovered: str | None = None, last: bool = True) -> None:
         kept, self.kept = self.kept, None
         assert kept is not None
         if recovered is not None:
@@ -204,7 +204,7 @@ class _Reader:
             said = f"line {line}: <{kept.tag}> not closed; kept as written {recovered}: close it where it ends"
             self.builder.markup.kept.append(said)
         held = "".join(kept.held)
-        self.builder.raw(held) if kept.block else self.builder.atom(held, last=recovered is not None)
+        self.builder.raw(held) if kept.block else self.builder.atom(held, last=last and recovered is not None)
 
     def _implied_end(self, tag: str) -> None:
         """A start tag that ends an open paragraph, list item, row, ... pops it (and what is open inside it)."""

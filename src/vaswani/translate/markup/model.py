@@ -156,10 +156,13 @@ class MarkupBuilder:
         if len(self._stack) > 1 and self._stack[-1].key == key:
             mark = self._stack.pop()
             mark.close, mark.end = raw, self._length
-            mark.blank = mark.end > mark.start and not "".join(self._text)[mark.start : mark.end].strip()
             self._record(mark, "end")
         else:
             self.atom(raw)
+
+    def closes(self, key: str) -> bool:
+        """Whether a close of `key` would end the innermost open pair."""
+        return len(self._stack) > 1 and self._stack[-1].key == key
 
     def atom(self, raw: str, last: bool = False) -> None:
         """`raw` kept as written inside the text; `last`: it goes last in its place's parent (Atom.last)."""
@@ -216,6 +219,7 @@ class MarkupBuilder:
                 first.joined = True  # written right after the tag that is now an atom ("<b><b>")
             siblings[i : i + 1] = [Atom(mark.open, mark.start, joined=mark.joined), *mark.children]
         text = "".join(self._text)
+        _mark_blanks(self._root.children, text)
         if self._root.children or text.strip():
             self.markup.parts.append(Run(text, tuple(self._root.children)))
         elif text:
@@ -252,6 +256,15 @@ class MarkupBuilder:
         self._text.append(text)
         self._raws.append(raw)
         self._length += len(text)
+
+
+def _mark_blanks(nodes: Sequence[Node], text: str) -> None:
+    """Mark.blank for each pair in the finished run `text` (its places final: whitespace an atom took out may
+    have gone back before it)."""
+    for node in nodes:
+        if isinstance(node, Mark):
+            node.blank = node.end > node.start and not text[node.start : node.end].strip()
+            _mark_blanks(node.children, text)
 
 
 def _entity_kept(char: str) -> bool:
