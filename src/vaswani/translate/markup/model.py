@@ -338,6 +338,8 @@ def render_run(
                 written = next((piece for piece in reversed(out) if piece), "")
                 # two atoms the placement put side by side, apart in the source: a space keeps them two
                 before = node.before or (" " if after_atom[0] and not node.joined else "")
+                if not before and written[-1:].isalnum() and node.raw[:1].isalnum():  # a URL after a word: apart
+                    before = " "
                 out.append(("" if written[-1:].isspace() else before) + node.raw)
                 after_atom[0] = True
             else:
