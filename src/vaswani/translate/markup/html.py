@@ -183,12 +183,12 @@ class _Reader:
             self._end_kept()
             return True
         elif kind == "end" and tag in self.open:  # last before it where it closes the pair it is in
-            self._end_kept(f"up to </{tag}>", last=self.builder.closes(tag))
+            self._end_kept(f"kept as written up to </{tag}>", last=self.builder.closes(tag))
             return False
         elif kind == "start" and tag not in VOID:
             ended = _closes(tag, [*self.open, kept.tag, *kept.inside])
             if ended is not None and ended <= len(self.open):  # it ends the kept element, or one around it
-                self._end_kept(f"up to <{tag}>")
+                self._end_kept(f"kept as written up to <{tag}>")
                 return False
             if ended is not None:  # it ends an element inside the kept one
                 del kept.inside[ended - len(self.open) - 1 :]
@@ -197,11 +197,13 @@ class _Reader:
         return True
 
     def _end_kept(self, recovered: str | None = None, last: bool = True) -> None:
+        """The kept element written as one piece; `recovered`: where it ended though never closed ("up to </p>",
+        said in `kept`), `last`: its atom stays right before the tag that ended it."""
         kept, self.kept = self.kept, None
         assert kept is not None
         if recovered is not None:
             line = _line(self.text, kept.start)
-            said = f"line {line}: <{kept.tag}> not closed; kept as written {recovered}: close it where it ends"
+            said = f"line {line}: <{kept.tag}> not closed; {recovered}: close it where it ends"
             self.builder.markup.kept.append(said)
         held = "".join(kept.held)
         self.builder.raw(held) if kept.block else self.builder.atom(held, last=last and recovered is not None)
@@ -229,13 +231,7 @@ class _Reader:
 
     def finish(self) -> Markup:
         if self.kept is not None:  # never closed, nothing ended it: the rest of the text is its
-            line = _line(self.text, self.kept.start)
-            self.builder.markup.kept.append(
-                f"line {line}: <{self.kept.tag}> not closed; everything after it kept as written: close it where it "
-                "ends to translate the rest"
-            )
-            held = "".join(self.kept.held)
-            self.builder.raw(held) if self.kept.block else self.builder.atom(held, last=True)
+            self._end_kept("everything after it kept as written (to translate the rest)")
         return self.builder.finish()
 
 
