@@ -84,6 +84,8 @@ def main() -> None:
                 print(f"{name:16} {json.dumps(counts, ensure_ascii=False)[:300]}", flush=True)
 
             _fuzz(surface, args.examples, save)
+    if not args.browser and "markup_html" not in args.surfaces:
+        return
     browser = {
         "fuzzed": compare_with_browser(fuzzed_pages(min(args.examples, 2000))),
         "real": compare_with_browser(REAL_PAGES),

@@ -316,3 +316,22 @@ def test_found_by_fuzzing_at_scale_no_translated_word_falls_inside_an_unclosed_e
     assert parse(page, "html").source() == page
     for page in ('<b><p><i translate="no"></b>Ein', "<b>&nbsp;<img src='a.png'></b>Ein"):  # a stray </b>; a blank pair
         assert parse(page, "html").source() == page
+
+
+def test_found_by_fuzzing_markdown_pairs_stay_the_pairs_the_parser_read():
+    # "*0<b>*" is emphasis around an <b> never closed: the pair stays a pair, the tag an atom inside it
+    [run] = parse("Ein *Hund<b>* läuft", "markdown").runs
+    [em] = run.children
+    assert (em.open, em.close, [n.raw for n in em.children]) == ("*", "*", ["<b>"])
+    # emphasis nested in emphasis, both aligned to one word: "**x**" would read back as strong emphasis
+    markup = parse("*Ein\n*Hund**", "markdown")
+    [run] = markup.runs
+    for place in ((0, 5), (2, 5)):  # the inner pair on both words; both pairs on the second word
+        out = render_run(run, "a dog", lambda node, p=place: p, markup.write)
+        assert pieces(parse(out, "markdown")) == pieces(markup), out
+    # a pair that no longer opens where the translation glued it to a word ("near_x_") takes a space that makes it
+    markup = parse("A*_https://example.org/x_", "markdown")
+    [run] = markup.runs
+    out = render_run(run, "near", lambda node: (4, 4), markup.write, markup.lead, markup.fits)
+    assert out == "near _https://example.org/x_" and pieces(parse(out, "markdown")) == pieces(markup)
+    assert parse("**Ein Ein*\n0**", "markdown").source() == "**Ein Ein* 0*\\*"  # the inner pair keeps its words

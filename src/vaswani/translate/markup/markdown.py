@@ -14,6 +14,7 @@ is translated, which delimiters are marks around it, what stays as written (tran
 from __future__ import annotations
 
 import functools
+import unicodedata
 from typing import Any
 
 from vaswani.translate.markup.model import Markup, MarkupBuilder
@@ -44,6 +45,28 @@ def lead(text: str) -> str:
     if 0 < digits <= 9 and text[digits : digits + 1] in (".", ")"):
         return text[:digits] + "\\" + text[digits:]
     return text
+
+
+def fits(delimiter: str, before: str, after: str, opening: bool) -> bool:
+    """Whether an emphasis or strikethrough delimiter (`*`, `**`, `_`, `~~`; anything else fits) between the
+    characters `before` and `after` ("" at a line's edge) can open (or close) a pair, by CommonMark's flanking
+    rules; "_" opens no pair inside a word."""
+    if not delimiter or delimiter[0] not in "*_~" or delimiter.strip(delimiter[0]):
+        return True
+    lone_before = not before or before.isspace() or _punct(before)
+    lone_after = not after or after.isspace() or _punct(after)
+    left = bool(after) and not after.isspace() and (not _punct(after) or lone_before)
+    right = bool(before) and not before.isspace() and (not _punct(before) or lone_after)
+    if delimiter[0] != "_":
+        return left if opening else right
+    if opening:
+        return left and (not right or _punct(before))
+    return right and (not left or _punct(after))
+
+
+def _punct(char: str) -> bool:
+    """CommonMark's punctuation: Unicode P and S categories."""
+    return unicodedata.category(char)[0] in "PS"
 
 
 @functools.cache
@@ -88,7 +111,7 @@ def parse_markdown(text: str) -> Markup:
         position = end
     builder.raw(source[position:])
     markup = builder.finish()
-    markup.lead = lead
+    markup.lead, markup.fits = lead, fits
     if crlf:
         markup.parts = [p.replace("\n", "\r\n") if isinstance(p, str) else p for p in markup.parts]
     return markup

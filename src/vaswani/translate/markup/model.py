@@ -29,6 +29,8 @@ class Atom:
     before: str = ""
     joined: bool = False  # written right after another atom in the source (two code spans side by side)
     last: bool = False  # an element never closed, ended by the tag after it: text after it would fall inside it
+    opens: bool | None = None  # a pair's start (True) or end (False) left as written, unpaired here: its other
+    # delimiter is in another run ("*a  \nb*") or crossed by a pair that closed first
 
 
 @dataclass(eq=False)
@@ -68,6 +70,7 @@ class Markup:
     entities: dict[str, str] = field(default_factory=dict)
     kept: list[str] = field(default_factory=list)
     lead: Callable[[str], str] | None = None  # escapes what would start a block at a run's start (Markdown's "1.")
+    fits: Callable[[str, str, str, bool], bool] | None = None  # a delimiter between two characters reads as one
 
     def write(self, text: str) -> str:
         """Translated text as the format writes it."""
@@ -82,7 +85,7 @@ class Markup:
         out, i = [], 0
         for part in self.parts:
             if isinstance(part, Run):
-                out.append(render_run(part, texts[i], places[i], self.write, self.lead))
+                out.append(render_run(part, texts[i], places[i], self.write, self.lead, self.fits))
                 i += 1
             else:
                 out.append(part)
@@ -151,14 +154,23 @@ class MarkupBuilder:
         self._record(mark, "start")
 
     def close(self, raw: str, key: str) -> None:
-        """The innermost open pair's end, or (an end without its start) an atom."""
+        """The innermost open pair's end, or (an end without its start) an atom. A Markdown delimiter's end (its
+        parser paired it) closes its pair through the HTML tags opened inside it and never closed ("*a<b>b*"):
+        those stay as written."""
         self._flush()
+        keys = [mark.key for mark in self._stack[1:]]
+        if not key.startswith("<") and key in keys:
+            inner = keys[len(keys) - 1 - keys[::-1].index(key) + 1 :]
+            if all(k.startswith("<") for k in inner):
+                for _ in inner:
+                    self._unpair()
         if len(self._stack) > 1 and self._stack[-1].key == key:
             mark = self._stack.pop()
             mark.close, mark.end = raw, self._length
             self._record(mark, "end")
         else:
             self.atom(raw)
+            self._stack[-1].children[-1].opens = False
 
     def closes(self, key: str) -> bool:
         """Whether a close of `key` would end the innermost open pair."""
@@ -207,17 +219,8 @@ class MarkupBuilder:
 
     def _end_run(self) -> None:
         self._flush()
-        while len(self._stack) > 1:  # a pair never closed: its start stays as written, its content goes up
-            mark = self._stack.pop()
-            siblings = self._stack[-1].children
-            i = siblings.index(mark)
-            for child in mark.children:  # no longer last in their parent: what ended them is beside them now
-                if isinstance(child, Atom):
-                    child.last = False
-            first = mark.children[0] if mark.children else None
-            if isinstance(first, Atom) and first.at == mark.start and not first.before:
-                first.joined = True  # written right after the tag that is now an atom ("<b><b>")
-            siblings[i : i + 1] = [Atom(mark.open, mark.start, joined=mark.joined), *mark.children]
+        while len(self._stack) > 1:
+            self._unpair()
         text = "".join(self._text)
         _mark_blanks(self._root.children, text)
         if self._root.children or text.strip():
@@ -225,6 +228,19 @@ class MarkupBuilder:
         elif text:
             self.markup.parts.append("".join(self._raws))  # whitespace as written (&nbsp; stays &nbsp;)
         self._new_run()
+
+    def _unpair(self) -> None:
+        """The innermost open pair, never closed: its start stays as written, its content goes up."""
+        mark = self._stack.pop()
+        siblings = self._stack[-1].children
+        i = siblings.index(mark)
+        for child in mark.children:  # no longer last in their parent: what ended them is beside them now
+            if isinstance(child, Atom):
+                child.last = False
+        first = mark.children[0] if mark.children else None
+        if isinstance(first, Atom) and first.at == mark.start and not first.before:
+            first.joined = True  # written right after the tag that is now an atom ("<b><b>")
+        siblings[i : i + 1] = [Atom(mark.open, mark.start, joined=mark.joined, opens=True), *mark.children]
 
     def _flush(self) -> None:
         """Pending text added to the run, each URL in it made an atom."""
@@ -311,12 +327,16 @@ def render_run(
     place: Callable[[Node], tuple[int, int]],
     write: Callable[[str], str],
     lead: Callable[[str], str] | None = None,
+    fits: Callable[[str, str, str, bool], bool] | None = None,
 ) -> str:
     """`text` (a run's translation, or its own text) with the run's marks and atoms put at `place(node)`: each
     node's span clipped into its parent's, siblings in order of place and kept from overlapping, so that the
     output is well nested whatever the alignment said. A mark squeezed out by a sibling that took its words takes
-    the nearest word no sibling holds (an empty pair of Markdown delimiters would not read back as one)."""
+    the nearest word no sibling holds (an empty pair of Markdown delimiters would not read back as one).
+    `fits(delimiter, before, after, opening)`: whether a mark's delimiter between those characters opens (closes)
+    its pair; where it does not, a space beside it makes it."""
     out: list[str] = []
+    delimiters: list[tuple[int, bool]] = []  # where marks' opens and closes are in `out`
     words = word_spans(text)
     after_atom = [False]  # the last thing written was an atom
 
@@ -327,8 +347,9 @@ def render_run(
         glued = after_atom[0] and piece[:1].isalnum() and last[-1:].isalnum()
         out.append(" " + piece if glued else piece)
 
-    def emit(nodes: Sequence[Node], lo: int, hi: int) -> None:
+    def emit(nodes: Sequence[Node], lo: int, hi: int, parent: Mark | None = None) -> None:
         spans, position = _sibling_spans(nodes, lo, hi, place, text, words), lo
+        _keep_delimiters_apart(spans, parent, lo, hi, words)
         for a, b, _, node in spans:
             a = max(a, position)
             b = max(b, a)
@@ -340,19 +361,55 @@ def render_run(
                 before = node.before or (" " if after_atom[0] and not node.joined else "")
                 if not before and written[-1:].isalnum() and node.raw[:1].isalnum():  # a URL after a word: apart
                     before = " "
+                if node.opens is not None:
+                    delimiters.append((len(out), node.opens))
                 out.append(("" if written[-1:].isspace() else before) + node.raw)
                 after_atom[0] = True
             else:
+                delimiters.append((len(out), True))
                 out.append(node.open)
                 after_atom[0] = False  # a tag between two atoms: they are not side by side
-                emit(node.children, a, b)
+                emit(node.children, a, b, node)
+                delimiters.append((len(out), False))
                 out.append(node.close)
                 after_atom[0] = False
             position = b
         add(text[position:hi])
 
     emit(run.children, 0, len(text))
+    if fits is not None:
+        for k, opening in delimiters:
+            _space_to_fit(out, k, opening, fits)
     return "".join(out)
+
+
+def _space_to_fit(out: list[str], k: int, opening: bool, fits: Callable[[str, str, str, bool], bool]) -> None:
+    """out[k], a delimiter (a pair's, or one left unpaired), moved by a space where that makes it open (close) as
+    it did in the source and it would not where the placement put it: "word_x_" opens no emphasis, "word _x_"
+    does; an unpaired start put before a space ("a* b") goes onto the next word ("a *b")."""
+    previous = next((j for j in range(k - 1, -1, -1) if out[j]), None)
+    following = next((j for j in range(k + 1, len(out)) if out[j]), None)
+    delimiter = out[k].lstrip()
+    before = (
+        out[k][-len(delimiter) - 1]
+        if len(out[k]) > len(delimiter)
+        else out[previous][-1]
+        if previous is not None
+        else ""
+    )
+    after = "" if following is None else out[following][0]
+    if fits(delimiter, before, after, opening):
+        return
+    if opening and after.isspace() and len(out[following]) > 1:  # the space after it goes before it
+        out[following] = out[following][1:]
+        after = out[following][0]
+    elif not opening and before.isspace() and previous is not None and len(out[previous]) > 1 and out[k] == delimiter:
+        out[previous] = out[previous][:-1]  # the space before it goes after it
+        before = out[previous][-1]
+    if opening and not before.isspace() and fits(delimiter, " ", after, True):
+        out[k] = " " + delimiter
+    elif not opening and after and not after.isspace() and fits(delimiter, before, " ", False):
+        out[k] = out[k] + " "
 
 
 def _sibling_spans(
@@ -386,6 +443,34 @@ def _sibling_spans(
                 spans[i] = (x, x + _core_end(text[x:y]), order, node)
     spans.sort(key=lambda s: (s[0], s[2]))
     return spans
+
+
+def _same_delimiter(outer: Mark, inner: Node) -> bool:
+    """Markdown's `*`/`_`/`~` pairs nested with the same character: written side by side at both ends ("**x**")
+    they would read back as one pair of another kind."""
+    return isinstance(inner, Mark) and outer.open[:1] in ("*", "_", "~") and inner.open[:1] == outer.open[:1]
+
+
+def _keep_delimiters_apart(
+    spans: list[tuple[int, int, int, Node]], parent: Mark | None, lo: int, hi: int, words: Sequence[tuple[int, int]]
+) -> None:
+    """Siblings' spans adjusted (in place) so that no pair shares both ends with a pair around it written with the
+    same delimiter: a pair holding one word that holds such a pair takes in the next free word (or the one
+    before); a pair that would cover all of such a parent's words keeps the one at its end in the source."""
+    inside = [(max(x, lo), min(y, hi)) for x, y in words if x < hi and lo < y]  # words clipped into [lo, hi)
+    for i, (a, b, order, node) in enumerate(spans):
+        if parent is not None and _same_delimiter(parent, node) and len(inside) > 1:
+            if (a, b) == (inside[0][0], inside[-1][1]):  # all of the parent's text
+                x, y = inside[0] if node.start == parent.start else inside[-1]
+                spans[i] = (x, y, order, node)
+        elif isinstance(node, Mark) and any(_same_delimiter(node, child) for child in node.children):
+            held = [w for w in inside if a <= w[0] and w[1] <= b]
+            taken = [(x, y) for j, (x, y, _, _) in enumerate(spans) if j != i and x < y]
+            free = [w for w in inside if not any(x < w[1] and w[0] < y for x, y in taken)]
+            after = [w for w in free if w[0] >= b]
+            before = [w for w in free if w[1] <= a]
+            if len(held) == 1 and (after or before):
+                spans[i] = (a, after[0][1], order, node) if after else (before[-1][0], b, order, node)
 
 
 def _punctuation(char: str) -> bool:
