@@ -8,6 +8,12 @@ Reports the compile time (the first round of shapes) and the mean step time afte
 
     python benchmarks/compile.py --precision bf16 --rounds 5
     python benchmarks/compile.py --device cuda --preset base --scale 13 --precision bf16   # ~25k-token batches
+    python benchmarks/compile.py --device cuda --preset base --scale 13 --profile          # where a step's time goes
+
+`--profile` runs one more round of shapes under torch.profiler and reports, on a GPU, the device time by kind of
+kernel (matrix products, attention, the optimizer, compiled (Triton) and other element-wise kernels), the ten
+longest kernels and the share of the wall time the device sat idle (a step bound by launching, not computing); on
+a CPU, the ten operators with the most time of their own. (Not yet run on a GPU: issue 62's MFU work.)
 """
 
 from __future__ import annotations
@@ -29,8 +35,59 @@ from vaswani.train.tasks.base import HiddenStates
 SHAPES = [(120, 14, 16), (100, 18, 17), (80, 22, 24), (150, 11, 12)]  # (sentences, source, target length)
 
 
+KINDS = (  # a kernel's kind by its name, first match
+    ("matrix products", ("gemm", "cutlass", "nvjet", "sm90_", "sm80_", "cublas", "matmul", "mm_")),
+    ("attention", ("flash", "fmha", "attention", "sdpa", "efficient")),
+    ("optimizer", ("adam", "multi_tensor", "foreach")),
+    ("compiled element-wise", ("triton",)),
+)
+
+
+def _kind(name: str) -> str:
+    lowered = name.lower()
+    return next((kind for kind, keys in KINDS if any(key in lowered for key in keys)), "other element-wise")
+
+
+def profile_round(step, device: torch.device) -> None:
+    """One round of SHAPES under torch.profiler: device time by kind of kernel, the ten longest kernels, and
+    how much of the wall time the device was idle."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    started = time.perf_counter()
+    with profile(activities=activities) as prof:
+        for shape in SHAPES:
+            step(*shape)
+    wall = time.perf_counter() - started
+    if device.type != "cuda":  # on a CPU the operators' own time: the ten longest
+        print(f"  profiled round: wall {wall * 1e3:.1f} ms")
+        for row in sorted(prof.key_averages(), key=lambda r: -r.self_cpu_time_total)[:10]:
+            print(f"    {row.self_cpu_time_total / 1e3:8.1f} ms  {row.key[:110]}")
+        return
+    kernels = [e for e in prof.events() if e.device_type.name == "CUDA"]
+    by_kind: dict[str, float] = {}
+    by_name: dict[str, float] = {}
+    for event in kernels:
+        us = event.device_time_total if hasattr(event, "device_time_total") else event.cuda_time_total
+        by_kind[_kind(event.name)] = by_kind.get(_kind(event.name), 0.0) + us
+        by_name[event.name] = by_name.get(event.name, 0.0) + us
+    busy = sum(by_kind.values()) / 1e6
+    print(f"  profiled round: wall {wall * 1e3:.1f} ms, device busy {busy * 1e3:.1f} ms "
+          f"({busy / wall:.0%}; idle {1 - busy / wall:.0%}), {len(kernels)} kernels")  # fmt: skip
+    for kind, us in sorted(by_kind.items(), key=lambda kv: -kv[1]):
+        print(f"  {kind:24} {us / 1e3:8.1f} ms  {us / 1e6 / busy:6.1%}")
+    for name, us in sorted(by_name.items(), key=lambda kv: -kv[1])[:10]:
+        print(f"    {us / 1e3:8.1f} ms  {name[:110]}")
+
+
 def run(
-    config: ModelConfig, compiled: bool, precision: str, rounds: int, device: torch.device, scale: int
+    config: ModelConfig,
+    compiled: bool,
+    precision: str,
+    rounds: int,
+    device: torch.device,
+    scale: int,
+    profiled: bool = False,
 ) -> tuple[float, float]:
     torch.manual_seed(0)
     model = build_model(config).to(device)
@@ -58,7 +115,10 @@ def run(
     for _ in range(rounds):
         for shape in SHAPES:
             step(*shape)
-    return first, (time.perf_counter() - started) / (rounds * len(SHAPES))
+    seconds = (time.perf_counter() - started) / (rounds * len(SHAPES))
+    if profiled:
+        profile_round(step, device)
+    return first, seconds
 
 
 def main() -> None:
@@ -68,6 +128,8 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--preset", help="a model preset instead of the quick recipe's model (e.g. base)")
     parser.add_argument("--scale", type=int, default=1, help="sentences per batch times this")
+    parser.add_argument("--profile", action="store_true", help="where a step's time goes (module docstring)")
+    parser.add_argument("--modes", default="eager,compiled")
     args = parser.parse_args()
     device = torch.device(args.device)
     config = Config.load("configs/multi30k_de_en_quick.yaml").model
@@ -80,8 +142,8 @@ def main() -> None:
     flops = sum(training_flops(config, [S] * B * args.scale, [T] * B * args.scale, B * T * args.scale)
                 for B, S, T in SHAPES) / len(SHAPES)  # fmt: skip
     tokens = sum(B * T * args.scale for B, _, T in SHAPES) / len(SHAPES)
-    for name, compiled in (("eager", False), ("compiled", True)):
-        first, seconds = run(config, compiled, args.precision, args.rounds, device, args.scale)
+    for name in args.modes.split(","):
+        first, seconds = run(config, name == "compiled", args.precision, args.rounds, device, args.scale, args.profile)
         share = mfu(flops / seconds, device, args.precision)
         print(f"{name}: first round {first:.1f} s, then {seconds * 1e3:.1f} ms a step, {tokens / seconds:,.0f} "
               f"target tokens/s" + (f", MFU {share:.1%}" if share is not None else ""), flush=True)  # fmt: skip

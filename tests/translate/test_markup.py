@@ -335,3 +335,5 @@ def test_found_by_fuzzing_markdown_pairs_stay_the_pairs_the_parser_read():
     out = render_run(run, "near", lambda node: (4, 4), markup.write, markup.lead, markup.fits)
     assert out == "near _https://example.org/x_" and pieces(parse(out, "markdown")) == pieces(markup)
     assert parse("**Ein Ein*\n0**", "markdown").source() == "**Ein Ein* 0*\\*"  # the inner pair keeps its words
+    [run] = parse("A\nMAILTO: und www. sind keine Adressen", "markdown").runs  # a scheme alone is no URL
+    assert not run.children

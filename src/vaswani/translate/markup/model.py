@@ -296,10 +296,10 @@ def url_spans(text: str) -> list[tuple[int, int]]:
             if start is not None:
                 word = text[start:i]
                 lead = len(word) - len(word.lstrip(_URL_LEADING))
-                if word[lead:].lower().startswith(_URL_STARTS):
-                    end = start + len(word.rstrip(_URL_TRAILING))
-                    if end > start + lead + 4:
-                        spans.append((start + lead, end))
+                scheme = next((s for s in _URL_STARTS if word[lead:].lower().startswith(s)), None)
+                end = start + len(word.rstrip(_URL_TRAILING))
+                if scheme is not None and end > start + lead + len(scheme):  # more than "mailto:" or "www."
+                    spans.append((start + lead, end))
                 start = None
         elif start is None:
             start = i
