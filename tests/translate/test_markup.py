@@ -337,3 +337,4 @@ def test_found_by_fuzzing_markdown_pairs_stay_the_pairs_the_parser_read():
     assert parse("**Ein Ein*\n0**", "markdown").source() == "**Ein Ein* 0*\\*"  # the inner pair keeps its words
     [run] = parse("A\nMAILTO: und www. sind keine Adressen", "markdown").runs  # a scheme alone is no URL
     assert not run.children
+    assert parse("- Ein\n\tEin\n\nEin", "markdown").source() == "- Ein Ein\n\nEin"  # a tab the parser read as spaces

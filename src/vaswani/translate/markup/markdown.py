@@ -143,8 +143,11 @@ def _locate(source: str, lines: list[int], first: int, content: str, position: i
         return at, at + len(parts[0])
     last_line = first + len(parts) - 1
     a, b = lines[last_line], lines[last_line + 1]
-    last = source.rfind(parts[-1], a, b)
-    return at, (last + len(parts[-1])) if last >= 0 else b
+    tail = parts[-1].lstrip()  # its indentation as the parser counts it: a tab may be read as spaces
+    last = source.rfind(tail, a, b)
+    if last >= 0:
+        return at, last + len(tail)
+    return at, b - 1 if source[b - 1 : b] == "\n" else b  # the line's end, its newline left between the blocks
 
 
 def _link_open(
