@@ -1,7 +1,7 @@
 """The `vaswani` command: thin argument parsing over the library; errors are one line, no traceback.
 
 Each module registers its family of verbs next to the code that runs them:
-train.py (model, train, prepare, finetune, average), lm.py (generate, classify),
+train.py (model, train, prepare, finetune, distill, average), lm.py (generate, classify),
 translate.py (translate, evaluate, attention), shortlist.py (shortlist), serve.py (serve), export.py (export),
 pretrained.py (import); lines.py is what they share.
 Nothing here imports torch: the command functions import the library when they run."""

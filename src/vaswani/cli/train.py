@@ -1,4 +1,4 @@
-"""Making a model: `vaswani model`, `train`, `prepare`, `finetune` and `average`."""
+"""Making a model: `vaswani model`, `train`, `prepare`, `finetune`, `distill` and `average`."""
 
 from __future__ import annotations
 
@@ -84,6 +84,16 @@ def _finetune(args: argparse.Namespace) -> None:
     finetune(args.pretrained_dir, args.config, args.model_dir, args.set or [])
 
 
+def _distill(args: argparse.Namespace) -> None:
+    from vaswani.distill import distill
+    from vaswani.runtime.allocator import keep_freed_memory
+    from vaswani.train.distributed import process_group
+
+    keep_freed_memory()
+    with process_group():  # one process per GPU (or per machine's share of CPUs) under torchrun; alone otherwise
+        distill(args.teacher_dir, args.config, args.student_dir, args.set or [])
+
+
 def _average(args: argparse.Namespace) -> None:
     from pathlib import Path
 
@@ -139,6 +149,17 @@ def register(commands: argparse._SubParsersAction) -> None:
     finetune.add_argument("model_dir", help="directory for the fine-tuned model (resumes a run there)")
     _add_overrides(finetune, "finetune.aux_weight=0")
     finetune.set_defaults(run=_finetune)
+
+    distill = commands.add_parser(
+        "distill",
+        help="train a smaller, faster student on a teacher's translations of the training sources "
+        "(sequence-level knowledge distillation); resumes an existing run",
+    )
+    distill.add_argument("teacher_dir", help="the teacher: a translation model directory (trained here or imported)")
+    distill.add_argument("config", help="the student's recipe, e.g. configs/multi30k_de_en_distill.yaml")
+    distill.add_argument("student_dir", help="directory for the student (its distill/ folder: the teacher's output)")
+    _add_overrides(distill, "train.max_time=6m")
+    distill.set_defaults(run=_distill)
 
     average = commands.add_parser("average", help="average checkpoints into the model to translate with")
     average.add_argument("model_dir")

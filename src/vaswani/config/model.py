@@ -243,4 +243,11 @@ PRESETS: dict[str, dict[str, Any]] = {
     "small": {"d_model": 256, "d_ff": 1024, "n_heads": 4, "n_layers": 3},
     # Wu et al. (2021), the best published text-only Multi30k model: 4+4 layers, d_model 128.
     "tiny": {"d_model": 128, "d_ff": 256, "n_heads": 4, "n_layers": 4, "dropout": 0.3},
+    # Students for `vaswani distill` (a teacher's translations make a shallow decoder enough; decoding time is
+    # mostly the decoder's): a deep encoder and a one-layer decoder at the base width (Kasai et al. 2021, "Deep
+    # Encoder, Shallow Decoder": 12-1 with distillation matched 6-6 on WMT en-de), and Bergamot's "tiny" shape
+    # (Firefox Translations: 6 encoder layers, 2 decoder layers, d_model 256, FFN 1,536).
+    "student-12-1": {"n_layers": 12, "n_decoder_layers": 1},
+    "student-6-1": {"n_layers": 6, "n_decoder_layers": 1},
+    "student-tiny": {"d_model": 256, "d_ff": 1536, "n_heads": 8, "n_layers": 6, "n_decoder_layers": 2},
 }

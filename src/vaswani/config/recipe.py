@@ -127,24 +127,30 @@ class Config:
     @classmethod
     def load(cls, path: str | Path, overrides: list[str] = ()) -> Config:
         """Read a YAML recipe and apply `section.key=value` overrides (values parsed as YAML)."""
-        path = Path(path)
-        try:
-            content = path.read_bytes()
-        except FileNotFoundError:
-            raise ConfigError(f"config file {path} not found") from None
-        values = parse_yaml(_utf8(content, path), str(path))
-        if values is None:  # an empty file: the defaults
-            values = {}
-        if not isinstance(values, dict):
-            raise ConfigError(
-                f"{path} must hold a mapping of sections (model, data, train, decode, finetune), "
-                f"got a {type(values).__name__}"
-            )
-        return cls.from_dict(apply_overrides(values, overrides))
+        return cls.from_dict(apply_overrides(load_values(path), overrides))
 
     def save(self, path: str | Path) -> None:
         """config.yaml: the fields that take effect (see `in_effect`)."""
         Path(path).write_text(yaml.safe_dump(self.in_effect(), sort_keys=False), encoding="utf-8")
+
+
+def load_values(path: str | Path) -> dict[str, Any]:
+    """A YAML recipe's sections as a mapping (an empty file: none), read as UTF-8; a one-line ConfigError for a
+    missing file, broken YAML or anything but a mapping."""
+    path = Path(path)
+    try:
+        content = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} not found") from None
+    values = parse_yaml(_utf8(content, path), str(path))
+    if values is None:  # an empty file: the defaults
+        return {}
+    if not isinstance(values, dict):
+        raise ConfigError(
+            f"{path} must hold a mapping of sections (model, data, train, decode, finetune), "
+            f"got a {type(values).__name__}"
+        )
+    return values
 
 
 def _section(name: str, values: Any) -> Any:

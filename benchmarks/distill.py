@@ -1,0 +1,176 @@
+"""`vaswani distill` on Multi30k de→en (issue 62): a teacher, students of decreasing size distilled from it, and for
+each model test_2016_flickr sacreBLEU and chrF, source words/s in float32 and int8, greedy and beam 4, peak memory,
+the ratios to the teacher (int8, beam 4) and to CTranslate2 int8 running the teacher (beam 4), and each phase's
+wall time. Prints a Markdown table; writes benchmarks/results/distill.json.
+
+    python benchmarks/distill.py --teacher runs/quick                  # a trained teacher
+    python benchmarks/distill.py                                       # trains the quick recipe's teacher first
+    python benchmarks/distill.py --students 2-1 4-1 --max-time 5m --skip-training   # measure students already made
+
+Phases: the teacher (trained here when --teacher is missing), the teacher's pass over the 29,000 training sources
+(beam 4, `vaswani distill`'s own code; once, shared by every student), and each student's training
+(`vaswani distill` in a process of its own, reusing that pass). Speed: a process per measurement translates the
+1,000 test sentences (batch 64, the model loaded and warmed on 64 of them first); words/s counts the source's words.
+Models go to runs/distill/ (not committed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "../shared/data/multi30k/raw"
+RECIPE = ROOT / "configs/multi30k_de_en_distill.yaml"
+RESULTS = ROOT / "benchmarks/results/distill.json"
+STUDENTS = {  # name: the recipe's model overrides (layers encoder-decoder, width)
+    "2-1": [],
+    "4-1": ["model.n_layers=4"],
+    "2-1 d64": ["model.d_model=64", "model.d_ff=128", "model.n_heads=2"],
+}
+
+
+def measure(model_dir: str, precision: str, beam: int, engine: str) -> dict:
+    """One process's measurement (see the module docstring): BLEU, chrF, seconds, words/s, peak RSS."""
+    import sacrebleu
+    import torch
+
+    from vaswani.data.corpus import read_lines
+    from vaswani.translate.translator import Translator
+
+    sources = read_lines(DATA / "test_2016_flickr.de.gz")
+    references = read_lines(DATA / "test_2016_flickr.en.gz")
+    if engine == "ctranslate2":
+        translator = Translator.load(model_dir, engine="ctranslate2", compute_type=precision)
+    else:
+        translator = Translator.load(model_dir, precision=precision)
+    request = translator.request(beam_size=beam, batch_size=64)
+    translator.translate(sources[:64], request)  # warm: kernels chosen, caches made
+    started = time.perf_counter()
+    with torch.inference_mode():
+        outputs = translator.translate(sources, request)
+    seconds = time.perf_counter() - started
+    words = sum(len(s.split()) for s in sources)
+    return {
+        "bleu": round(sacrebleu.corpus_bleu(outputs, [references]).score, 2),
+        "chrf": round(sacrebleu.corpus_chrf(outputs, [references]).score, 2),
+        "seconds": round(seconds, 3),
+        "words_per_s": round(words / seconds, 1),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "threads": torch.get_num_threads(),
+    }
+
+
+def measured(model_dir: Path, precision: str, beam: int, engine: str = "torch") -> dict:
+    command = [sys.executable, __file__, "--measure", str(model_dir), precision, str(beam), engine]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
+    if done.returncode != 0:
+        raise SystemExit(f"measuring {model_dir} {precision} beam {beam} {engine} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def run(*command: str) -> float:
+    print("$", " ".join(command), flush=True)
+    started = time.perf_counter()
+    subprocess.run(command, check=True, cwd=ROOT)
+    return time.perf_counter() - started
+
+
+def teacher_pass(teacher: Path, work: Path, overrides: list[str]) -> float:
+    """The teacher's pass as `vaswani distill` runs it, into `work` (a student directory's distill/)."""
+    from vaswani.config import apply_overrides
+    from vaswani.config.distill import DistillConfig
+    from vaswani.config.recipe import load_values
+    from vaswani.distill import original_pairs
+    from vaswani.distill import teacher as passes
+    from vaswani.translate.translator import Translator
+
+    values = apply_overrides(load_values(RECIPE), overrides)
+    settings = DistillConfig.from_dict(values.pop("distill"))
+    sources, targets = original_pairs(values)
+    started = time.perf_counter()
+    passes.start(work, passes.stamp_of(teacher, settings, sources), print)
+    chunks = passes.pending(work, len(sources), settings.chunk_lines)
+    if chunks:
+        translator = Translator.load(teacher, precision=settings.precision)
+        passes.translate_chunks(translator, sources, work, settings, chunks)
+    if not (work / passes.REPORT).is_file():
+        print("distilled corpus:", passes.build_corpus(work, sources, targets, settings))
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--teacher", help="a trained de→en model directory (default: the quick recipe's, trained)")
+    parser.add_argument("--students", nargs="+", default=list(STUDENTS), choices=list(STUDENTS))
+    parser.add_argument("--max-time", default="9m20s", help="each student's training budget (train.max_time)")
+    parser.add_argument("--runs", default="runs/distill")
+    parser.add_argument("--skip-training", action="store_true", help="measure the students already in --runs")
+    parser.add_argument("--no-ctranslate2", action="store_true")
+    parser.add_argument("--measure", nargs=4, help=argparse.SUPPRESS)  # MODEL_DIR PRECISION BEAM ENGINE
+    args = parser.parse_args()
+    if args.measure:
+        model_dir, precision, beam, engine = args.measure
+        print(json.dumps(measure(model_dir, precision, int(beam), engine)))
+        return
+    from vaswani.runtime.machine import cpu_name
+
+    runs = ROOT / args.runs
+    phases: dict[str, float] = {}
+    teacher = Path(args.teacher) if args.teacher else runs / "teacher"
+    if not (teacher / "model.safetensors").is_file():
+        phases["teacher training"] = run("vaswani", "train", "configs/multi30k_de_en_quick.yaml", str(teacher))
+    shared = runs / "teacher_pass"
+    phases["teacher's pass (29,000 sources, beam 4)"] = teacher_pass(teacher.resolve(), shared, [])
+    students = {}
+    for name in args.students:
+        student = runs / f"student {name}".replace(" ", "_")
+        if not args.skip_training:
+            if not (student / "distill").is_dir():
+                shutil.copytree(shared, student / "distill")  # the pass reused: its stamp matches
+            sets = [f"train.max_time={args.max_time}", *STUDENTS[name]]
+            command = ["vaswani", "distill", str(teacher), str(RECIPE), str(student)]
+            phases[f"student {name} training"] = run(*command, *(x for s in sets for x in ("--set", s)))
+        students[name] = student
+    rows = []
+    for name, model_dir in [("teacher", teacher), *students.items()]:
+        for precision in ("fp32", "int8"):
+            for beam in (1, 4):
+                row = {"model": name, "precision": precision, "beam": beam, **measured(model_dir, precision, beam)}
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+    if not args.no_ctranslate2:
+        from vaswani.export.ctranslate2 import converted
+
+        converted(teacher)
+        row = {"model": "teacher (CTranslate2)", "precision": "int8", "beam": 4,
+               **measured(teacher, "int8", 4, "ctranslate2")}  # fmt: skip
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    base = next(r for r in rows if r["model"] == "teacher" and r["precision"] == "int8" and r["beam"] == 4)
+    ct2 = next((r for r in rows if r["model"].endswith("(CTranslate2)")), None)
+    print(f"\n{cpu_name()}, {rows[0]['threads']} threads; phases: "
+          + ", ".join(f"{k} {v / 60:.1f} min" for k, v in phases.items()))  # fmt: skip
+    print(
+        "| model | precision | search | BLEU | chrF | words/s | vs teacher int8 beam 4 | vs CT2 int8 beam 4 | peak MB |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        search = "greedy" if r["beam"] == 1 else f"beam {r['beam']}"
+        versus = f"{r['words_per_s'] / ct2['words_per_s']:.2f}x" if ct2 else ""
+        print(f"| {r['model']} | {r['precision']} | {search} | {r['bleu']:.1f} | {r['chrf']:.1f} | "
+              f"{r['words_per_s']:,.0f} | {r['words_per_s'] / base['words_per_s']:.2f}x | {versus} | "
+              f"{r['peak_rss_mb']:,.0f} |")  # fmt: skip
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps({"cpu": cpu_name(), "teacher": str(teacher), "phases_s": phases, "rows": rows},
+                                  indent=1) + "\n")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

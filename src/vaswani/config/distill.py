@@ -1,0 +1,70 @@
+"""The distill section (`vaswani distill`): sequence-level knowledge distillation (Kim & Rush, 2016). A teacher
+translates the training sources; its translations, filtered, are the student's targets."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from vaswani.config.fields import ConfigError, build
+
+
+@dataclass(frozen=True)
+class DistillConfig:
+    """How the teacher's translations are made and chosen, and what the student learns from."""
+
+    beam_size: int = 4  # the teacher's beam (Kim & Rush: the beam's best is the student's target)
+    n_best: int = 1  # translations kept per source, each a training pair (Kim & Rush's n-best variant: 2-5)
+    length_penalty: float = 0.6  # the teacher's α, as the paper decodes
+    precision: str = "auto"  # the teacher's decoding precision: auto (fp32), fp32, bf16, int8 (a CPU's, faster)
+    batch_size: int = 64  # sentences per batch of the teacher's pass
+    # Filters (0: off): what a teacher gets wrong is not taught. A translation is dropped when its length in
+    # words is over max_len_ratio times its source's or under 1/max_len_ratio of it (a hallucination, a stop);
+    # when its mean token probability is under min_confidence; when its sentence chrF against the original
+    # target is under min_chrf (a translation of something else).
+    max_len_ratio: float = 3.0
+    min_confidence: float = 0.0
+    min_chrf: float = 0.0
+    # The original pairs mixed in, each drawn this many times per epoch (0: the teacher's targets alone;
+    # 1: as many original pairs as distilled ones).
+    original_weight: float = 0.0
+    # teacher: the student reads and writes with the teacher's tokenizer (its vocabulary sizes and text
+    # settings too); own: a tokenizer trained here on the distilled corpus, as `vaswani train` does.
+    tokenizer: Literal["teacher", "own"] = "teacher"
+    chunk_lines: int = 2000  # source lines per chunk of the teacher's pass: what a rerun or another process skips
+
+    @classmethod
+    def from_dict(cls, values: Any) -> DistillConfig:
+        config = build("distill", cls, {} if values is None else values)
+        config.validate()
+        return config
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def validate(self) -> None:
+        for name in ("beam_size", "n_best", "batch_size", "chunk_lines"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"distill.{name} must be 1 or more, got {getattr(self, name)!r}")
+        if self.n_best > self.beam_size:
+            raise ConfigError(
+                f"distill.n_best ({self.n_best}) cannot exceed distill.beam_size ({self.beam_size}); raise the beam"
+            )
+        if self.max_len_ratio != 0 and self.max_len_ratio < 1:
+            raise ConfigError(f"distill.max_len_ratio must be 1 or more (0: off), got {self.max_len_ratio!r}")
+        if not 0 <= self.min_confidence <= 1:
+            raise ConfigError(f"distill.min_confidence is a probability (0 to 1), got {self.min_confidence!r}")
+        if not 0 <= self.min_chrf <= 100:
+            raise ConfigError(f"distill.min_chrf is a chrF score (0 to 100), got {self.min_chrf!r}")
+        if self.original_weight < 0:
+            raise ConfigError(f"distill.original_weight must be 0 or more, got {self.original_weight!r}")
+        if self.tokenizer not in ("teacher", "own"):
+            raise ConfigError(f"distill.tokenizer must be teacher or own, got {self.tokenizer!r}")
+        if self.precision not in ("auto", "fp32", "bf16", "int8"):
+            raise ConfigError(f"distill.precision must be auto, fp32, bf16 or int8, got {self.precision!r}")
+
+    def teacher_settings(self) -> dict[str, Any]:
+        """What decides the teacher's translations (a rerun with other values starts the pass again)."""
+        return {"beam_size": self.beam_size, "n_best": self.n_best, "length_penalty": self.length_penalty,
+                "precision": self.precision, "chunk_lines": self.chunk_lines}  # fmt: skip

@@ -1,0 +1,159 @@
+"""`vaswani distill TEACHER CONFIG STUDENT`: sequence-level knowledge distillation (Kim & Rush, 2016). The teacher
+(any translation model directory: trained here or imported, OPUS-MT too) translates the training sources of CONFIG
+(distill/teacher.py: chunked, resumable, sharded over torchrun's processes); its translations that pass the filters
+are the student's targets, optionally mixed with the original pairs; the student (CONFIG's model section: a preset
+such as student-6-1, or any shape) is trained on them by the trainer, as `vaswani train` trains, resumable too.
+
+The student's directory is a model directory like any other; its vaswani.json records the teacher, the
+distillation settings and what the filters kept; STUDENT/distill/ holds the teacher's translations and the
+distilled corpus, which a rerun reuses.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from vaswani import atomic
+from vaswani.config import Config, ConfigError, apply_overrides
+from vaswani.config.distill import DistillConfig
+from vaswani.config.recipe import load_values
+from vaswani.distill import teacher as passes
+from vaswani.model_dir import CheckpointError
+
+WORK = "distill"  # STUDENT/distill: the teacher's chunks, the distilled corpus and its report
+# What the student takes from the teacher with its tokenizer: the vocabulary and its special ids, the text settings.
+_TOKENIZER_MODEL_KEYS = ("src_vocab_size", "tgt_vocab_size", "share_embeddings", "pad_id", "bos_id", "eos_id")
+_TOKENIZER_DATA_KEYS = ("tokenizer", "vocab_size", "lowercase")
+
+
+def student_config(values: dict, teacher: Config, settings: DistillConfig, work: Path) -> Config:
+    """The student's recipe: CONFIG's sections, its training data the distilled corpus (and the original pairs,
+    weighted, when distill.original_weight is above 0); with the teacher's tokenizer, the teacher's vocabulary and
+    text settings."""
+    unknown = set(values) - {"model", "data", "train", "decode"}
+    if unknown:
+        raise ConfigError(
+            f"a distillation config has the sections model, data, train, decode and distill; remove "
+            f"{', '.join(sorted(unknown))}"
+        )
+    original = Config.from_dict({k: v for k, v in values.items() if k in ("data",)}).data
+    original.require_training_data()
+    data = {k: v for k, v in (values.get("data") or {}).items() if k not in ("train_src", "train_tgt", "corpora")}
+    corpora = [{"name": "distilled", "src": str(work / passes.SOURCES), "tgt": str(work / passes.TARGETS)}]
+    if settings.original_weight > 0:
+        corpora += [{**c, "name": f"original {c['name']}", "weight": c["weight"] * settings.original_weight}
+                    for c in original.training_corpora()]  # fmt: skip
+    data["corpora"] = corpora
+    model = dict(values.get("model") or {})
+    if settings.tokenizer == "teacher":
+        for key in _TOKENIZER_MODEL_KEYS:
+            model[key] = getattr(teacher.model, key)
+        model.pop("vocab_size", None)
+        for key in _TOKENIZER_DATA_KEYS:
+            data[key] = getattr(teacher.data, key)
+    return Config.from_dict({**values, "model": model, "data": data})
+
+
+def original_pairs(values: dict) -> tuple[list[str], list[str]]:
+    """CONFIG's training pairs (every corpus of data.corpora, or data.train_src/train_tgt), read once."""
+    from vaswani.data.corpus import DataError, read_lines
+
+    data = Config.from_dict({"data": values.get("data") or {}}).data
+    data.require_training_data()
+    sources, targets = [], []
+    for corpus in data.training_corpora():
+        src, tgt = read_lines(corpus["src"], data.invalid_utf8), read_lines(corpus["tgt"], data.invalid_utf8)
+        if len(src) != len(tgt):
+            raise DataError(f"{corpus['src']} has {len(src):,} lines but {corpus['tgt']} has {len(tgt):,}")
+        sources += src
+        targets += tgt
+    return sources, targets
+
+
+def distill(
+    teacher_dir: str | Path,
+    config_path: str | Path,
+    student_dir: str | Path,
+    overrides: list[str] = (),
+    console: Any = None,
+):
+    """Distil the teacher in `teacher_dir` into a student trained by the recipe `config_path` in `student_dir`
+    (resumed where a run stopped: the teacher's pass from its last chunk, the training from its last checkpoint).
+    Returns the student's final TrainState."""
+    import torch.distributed as dist
+
+    from vaswani.console import progress_bar, stderr_console
+    from vaswani.data.tokenizer import Tokenizer
+    from vaswani.train import checkpoint as ckpt
+    from vaswani.train.distributed import barrier
+    from vaswani.train.trainer import Trainer
+
+    teacher_dir, student_dir = Path(teacher_dir), Path(student_dir)
+    if not (teacher_dir / "config.yaml").is_file():
+        raise CheckpointError(f"{teacher_dir} is not a model directory (no config.yaml): give the teacher's directory")
+    values = apply_overrides(load_values(config_path), list(overrides))
+    settings = DistillConfig.from_dict(values.pop("distill", None))
+    teacher_config = Config.load(teacher_dir / "config.yaml")
+    work = student_dir / WORK
+    config = student_config(values, teacher_config, settings, work)
+    rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+    console = console or stderr_console()
+
+    def log(message: str) -> None:
+        if rank == 0:
+            console.print(f"vaswani: {message}", highlight=False)
+
+    sources, targets = original_pairs(values)
+    stamp = passes.stamp_of(teacher_dir, settings, sources)
+    if passes.changed(work, stamp):
+        if ckpt.checkpoint_dirs(student_dir):
+            raise ConfigError(
+                f"{student_dir} holds a student trained on the translations of another teacher, other distill "
+                f"settings or other sources: distil into a new directory, or remove {student_dir / 'checkpoints'} "
+                "to train it again"
+            )
+        barrier(world)  # every rank has read the old stamp before rank 0 replaces it
+        if rank == 0 and (student_dir / "prepared").is_dir():
+            atomic.remove_directory(student_dir / "prepared")  # made from the old corpus
+    if rank == 0:
+        student_dir.mkdir(parents=True, exist_ok=True)
+        passes.start(work, stamp, log)
+    barrier(world)
+    chunks = passes.pending(work, len(sources), settings.chunk_lines, rank, world)
+    if chunks:
+        translator = _teacher(teacher_dir, settings, config.train.device)
+        size = settings.chunk_lines
+        todo = sum(len(sources[i * size : (i + 1) * size]) for i in chunks)
+        log(f"teacher {teacher_dir}: translating {todo:,} of {len(sources):,} training sources"
+            + (f" (this process's share of {world})" if world > 1 else "")
+            + f", beam {settings.beam_size}, {settings.n_best}-best")  # fmt: skip
+        with progress_bar(console, "teacher translating", todo, enabled=rank == 0) as advance:
+            passes.translate_chunks(translator, sources, work, settings, chunks, advance)
+        del translator
+    barrier(world)
+    if rank == 0 and not (work / passes.REPORT).is_file():
+        report = passes.build_corpus(work, sources, targets if settings.min_chrf else None, settings)
+        dropped = ", ".join(f"{n:,} {reason}" for reason, n in report["dropped"].items()) or "none"
+        log(
+            f"distilled corpus: {report['kept']:,} of {report['translations']:,} translations kept (dropped: {dropped})"
+        )
+    barrier(world)
+    report = passes.read_report(work)
+    if rank == 0 and settings.tokenizer == "teacher" and not Tokenizer.present(student_dir):
+        Tokenizer.load(teacher_dir).save(student_dir)
+    barrier(world)
+    origin = {"distilled_from": str(teacher_dir.resolve()), "distill": settings.to_dict(), "distilled_pairs": report}
+    return Trainer(config, student_dir, console, origin=origin).train()
+
+
+def _teacher(teacher_dir: Path, settings: DistillConfig, device: str):
+    from vaswani.translate.translator import Translator
+
+    local = os.environ.get("LOCAL_RANK")
+    if device == "auto" and local is not None:
+        import torch
+
+        device = f"cuda:{local}" if torch.cuda.is_available() else "cpu"
+    return Translator.load(teacher_dir, device=device, precision=settings.precision)
