@@ -338,3 +338,13 @@ def test_found_by_fuzzing_markdown_pairs_stay_the_pairs_the_parser_read():
     [run] = parse("A\nMAILTO: und www. sind keine Adressen", "markdown").runs  # a scheme alone is no URL
     assert not run.children
     assert parse("- Ein\n\tEin\n\nEin", "markdown").source() == "- Ein Ein\n\nEin"  # a tab the parser read as spaces
+    from vaswani.translate.markup.markdown import fits
+
+    assert not fits("_", "h", "\x1f", False) and fits("_", "h", " ", False)  # U+001F is no space to Markdown
+    markup = parse("Ein\n_Ein Hund_\x1f ![Bild](a.png)", "markdown")
+    [run] = markup.runs
+    out = render_run(run, "a dog", lambda node: (0, 5), markup.write, markup.lead, markup.fits)
+    assert pieces(parse(out, "markdown")) == pieces(markup), out
+    [run] = parse("https://example.org/x.*, Ein", "markdown").runs  # a URL ending in punctuation, a word after it
+    out = render_run(run, "Yes dog", lambda node: (0, 0), parse("x", "markdown").write)
+    assert out.startswith("https://example.org/x.* Yes")

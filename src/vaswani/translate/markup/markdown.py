@@ -53,15 +53,21 @@ def fits(delimiter: str, before: str, after: str, opening: bool) -> bool:
     rules; "_" opens no pair inside a word."""
     if not delimiter or delimiter[0] not in "*_~" or delimiter.strip(delimiter[0]):
         return True
-    lone_before = not before or before.isspace() or _punct(before)
-    lone_after = not after or after.isspace() or _punct(after)
-    left = bool(after) and not after.isspace() and (not _punct(after) or lone_before)
-    right = bool(before) and not before.isspace() and (not _punct(before) or lone_after)
+    lone_before = not before or _space(before) or _punct(before)
+    lone_after = not after or _space(after) or _punct(after)
+    left = bool(after) and not _space(after) and (not _punct(after) or lone_before)
+    right = bool(before) and not _space(before) and (not _punct(before) or lone_after)
     if delimiter[0] != "_":
         return left if opening else right
     if opening:
         return left and (not right or _punct(before))
     return right and (not left or _punct(after))
+
+
+def _space(char: str) -> bool:
+    """CommonMark's Unicode whitespace: Zs, tab, line feed, form feed, carriage return (not "\x1f", which Python's
+    isspace() takes)."""
+    return char in "\t\n\f\r" or unicodedata.category(char) == "Zs"
 
 
 def _punct(char: str) -> bool:

@@ -344,7 +344,7 @@ def render_run(
         """Translated text; a word right after an atom that ends in one (a URL) is kept apart from it."""
         piece = write(piece) if out or lead is None else lead(write(piece))
         last = next((x for x in reversed(out) if x), "")
-        glued = after_atom[0] and piece[:1].isalnum() and last[-1:].isalnum()
+        glued = after_atom[0] and piece[:1].isalnum() and (last[-1:].isalnum() or bool(url_spans(last.lstrip())))
         out.append(" " + piece if glued else piece)
 
     def emit(nodes: Sequence[Node], lo: int, hi: int, parent: Mark | None = None) -> None:
@@ -400,15 +400,16 @@ def _space_to_fit(out: list[str], k: int, opening: bool, fits: Callable[[str, st
     after = "" if following is None else out[following][0]
     if fits(delimiter, before, after, opening):
         return
-    if opening and after.isspace() and len(out[following]) > 1:  # the space after it goes before it
+    blank = (" ", "\t", "\n")  # a space as Markdown reads one (Python's isspace() also takes "\x1f", which is not)
+    if opening and after in blank and len(out[following]) > 1:  # the space after it goes before it
         out[following] = out[following][1:]
         after = out[following][0]
-    elif not opening and before.isspace() and previous is not None and len(out[previous]) > 1 and out[k] == delimiter:
+    elif not opening and before in blank and previous is not None and len(out[previous]) > 1 and out[k] == delimiter:
         out[previous] = out[previous][:-1]  # the space before it goes after it
         before = out[previous][-1]
-    if opening and not before.isspace() and fits(delimiter, " ", after, True):
+    if opening and before not in blank and fits(delimiter, " ", after, True):
         out[k] = " " + delimiter
-    elif not opening and after and not after.isspace() and fits(delimiter, before, " ", False):
+    elif not opening and after and after not in blank and fits(delimiter, before, " ", False):
         out[k] = out[k] + " "
 
 
