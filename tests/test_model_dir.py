@@ -72,3 +72,24 @@ def test_a_tokenizer_of_another_run_is_named(copy, tmp_path):
     _, config = load_model(copy)
     with pytest.raises(CheckpointError, match=r"tokenizer\.model has 300 pieces, but the model's source vocabulary"):
         load_tokenizer(copy, config)
+
+
+def test_a_missing_embedding_is_excused_only_where_it_is_tied_to_one_that_is_there(tmp_path):
+    """Any missing '*.embed.tokens.weight' was excused: an untied model then translated with a random matrix."""
+    from vaswani.config import Config
+    from vaswani.nn import Transformer
+    from vaswani.train import checkpoint as ckpt
+
+    for tied in (True, False):
+        directory = tmp_path / f"tied_{tied}"
+        directory.mkdir()
+        model = {"d_model": 16, "n_heads": 2, "d_ff": 32, "n_layers": 1, "src_vocab_size": 40, "tgt_vocab_size": 40,
+                 "share_embeddings": tied, "tie_output": tied}  # fmt: skip
+        config = Config.from_dict({"model": model})
+        ckpt.write_model_directory(directory, config)
+        weights = ckpt.weights_of(Transformer(config.model))
+        assert ("decoder.embed.tokens.weight" in weights) is not tied  # stored once where tied
+        weights.pop("encoder.embed.tokens.weight" if tied else "decoder.embed.tokens.weight")
+        ckpt.save_weights(weights, directory / WEIGHTS)
+        with pytest.raises(CheckpointError, match=r"missing \['(en|de)coder\.embed\.tokens\.weight'\]"):
+            load_model(directory)

@@ -58,10 +58,21 @@ def load_weights(path: Path) -> dict[str, torch.Tensor]:
         return load_file(str(path))
 
 
-def untied_missing(missing: list[str]) -> list[str]:
-    """The names `load_state_dict` reports missing, but a tied matrix's other names: it is stored once under
-    its first name (weights_of), and the others point at the same tensor."""
-    return [name for name in missing if not name.endswith("embed.tokens.weight")]
+def tied_names(model: torch.nn.Module) -> frozenset[str]:
+    """The state dict's names of a tied matrix but its first (tied embeddings): weights_of stores it once, under
+    its first name, and these others point at the same parameter. An untied model has none."""
+    seen: set[int] = set()
+    tied = set()
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        if id(tensor) in seen:
+            tied.add(name)
+        seen.add(id(tensor))
+    return frozenset(tied)
+
+
+def untied_missing(missing: list[str], tied: frozenset[str]) -> list[str]:
+    """The names `load_state_dict` reports missing, but a tied matrix's other names (`tied`: tied_names)."""
+    return [name for name in missing if name not in tied]
 
 
 def load_into(model: torch.nn.Module, weights: dict[str, torch.Tensor], source: Path) -> None:
@@ -71,11 +82,11 @@ def load_into(model: torch.nn.Module, weights: dict[str, torch.Tensor], source: 
     except RuntimeError as error:  # a shape that differs
         detail = str(error).split("\n\t")[1] if "\n\t" in str(error) else str(error)
         raise CheckpointError(f"{source} does not fit this model ({detail.strip()})") from None
-    _check_fit(missing, unexpected, source)
+    _check_fit(missing, unexpected, source, tied_names(model))
 
 
-def _check_fit(missing: list[str], unexpected: list[str], source: Path) -> None:
-    missing = untied_missing(missing)
+def _check_fit(missing: list[str], unexpected: list[str], source: Path, tied: frozenset[str]) -> None:
+    missing = untied_missing(missing, tied)
     if missing or unexpected:
         raise CheckpointError(
             f"{source} does not fit this model (missing {missing[:3]}, unexpected {unexpected[:3]}): weights and "
@@ -91,7 +102,7 @@ def read_weights_into(model: torch.nn.Module, path: Path) -> None:
     from a file that does not fit)."""
     with reading(path):
         own = model.state_dict()
-        names = check_fits(path, own)
+        names = check_fits(path, own, tied_names(model))
         with torch.no_grad():
             for name in names:
                 with safe_open(str(path), framework="pt") as f:
@@ -122,15 +133,16 @@ _DTYPES |= {torch.bool: "BOOL"}
 _FLOATS = frozenset(("F32", "F16", "BF16", "F64"))
 
 
-def check_fits(path: Path, own: dict[str, torch.Tensor]) -> list[str]:
+def check_fits(path: Path, own: dict[str, torch.Tensor], tied: frozenset[str]) -> list[str]:
     """The tensor names of the safetensors file `path`, each checked against `own` (a model's state dict, on the
-    meta device or not) from the file's header alone: the same names, shapes, and dtypes (any float for a float).
-    A CheckpointError naming the file and the first difference; a SafetensorError where the header is corrupt."""
+    meta device or not; `tied`: its names stored under another, tied_names) from the file's header alone: the same
+    names, shapes, and dtypes (any float for a float). A CheckpointError naming the file and the first difference;
+    a SafetensorError where the header is corrupt."""
     if path.exists() and not path.is_file():
         raise CheckpointError(f"{path} is not a file (a directory?); {_RESTORE}")
     with safe_open(str(path), framework="pt") as f:
         names = list(f.keys())
-        _check_fit([n for n in own if n not in names], [n for n in names if n not in own], path)
+        _check_fit([n for n in own if n not in names], [n for n in names if n not in own], path, tied)
         for name in names:
             part, target = f.get_slice(name), own[name]
             shape, dtype, wanted = tuple(part.get_shape()), part.get_dtype(), _DTYPES.get(target.dtype)
@@ -178,7 +190,7 @@ def load_model(directory: str | Path, device: str | torch.device = "cpu") -> tup
         where = str(directory / "config.yaml")
         raise CheckpointError(str(error) if where in str(error) else f"{where}: {error}") from None
     with reading(directory / WEIGHTS):  # the config checked against the weights' header before memory is taken
-        check_fits(directory / WEIGHTS, _shapes(config, directory))
+        check_fits(directory / WEIGHTS, *_shapes(config, directory))
     with (
         freed_memory_returned()
     ):  # the weights mapped apart: freed at once when packed or made int8 (nn/cpu_linear/onednn_fp32.py)
@@ -187,12 +199,13 @@ def load_model(directory: str | Path, device: str | torch.device = "cpu") -> tup
     return model.to(device).eval(), config
 
 
-def _shapes(config: Config, directory: Path) -> dict[str, torch.Tensor]:
-    """The state dict of the model config.yaml describes, on the meta device (shapes and dtypes, no memory); a
-    CheckpointError where torch cannot even describe it (a d_model of 2^40)."""
+def _shapes(config: Config, directory: Path) -> tuple[dict[str, torch.Tensor], frozenset[str]]:
+    """The state dict of the model config.yaml describes, on the meta device (shapes and dtypes, no memory), and
+    its tied names; a CheckpointError where torch cannot even describe it (a d_model of 2^40)."""
     try:
         with torch.device("meta"):
-            return build_model(config.model).state_dict()
+            model = build_model(config.model)
+            return model.state_dict(), tied_names(model)
     except (RuntimeError, OverflowError) as error:
         raise CheckpointError(
             f"{directory / 'config.yaml'} describes a model too large to build ({_one_line(error)}); use the "

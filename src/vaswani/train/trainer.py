@@ -29,6 +29,7 @@ from vaswani.model_dir import (
     load_into,
     load_weights,
     save_weights,
+    tied_names,
     untied_missing,
     weights_of,
     write_model_directory,
@@ -180,7 +181,7 @@ class Trainer:
         """The pretrained weights of `directory`; the classifier starts fresh (a fine-tuned model's is left out)."""
         weights = {k: v for k, v in load_weights(directory / WEIGHTS).items() if not k.startswith("classifier.")}
         missing, unexpected = self.model.load_state_dict(weights, strict=False)
-        missing = [n for n in untied_missing(missing) if not n.startswith("classifier.")]
+        missing = [n for n in untied_missing(missing, tied_names(self.model)) if not n.startswith("classifier.")]
         if missing or unexpected:
             raise CheckpointError(
                 f"{directory / WEIGHTS} does not fit this model (missing {missing[:3]}, unexpected {unexpected[:3]})"
