@@ -129,6 +129,7 @@ def test_a_bom_starting_a_file_is_no_part_of_its_first_line(tmp_path):
     path.write_bytes(b"\xef\xbb\xbfein Mann\r\nzwei\n")
     assert read_lines(path) == ["ein Mann", "zwei"]
     assert [line for _, chunk in LineReader(path).chunks(8) for line in chunk] == ["ein Mann", "zwei"]
+    assert LineReader(path).read_text() == "ein Mann\r\nzwei\n"  # --document, --format html|markdown
     assert next(raw_chunks(path, path, 8))[1] == [b"ein Mann\r", b"zwei"]
     (tmp_path / "only").write_bytes(b"\xef\xbb\xbf")
     assert read_lines(tmp_path / "only") == [] and list(raw_chunks(tmp_path / "only", tmp_path / "only", 8)) == []

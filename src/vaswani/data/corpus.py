@@ -212,6 +212,7 @@ class LineReader:
         finally:
             if handle is not sys.stdin.buffer:
                 handle.close()
+        data = without_bom(data)  # an encoding mark, not the first word's first character
         try:
             return data.decode("utf-8")
         except UnicodeDecodeError:
