@@ -93,3 +93,24 @@ def test_a_missing_embedding_is_excused_only_where_it_is_tied_to_one_that_is_the
         ckpt.save_weights(weights, directory / WEIGHTS)
         with pytest.raises(CheckpointError, match=r"missing \['(en|de)coder\.embed\.tokens\.weight'\]"):
             load_model(directory)
+
+
+def test_a_language_model_s_tokenizer_is_checked_against_it_as_a_translator_s_is(model_dir, tmp_path):
+    """Generator.load and Classifier.load took any tokenizer: ids past the model's vocabulary failed mid-batch."""
+    from vaswani.config import Config
+    from vaswani.decode.classifier import Classifier
+    from vaswani.decode.generate import Generator
+    from vaswani.nn import build_model
+    from vaswani.train import checkpoint as ckpt
+
+    for kind, n_classes, loader in (("decoder_only", 0, Generator), ("encoder_only", 2, Classifier)):
+        directory = tmp_path / kind
+        directory.mkdir()
+        model = {"type": kind, "d_model": 16, "n_heads": 2, "d_ff": 32, "n_layers": 1, "src_vocab_size": 300,
+                 "tgt_vocab_size": 300, "positions": "learned", "max_positions": 256, "n_classes": n_classes}  # fmt: skip
+        config = Config.from_dict({"model": model})
+        ckpt.write_model_directory(directory, config)
+        ckpt.save_weights(ckpt.weights_of(build_model(config.model)), directory / WEIGHTS)
+        shutil.copyfile(model_dir / "tokenizer.model", directory / "tokenizer.model")  # 600 pieces
+        with pytest.raises(CheckpointError, match=r"tokenizer\.model has 600 pieces"):
+            loader.load(directory, "cpu")

@@ -15,7 +15,7 @@ import torch
 from vaswani.config import Config
 from vaswani.data.labelled import Text, classifier_inputs, pad
 from vaswani.data.tokenizer import Tokenizer
-from vaswani.model_dir import CheckpointError, load_model
+from vaswani.model_dir import CheckpointError, load_model, load_tokenizer
 from vaswani.runtime.allocator import freed_memory_returned
 from vaswani.runtime.device import autocast, pick_device
 from vaswani.runtime.precision import check
@@ -56,7 +56,7 @@ class Classifier:
                 )
             m = dataclasses.replace(config.model, pairs=True)
             model.config, config = m, dataclasses.replace(config, model=m)
-        return cls(model, Tokenizer.load(model_dir), config, precision)
+        return cls(model, load_tokenizer(model_dir, config), config, precision)
 
     @torch.inference_mode()
     def probabilities(self, texts: Sequence[Text], batch_size: int = 64) -> torch.Tensor:

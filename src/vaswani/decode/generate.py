@@ -23,7 +23,7 @@ from vaswani.data.tokenizer import Tokenizer
 from vaswani.decode.request import DecodeRequest
 from vaswani.decode.search import decoding, greedy, sample
 from vaswani.families import GENERATE, family
-from vaswani.model_dir import load_model
+from vaswani.model_dir import load_model, load_tokenizer
 from vaswani.runtime.allocator import freed_memory_returned
 from vaswani.runtime.device import pick_device
 from vaswani.runtime.precision import check
@@ -48,7 +48,7 @@ class Generator:
     @classmethod
     def load(cls, model_dir: str | Path, device: str = "auto", precision: str = "fp32") -> Generator:
         model, config = load_model(model_dir, pick_device(device))
-        return cls(model, Tokenizer.load(model_dir), config, precision)
+        return cls(model, load_tokenizer(model_dir, config), config, precision)
 
     def encode(self, prompt: str) -> list[int]:
         """The prompt's ids. Newlines as text: the prompt read whole, an empty one BOS (where GPT-2's documents
