@@ -107,7 +107,8 @@ def test_a_language_model_s_tokenizer_is_checked_against_it_as_a_translator_s_is
         directory = tmp_path / kind
         directory.mkdir()
         model = {"type": kind, "d_model": 16, "n_heads": 2, "d_ff": 32, "n_layers": 1, "src_vocab_size": 300,
-                 "tgt_vocab_size": 300, "positions": "learned", "max_positions": 256, "n_classes": n_classes}  # fmt: skip
+                 "tgt_vocab_size": 300, "positions": "learned", "max_positions": 256,
+                 "n_classes": n_classes}  # fmt: skip
         config = Config.from_dict({"model": model})
         ckpt.write_model_directory(directory, config)
         ckpt.save_weights(ckpt.weights_of(build_model(config.model)), directory / WEIGHTS)
