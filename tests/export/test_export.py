@@ -301,6 +301,18 @@ def marian(trained, tmp_path_factory):
     return model, transformers.MarianTokenizer.from_pretrained(str(out))
 
 
+def test_marian_generation_config_bans_the_n_grams_ours_bans(trained, tmp_path):
+    """decode.no_repeat_ngram was not written: generate repeated what vaswani translate never repeats."""
+    pytest.importorskip("transformers")
+    directory = shutil.copytree(trained, tmp_path / "model")
+    config = Config.load(directory / "config.yaml")
+    write_model_directory(
+        directory, dataclasses.replace(config, decode=dataclasses.replace(config.decode, no_repeat_ngram=3))
+    )
+    out = export(directory, tmp_path / "hf", "huggingface")
+    assert json.loads((out / "generation_config.json").read_text())["no_repeat_ngram_size"] == 3
+
+
 def test_marian_tokenizer_gives_our_source_ids(trained, marian):
     lines = read_lines(MULTI30K / "test_2016_flickr.de.gz")[:50]
     ours = Tokenizer.load(trained).encode_src(lines)

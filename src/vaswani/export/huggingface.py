@@ -102,8 +102,9 @@ def marian_config(config: Config):
 
 
 def generation_config(config: Config):
-    """`generate`'s defaults: our special ids, PAD and BOS never generated, our beam size (the length penalty
-    is Hugging Face's own, length^alpha, so it is left at its default)."""
+    """`generate`'s defaults: our special ids, PAD and BOS never generated, our beam size and our ban on repeated
+    n-grams (decode.no_repeat_ngram is generate's no_repeat_ngram_size exactly; the length penalty is Hugging
+    Face's own, length^alpha, so it is left at its default)."""
     c, decode = config.model, config.decode
     return _transformers().GenerationConfig(
         decoder_start_token_id=c.bos_id,
@@ -114,6 +115,7 @@ def generation_config(config: Config):
         bad_words_ids=[[i] for i in dict.fromkeys((c.pad_id, c.bos_id))],
         num_beams=decode.beam_size,
         max_length=c.max_positions,
+        no_repeat_ngram_size=decode.no_repeat_ngram,
     )
 
 
