@@ -329,6 +329,8 @@ def test_found_by_fuzzing_markdown_pairs_stay_the_pairs_the_parser_read():
     for place in ((0, 5), (2, 5)):  # the inner pair on both words; both pairs on the second word
         out = render_run(run, "a dog", lambda node, p=place: p, markup.write)
         assert pieces(parse(out, "markdown")) == pieces(markup), out
+    out = render_run(run, "dog", lambda node: (0, 3), markup.write)  # one word for both: the other character
+    assert out == "*_dog_*" and pieces(parse(out, "markdown")) == pieces(markup)
     # a pair that no longer opens where the translation glued it to a word ("near_x_") takes a space that makes it
     markup = parse("A*_https://example.org/x_", "markdown")
     [run] = markup.runs

@@ -99,7 +99,8 @@ class Markup:
 
 def pieces(markup: Markup) -> Counter[str]:
     """The multiset of what must come back unchanged: every mark's tags, every atom, every raw piece but
-    whitespace (a test's measure: a document and its translation have the same)."""
+    whitespace (a test's measure: a document and its translation have the same). Markdown's "_" and "*" pairs are
+    the same emphasis to a reader, counted as "*" (render_run writes one for the other where it must)."""
     counts: Counter[str] = Counter()
 
     def visit(nodes: Sequence[Node]) -> None:
@@ -107,8 +108,8 @@ def pieces(markup: Markup) -> Counter[str]:
             if isinstance(node, Atom):
                 counts[node.raw] += 1
             else:
-                counts[node.open] += 1
-                counts[node.close] += 1
+                counts[node.open.replace("_", "*") if not node.open.strip("_") else node.open] += 1
+                counts[node.close.replace("_", "*") if not node.close.strip("_") else node.close] += 1
                 visit(node.children)
 
     for part in markup.parts:
@@ -349,7 +350,7 @@ def render_run(
 
     def emit(nodes: Sequence[Node], lo: int, hi: int, parent: Mark | None = None) -> None:
         spans, position = _sibling_spans(nodes, lo, hi, place, text, words), lo
-        _keep_delimiters_apart(spans, parent, lo, hi, words)
+        other = _keep_delimiters_apart(spans, parent, lo, hi, words)
         for a, b, _, node in spans:
             a = max(a, position)
             b = max(b, a)
@@ -366,12 +367,13 @@ def render_run(
                 out.append(("" if written[-1:].isspace() else before) + node.raw)
                 after_atom[0] = True
             else:
+                swap = _other_delimiter if node in other else str
                 delimiters.append((len(out), True))
-                out.append(node.open)
+                out.append(swap(node.open))
                 after_atom[0] = False  # a tag between two atoms: they are not side by side
                 emit(node.children, a, b, node)
                 delimiters.append((len(out), False))
-                out.append(node.close)
+                out.append(swap(node.close))
                 after_atom[0] = False
             position = b
         add(text[position:hi])
@@ -454,13 +456,18 @@ def _same_delimiter(outer: Mark, inner: Node) -> bool:
 
 def _keep_delimiters_apart(
     spans: list[tuple[int, int, int, Node]], parent: Mark | None, lo: int, hi: int, words: Sequence[tuple[int, int]]
-) -> None:
+) -> list[Node]:
     """Siblings' spans adjusted (in place) so that no pair shares both ends with a pair around it written with the
     same delimiter: a pair holding one word that holds such a pair takes in the next free word (or the one
-    before); a pair that would cover all of such a parent's words keeps the one at its end in the source."""
+    before); a pair that would cover all of such a parent's words keeps the one at its end in the source. Returns
+    the pairs left sharing both ends (their parent's one word): written with the other character ("*_x_*")."""
     inside = [(max(x, lo), min(y, hi)) for x, y in words if x < hi and lo < y]  # words clipped into [lo, hi)
+    other: list[Node] = []
     for i, (a, b, order, node) in enumerate(spans):
-        if parent is not None and _same_delimiter(parent, node) and len(inside) > 1:
+        if parent is not None and _same_delimiter(parent, node) and len(inside) <= 1:
+            if parent.open[:1] in "*_" and (not inside or (a, b) == inside[0]):
+                other.append(node)
+        elif parent is not None and _same_delimiter(parent, node):
             if (a, b) == (inside[0][0], inside[-1][1]):  # all of the parent's text
                 x, y = inside[0] if node.start == parent.start else inside[-1]
                 spans[i] = (x, y, order, node)
@@ -472,6 +479,12 @@ def _keep_delimiters_apart(
             before = [w for w in free if w[1] <= a]
             if len(held) == 1 and (after or before):
                 spans[i] = (a, after[0][1], order, node) if after else (before[-1][0], b, order, node)
+    return other
+
+
+def _other_delimiter(delimiter: str) -> str:
+    """Markdown's other emphasis character, as many times ("_" for "*", "**" for "__")."""
+    return delimiter.translate(str.maketrans("*_", "_*"))
 
 
 def _punctuation(char: str) -> bool:
