@@ -350,3 +350,10 @@ def test_found_by_fuzzing_markdown_pairs_stay_the_pairs_the_parser_read():
     [run] = parse("https://example.org/x.*, Ein", "markdown").runs  # a URL ending in punctuation, a word after it
     out = render_run(run, "Yes dog", lambda node: (0, 0), parse("x", "markdown").write)
     assert out.startswith("https://example.org/x.* Yes")
+    # emphasis across a hard break: its delimiters in two runs; the end is not kept apart from an atom by a space
+    from tests.fuzz import tiny_translator
+    from vaswani.translate.markup import translate_markup
+
+    page = "_\\\n0\n<b>O_"
+    [result] = translate_markup(tiny_translator(), [page], "markdown")
+    assert pieces(parse(result.text, "markdown")) == pieces(parse(page, "markdown")), result.text

@@ -402,6 +402,11 @@ def _space_to_fit(out: list[str], k: int, opening: bool, fits: Callable[[str, st
     after = "" if following is None else out[following][0]
     if fits(delimiter, before, after, opening):
         return
+    if not opening and out[k] != delimiter and previous is not None:  # the space that keeps two atoms apart
+        bare = out[previous][-1]
+        if fits(delimiter, bare, after, False):
+            out[k] = delimiter
+            return
     blank = (" ", "\t", "\n")  # a space as Markdown reads one (Python's isspace() also takes "\x1f", which is not)
     if opening and after in blank and len(out[following]) > 1:  # the space after it goes before it
         out[following] = out[following][1:]
