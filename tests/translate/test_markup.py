@@ -357,3 +357,6 @@ def test_found_by_fuzzing_markdown_pairs_stay_the_pairs_the_parser_read():
     page = "_\\\n0\n<b>O_"
     [result] = translate_markup(tiny_translator(), [page], "markdown")
     assert pieces(parse(result.text, "markdown")) == pieces(parse(page, "markdown")), result.text
+    page = "* 0\n``\n    ``"  # a code span on two lines of a list item: its second line indented as the item is
+    [result] = translate_markup(tiny_translator(), [page], "markdown")
+    assert pieces(parse(result.text, "markdown")) == pieces(parse(page, "markdown")), result.text

@@ -6,6 +6,7 @@ and where the marks go: markup.py.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -99,14 +100,15 @@ class Markup:
 
 def pieces(markup: Markup) -> Counter[str]:
     """The multiset of what must come back unchanged: every mark's tags, every atom, every raw piece but
-    whitespace (a test's measure: a document and its translation have the same). Markdown's "_" and "*" pairs are
+    whitespace (a test's measure: a document and its translation have the same; an atom's lines without their
+    indentation, which is the block's). Markdown's "_" and "*" pairs are
     the same emphasis to a reader, counted as "*" (render_run writes one for the other where it must)."""
     counts: Counter[str] = Counter()
 
     def visit(nodes: Sequence[Node]) -> None:
         for node in nodes:
-            if isinstance(node, Atom):
-                counts[node.raw] += 1
+            if isinstance(node, Atom):  # a line it continues on is indented as its block is (a list item's)
+                counts[re.sub(r"\n[ \t]+", "\n", node.raw)] += 1
             else:
                 counts[node.open.replace("_", "*") if not node.open.strip("_") else node.open] += 1
                 counts[node.close.replace("_", "*") if not node.close.strip("_") else node.close] += 1
