@@ -360,3 +360,4 @@ def test_found_by_fuzzing_markdown_pairs_stay_the_pairs_the_parser_read():
     page = "* 0\n``\n    ``"  # a code span on two lines of a list item: its second line indented as the item is
     [result] = translate_markup(tiny_translator(), [page], "markdown")
     assert pieces(parse(result.text, "markdown")) == pieces(parse(page, "markdown")), result.text
+    assert parse("***Ein Ein***", "markdown").source() == "***Ein Ein***"  # strong in emphasis: no pair to part

@@ -456,9 +456,12 @@ def _sibling_spans(
 
 
 def _same_delimiter(outer: Mark, inner: Node) -> bool:
-    """Markdown's `*`/`_`/`~` pairs nested with the same character: written side by side at both ends ("**x**")
-    they would read back as one pair of another kind."""
-    return isinstance(inner, Mark) and outer.open[:1] in ("*", "_", "~") and inner.open[:1] == outer.open[:1]
+    """Markdown's emphasis nested in emphasis of the same character ("*" in "*", "~~" in "~~"): written side by
+    side at both ends ("**x**") they would read back as one pair of another kind ("***x***", emphasis around
+    strong emphasis, reads back as itself)."""
+    if not isinstance(inner, Mark) or inner.open != outer.open:
+        return False
+    return outer.open in ("*", "_") or outer.open.startswith("~")
 
 
 def _keep_delimiters_apart(
