@@ -361,3 +361,7 @@ def test_found_by_fuzzing_markdown_pairs_stay_the_pairs_the_parser_read():
     [result] = translate_markup(tiny_translator(), [page], "markdown")
     assert pieces(parse(result.text, "markdown")) == pieces(parse(page, "markdown")), result.text
     assert parse("***Ein Ein***", "markdown").source() == "***Ein Ein***"  # strong in emphasis: no pair to part
+    page = "Ein~~~~Ein Ein~~~~"  # strikethrough in strikethrough: one run of four, read as one
+    assert parse(page, "markdown").source() == page
+    [result] = translate_markup(tiny_translator(), [page], "markdown")
+    assert pieces(parse(result.text, "markdown")) == pieces(parse(page, "markdown")), result.text

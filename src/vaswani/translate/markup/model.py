@@ -391,9 +391,23 @@ def _space_to_fit(out: list[str], k: int, opening: bool, fits: Callable[[str, st
     """out[k], a delimiter (a pair's, or one left unpaired), moved by a space where that makes it open (close) as
     it did in the source and it would not where the placement put it: "word_x_" opens no emphasis, "word _x_"
     does; an unpaired start put before a space ("a* b") goes onto the next word ("a *b")."""
-    previous = next((j for j in range(k - 1, -1, -1) if out[j]), None)
-    following = next((j for j in range(k + 1, len(out)) if out[j]), None)
     delimiter = out[k].lstrip()
+
+    def same_run(j: int | None) -> bool:  # a piece of the same delimiter character right beside it ("~~" "~~")
+        return j is not None and bool(out[j]) and not out[j].strip(delimiter[:1])
+
+    def beside(j: int, step: int) -> int | None:
+        return next((i for i in range(j + step, len(out) if step > 0 else -1, step) if out[i]), None)
+
+    previous, following = beside(k, -1), beside(k, 1)
+    # a run of one character written by several pairs is read as one run: its first piece (an opening) or its last
+    # (a closing) decides, looking past the others
+    if (opening and same_run(previous) and out[k] == delimiter) or (not opening and same_run(following)):
+        return
+    while opening and same_run(following):
+        following = beside(following, 1)
+    while not opening and same_run(previous) and out[k] == delimiter:
+        previous = beside(previous, -1)
     before = (
         out[k][-len(delimiter) - 1]
         if len(out[k]) > len(delimiter)
@@ -456,12 +470,10 @@ def _sibling_spans(
 
 
 def _same_delimiter(outer: Mark, inner: Node) -> bool:
-    """Markdown's emphasis nested in emphasis of the same character ("*" in "*", "~~" in "~~"): written side by
-    side at both ends ("**x**") they would read back as one pair of another kind ("***x***", emphasis around
-    strong emphasis, reads back as itself)."""
-    if not isinstance(inner, Mark) or inner.open != outer.open:
-        return False
-    return outer.open in ("*", "_") or outer.open.startswith("~")
+    """Markdown's emphasis nested in emphasis of the same character ("*" in "*"): written side by side at both
+    ends ("**x**") they would read back as one pair of another kind ("***x***", emphasis around strong emphasis,
+    and "~~~~x~~~~" read back as themselves)."""
+    return isinstance(inner, Mark) and inner.open == outer.open and outer.open in ("*", "_")
 
 
 def _keep_delimiters_apart(
