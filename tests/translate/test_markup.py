@@ -365,3 +365,5 @@ def test_found_by_fuzzing_markdown_pairs_stay_the_pairs_the_parser_read():
     assert parse(page, "markdown").source() == page
     [result] = translate_markup(tiny_translator(), [page], "markdown")
     assert pieces(parse(result.text, "markdown")) == pieces(parse(page, "markdown")), result.text
+    page = "\\&amp; Tom & Jerry"  # "&amp;" as text: its "&" stays escaped, a lone "&" stays bare
+    assert parse(page, "markdown").source() == page

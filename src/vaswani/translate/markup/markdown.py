@@ -117,7 +117,7 @@ def parse_markdown(text: str) -> Markup:
         position = end
     builder.raw(source[position:])
     markup = builder.finish()
-    markup.lead, markup.fits = lead, fits
+    markup.lead, markup.fits, markup.ampersand = lead, fits, "\\&"
     if crlf:
         markup.parts = [p.replace("\n", "\r\n") if isinstance(p, str) else p for p in markup.parts]
     return markup

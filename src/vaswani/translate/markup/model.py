@@ -18,6 +18,7 @@ FORMATS = ("text", "html", "markdown")
 _URL_STARTS = ("http://", "https://", "ftp://", "www.", "mailto:")
 _URL_TRAILING = ".,;:!?'\")]}»>"
 _URL_LEADING = "(<[{\"'«"
+_REFERENCE = re.compile(r"&(#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{0,31});")
 
 
 @dataclass(eq=False)
@@ -72,10 +73,17 @@ class Markup:
     kept: list[str] = field(default_factory=list)
     lead: Callable[[str], str] | None = None  # escapes what would start a block at a run's start (Markdown's "1.")
     fits: Callable[[str, str, str, bool], bool] | None = None  # a delimiter between two characters reads as one
+    ampersand: str = "&"  # an "&" that would start a character reference ("&amp;" as text), written so
 
     def write(self, text: str) -> str:
-        """Translated text as the format writes it."""
-        return "".join(self.entities.get(c) or self.escape(c) for c in text)
+        """Translated text as the format writes it; an "&" that would start a character reference as `ampersand`."""
+        out = []
+        for i, char in enumerate(text):
+            piece = self.entities.get(char) or self.escape(char)
+            if piece == "&" and _REFERENCE.match(text, i):
+                piece = self.ampersand
+            out.append(piece)
+        return "".join(out)
 
     @property
     def runs(self) -> list[Run]:
