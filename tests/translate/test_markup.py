@@ -367,3 +367,4 @@ def test_found_by_fuzzing_markdown_pairs_stay_the_pairs_the_parser_read():
     assert pieces(parse(result.text, "markdown")) == pieces(parse(page, "markdown")), result.text
     page = "\\&amp; Tom & Jerry"  # "&amp;" as text: its "&" stays escaped, a lone "&" stays bare
     assert parse(page, "markdown").source() == page
+    assert parse("0\n*:*Ein**", "markdown").source() == "0 *:*Ein**"  # the outer pair takes no word it did not hold

@@ -360,7 +360,7 @@ def render_run(
 
     def emit(nodes: Sequence[Node], lo: int, hi: int, parent: Mark | None = None) -> None:
         spans, position = _sibling_spans(nodes, lo, hi, place, text, words), lo
-        other = _keep_delimiters_apart(spans, parent, lo, hi, words)
+        other = _keep_delimiters_apart(spans, parent, lo, hi, words, place)
         for a, b, _, node in spans:
             a = max(a, position)
             b = max(b, a)
@@ -485,7 +485,12 @@ def _same_delimiter(outer: Mark, inner: Node) -> bool:
 
 
 def _keep_delimiters_apart(
-    spans: list[tuple[int, int, int, Node]], parent: Mark | None, lo: int, hi: int, words: Sequence[tuple[int, int]]
+    spans: list[tuple[int, int, int, Node]],
+    parent: Mark | None,
+    lo: int,
+    hi: int,
+    words: Sequence[tuple[int, int]],
+    place: Callable[[Node], tuple[int, int]],
 ) -> list[Node]:
     """Siblings' spans adjusted (in place) so that no pair shares both ends with a pair around it written with the
     same delimiter: a pair holding one word that holds such a pair takes in the next free word (or the one
@@ -501,7 +506,9 @@ def _keep_delimiters_apart(
             if (a, b) == (inside[0][0], inside[-1][1]):  # all of the parent's text
                 x, y = inside[0] if node.start == parent.start else inside[-1]
                 spans[i] = (x, y, order, node)
-        elif isinstance(node, Mark) and any(_same_delimiter(node, child) for child in node.children):
+        elif isinstance(node, Mark) and any(
+            _same_delimiter(node, child) and place(child)[0] <= a and place(child)[1] >= b for child in node.children
+        ):  # a pair inside it of the same delimiter placed over all of it
             held = [w for w in inside if a <= w[0] and w[1] <= b]
             taken = [(x, y) for j, (x, y, _, _) in enumerate(spans) if j != i and x < y]
             free = [w for w in inside if not any(x < w[1] and w[0] < y for x, y in taken)]
