@@ -368,3 +368,4 @@ def test_found_by_fuzzing_markdown_pairs_stay_the_pairs_the_parser_read():
     page = "\\&amp; Tom & Jerry"  # "&amp;" as text: its "&" stays escaped, a lone "&" stays bare
     assert parse(page, "markdown").source() == page
     assert parse("0\n*:*Ein**", "markdown").source() == "0 *:*Ein**"  # the outer pair takes no word it did not hold
+    assert parse("\\\n\x85\n# ", "markdown").source() == "\\\n\x85\n# "  # U+0085 is no indentation to strip

@@ -149,8 +149,8 @@ def _locate(source: str, lines: list[int], first: int, content: str, position: i
         return at, at + len(parts[0])
     last_line = first + len(parts) - 1
     a, b = lines[last_line], lines[last_line + 1]
-    tail = parts[-1].lstrip()  # its indentation as the parser counts it: a tab may be read as spaces
-    last = source.rfind(tail, a, b)
+    tail = parts[-1].lstrip(" \t")  # its indentation as the parser counts it: a tab may be read as spaces
+    last = source.rfind(tail, a, b) if tail else -1
     if last >= 0:
         return at, last + len(tail)
     return at, b - 1 if source[b - 1 : b] == "\n" else b  # the line's end, its newline left between the blocks
