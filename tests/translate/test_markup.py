@@ -369,3 +369,6 @@ def test_found_by_fuzzing_markdown_pairs_stay_the_pairs_the_parser_read():
     assert parse(page, "markdown").source() == page
     assert parse("0\n*:*Ein**", "markdown").source() == "0 *:*Ein**"  # the outer pair takes no word it did not hold
     assert parse("\\\n\x85\n# ", "markdown").source() == "\\\n\x85\n# "  # U+0085 is no indentation to strip
+    page = "A:*\\\nEin*"  # emphasis over a hard break: its start, last in its run, sits before the break's "\"
+    [result] = translate_markup(tiny_translator(), [page], "markdown")
+    assert pieces(parse(result.text, "markdown")) == pieces(parse(page, "markdown")), result.text

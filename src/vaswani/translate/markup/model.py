@@ -92,9 +92,11 @@ class Markup:
     def render(self, texts: Sequence[str], places: Sequence[Callable[[Node], tuple[int, int]]]) -> str:
         """The document with each run's text replaced by `texts[i]` and its nodes placed by `places[i]`."""
         out, i = [], 0
-        for part in self.parts:
+        for j, part in enumerate(self.parts):
             if isinstance(part, Run):
-                out.append(render_run(part, texts[i], places[i], self.write, self.lead, self.fits))
+                before = self.parts[j - 1][-1:] if j > 0 and isinstance(self.parts[j - 1], str) else ""
+                after = self.parts[j + 1][:1] if j + 1 < len(self.parts) and isinstance(self.parts[j + 1], str) else ""
+                out.append(render_run(part, texts[i], places[i], self.write, self.lead, self.fits, (before, after)))
                 i += 1
             else:
                 out.append(part)
@@ -339,13 +341,15 @@ def render_run(
     write: Callable[[str], str],
     lead: Callable[[str], str] | None = None,
     fits: Callable[[str, str, str, bool], bool] | None = None,
+    around: tuple[str, str] = ("", ""),
 ) -> str:
     """`text` (a run's translation, or its own text) with the run's marks and atoms put at `place(node)`: each
     node's span clipped into its parent's, siblings in order of place and kept from overlapping, so that the
     output is well nested whatever the alignment said. A mark squeezed out by a sibling that took its words takes
     the nearest word no sibling holds (an empty pair of Markdown delimiters would not read back as one).
     `fits(delimiter, before, after, opening)`: whether a mark's delimiter between those characters opens (closes)
-    its pair; where it does not, a space beside it makes it."""
+    its pair; where it does not, a space beside it makes it (`around`: the characters written before and after the
+    run, which a delimiter at its edge sits beside)."""
     out: list[str] = []
     delimiters: list[tuple[int, bool]] = []  # where marks' opens and closes are in `out`
     words = word_spans(text)
@@ -390,8 +394,10 @@ def render_run(
 
     emit(run.children, 0, len(text))
     if fits is not None:
+        padded = [around[0], *out, around[1]]
         for k, opening in delimiters:
-            _space_to_fit(out, k, opening, fits)
+            _space_to_fit(padded, k + 1, opening, fits)
+        out = padded[1:-1]
     return "".join(out)
 
 
