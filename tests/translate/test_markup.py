@@ -372,3 +372,5 @@ def test_found_by_fuzzing_markdown_pairs_stay_the_pairs_the_parser_read():
     page = "A:*\\\nEin*"  # emphasis over a hard break: its start, last in its run, sits before the break's "\"
     [result] = translate_markup(tiny_translator(), [page], "markdown")
     assert pieces(parse(result.text, "markdown")) == pieces(parse(page, "markdown")), result.text
+    page = '[r]: http://r.org "T"\n0[r]['  # a shortcut reference, then a bracket of the text
+    assert parse(page, "markdown").source() == '[r]: http://r.org "T"\n0[r]\\['

@@ -314,7 +314,10 @@ def _link_tail(content: str, cursor: int) -> int:
             if content.startswith(")", j):
                 return j + 1
     if content.startswith("[", i):
-        return _label_end(content, i) + 1
+        try:
+            return _label_end(content, i) + 1
+        except _UnmatchedError:  # "[r][" : a shortcut reference, then a bracket of the text
+            return i
     return i
 
 

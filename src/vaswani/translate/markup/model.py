@@ -226,7 +226,9 @@ class MarkupBuilder:
         return self.markup
 
     def keep(self, raw: str, reason: str) -> None:
-        """A run given up on (its markup not read back): kept as written, the reason recorded."""
+        """A run given up on (its markup not read back): what of it was told so far dropped, the run kept as
+        written, the reason recorded."""
+        self._new_run()
         self.raw(raw)
         self.markup.kept.append(reason)
 
