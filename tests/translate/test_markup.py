@@ -374,3 +374,4 @@ def test_found_by_fuzzing_markdown_pairs_stay_the_pairs_the_parser_read():
     assert pieces(parse(result.text, "markdown")) == pieces(parse(page, "markdown")), result.text
     page = '[r]: http://r.org "T"\n0[r]['  # a shortcut reference, then a bracket of the text
     assert parse(page, "markdown").source() == '[r]: http://r.org "T"\n0[r]\\['
+    assert parse("\\![Bild](a.png)", "markdown").source() == "\\![Bild](a.png)"  # a "!" before a link: no image

@@ -372,6 +372,8 @@ def render_run(
             b = max(b, a)
             add(text[position:a])
             after_atom[0] = after_atom[0] and a == position
+            if (node.raw if isinstance(node, Atom) else node.open).startswith("["):
+                _no_image(out)
             if isinstance(node, Atom):
                 written = next((piece for piece in reversed(out) if piece), "")
                 # two atoms the placement put side by side, apart in the source: a space keeps them two
@@ -401,6 +403,13 @@ def render_run(
             _space_to_fit(padded, k + 1, opening, fits)
         out = padded[1:-1]
     return "".join(out)
+
+
+def _no_image(out: list[str]) -> None:
+    """A "!" of the text written right before a Markdown link's "[" escaped: "![" would start an image."""
+    last = next((j for j in range(len(out) - 1, -1, -1) if out[j]), None)
+    if last is not None and out[last].endswith("!") and not out[last].endswith("\\!"):
+        out[last] = out[last][:-1] + "\\!"
 
 
 def _space_to_fit(out: list[str], k: int, opening: bool, fits: Callable[[str, str, str, bool], bool]) -> None:
