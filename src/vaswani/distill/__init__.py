@@ -86,7 +86,6 @@ def distill(
 
     from vaswani.console import progress_bar, stderr_console
     from vaswani.data.tokenizer import Tokenizer
-    from vaswani.train import checkpoint as ckpt
     from vaswani.train.distributed import barrier
     from vaswani.train.trainer import Trainer
 
@@ -106,21 +105,7 @@ def distill(
             console.print(f"vaswani: {message}", highlight=False)
 
     sources, targets = original_pairs(values)
-    stamp = passes.stamp_of(teacher_dir, settings, sources)
-    if passes.changed(work, stamp):
-        if ckpt.checkpoint_dirs(student_dir):
-            raise ConfigError(
-                f"{student_dir} holds a student trained on the translations of another teacher, other distill "
-                f"settings or other sources: distil into a new directory, or remove {student_dir / 'checkpoints'} "
-                "to train it again"
-            )
-        barrier(world)  # every rank has read the old stamp before rank 0 replaces it
-        if rank == 0 and (student_dir / "prepared").is_dir():
-            atomic.remove_directory(student_dir / "prepared")  # made from the old corpus
-    if rank == 0:
-        student_dir.mkdir(parents=True, exist_ok=True)
-        passes.start(work, stamp, log)
-    barrier(world)
+    _start_pass(student_dir, passes.stamp_of(teacher_dir, settings, sources), rank, world, log)
     chunks = passes.pending(work, len(sources), settings.chunk_lines, rank, world)
     if chunks:
         translator = _teacher(teacher_dir, settings, config.train.device)
@@ -146,6 +131,29 @@ def distill(
     barrier(world)
     origin = {"distilled_from": str(teacher_dir.resolve()), "distill": settings.to_dict(), "distilled_pairs": report}
     return Trainer(config, student_dir, console, origin=origin).train()
+
+
+def _start_pass(student_dir: Path, stamp: dict, rank: int, world: int, log) -> None:
+    """Every rank: the teacher's pass ready in STUDENT/distill (chunks of another teacher, settings or sources
+    removed, with the student's prepared data; refused where a student was trained on them)."""
+    from vaswani.train import checkpoint as ckpt
+    from vaswani.train.distributed import barrier
+
+    work = student_dir / WORK
+    if passes.changed(work, stamp):
+        if ckpt.checkpoint_dirs(student_dir):
+            raise ConfigError(
+                f"{student_dir} holds a student trained on the translations of another teacher, other distill "
+                f"settings or other sources: distil into a new directory, or remove {student_dir / 'checkpoints'} "
+                "to train it again"
+            )
+        barrier(world)  # every rank has read the old stamp before rank 0 replaces it
+        if rank == 0 and (student_dir / "prepared").is_dir():
+            atomic.remove_directory(student_dir / "prepared")  # made from the old corpus
+    if rank == 0:
+        student_dir.mkdir(parents=True, exist_ok=True)
+        passes.start(work, stamp, log)
+    barrier(world)
 
 
 def _teacher(teacher_dir: Path, settings: DistillConfig, device: str):

@@ -375,14 +375,9 @@ def render_run(
             if (node.raw if isinstance(node, Atom) else node.open).startswith("["):
                 _no_image(out)
             if isinstance(node, Atom):
-                written = next((piece for piece in reversed(out) if piece), "")
-                # two atoms the placement put side by side, apart in the source: a space keeps them two
-                before = node.before or (" " if after_atom[0] and not node.joined else "")
-                if not before and written[-1:].isalnum() and node.raw[:1].isalnum():  # a URL after a word: apart
-                    before = " "
                 if node.opens is not None:
                     delimiters.append((len(out), node.opens))
-                out.append(("" if written[-1:].isspace() else before) + node.raw)
+                out.append(_atom_written(node, next((p for p in reversed(out) if p), ""), after_atom[0]))
                 after_atom[0] = True
             else:
                 swap = _other_delimiter if node in other else str
@@ -397,12 +392,27 @@ def render_run(
         add(text[position:hi])
 
     emit(run.children, 0, len(text))
-    if fits is not None:
-        padded = [around[0], *out, around[1]]
-        for k, opening in delimiters:
-            _space_to_fit(padded, k + 1, opening, fits)
-        out = padded[1:-1]
-    return "".join(out)
+    return "".join(out if fits is None else _fitted(out, delimiters, around, fits))
+
+
+def _fitted(
+    out: list[str], delimiters: list[tuple[int, bool]], around: tuple[str, str], fits: Callable[..., bool]
+) -> list[str]:
+    """`out` with each delimiter (its index, opening or not) given the space it needs (_space_to_fit), judged
+    beside the characters around the run too."""
+    padded = [around[0], *out, around[1]]
+    for k, opening in delimiters:
+        _space_to_fit(padded, k + 1, opening, fits)
+    return padded[1:-1]
+
+
+def _atom_written(node: Atom, written: str, after_atom: bool) -> str:
+    """An atom as written after `written` (the last piece out): with the whitespace it had before it, or a space
+    where the placement put it right after another atom it was apart from in the source, or a URL after a word."""
+    before = node.before or (" " if after_atom and not node.joined else "")
+    if not before and written[-1:].isalnum() and node.raw[:1].isalnum():
+        before = " "
+    return ("" if written[-1:].isspace() else before) + node.raw
 
 
 def _no_image(out: list[str]) -> None:
