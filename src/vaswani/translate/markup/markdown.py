@@ -221,6 +221,9 @@ def _inline(builder: MarkupBuilder, children: list[Any], content: str) -> None:
             cursor = end
         elif kind in _PAIRED:
             cursor = _expect(content, cursor, token.markup)
+            if kind == "s_open" and "s" in builder.open_keys():
+                # struck through twice ("~~~~x~~~~"): a translation that puts both at a line's start opens a fence
+                raise _UnmatchedError("strikethrough inside strikethrough")
             builder.open(token.markup, _PAIRED[kind])
         elif kind in _CLOSING:
             cursor = _expect(content, cursor, token.markup)

@@ -58,6 +58,7 @@ class Run:
 
     text: str
     children: tuple[Node, ...]
+    bare: str = ""  # the first word as the input wrote it, unescaped, where it starts no block (a table's "#")
 
 
 @dataclass
@@ -171,7 +172,7 @@ class MarkupBuilder:
         parser paired it) closes its pair through the HTML tags opened inside it and never closed ("*a<b>b*"):
         those stay as written."""
         self._flush()
-        keys = [mark.key for mark in self._stack[1:]]
+        keys = self.open_keys()
         if not key.startswith("<") and key in keys:
             inner = keys[len(keys) - 1 - keys[::-1].index(key) + 1 :]
             if all(k.startswith("<") for k in inner):
@@ -184,6 +185,10 @@ class MarkupBuilder:
         else:
             self.atom(raw)
             self._stack[-1].children[-1].opens = False
+
+    def open_keys(self) -> list[str]:
+        """The keys of the pairs open here, outermost first."""
+        return [mark.key for mark in self._stack[1:]]
 
     def closes(self, key: str) -> bool:
         """Whether a close of `key` would end the innermost open pair."""
@@ -239,7 +244,9 @@ class MarkupBuilder:
         text = "".join(self._text)
         _mark_blanks(self._root.children, text)
         if self._root.children or text.strip():
-            self.markup.parts.append(Run(text, tuple(self._root.children)))
+            bare = _first_word(text)
+            bare = bare if _first_word("".join(self._raws)) == bare else ""
+            self.markup.parts.append(Run(text, tuple(self._root.children), bare))
         elif text:
             self.markup.parts.append("".join(self._raws))  # whitespace as written (&nbsp; stays &nbsp;)
         self._new_run()
@@ -287,6 +294,11 @@ class MarkupBuilder:
         self._text.append(text)
         self._raws.append(raw)
         self._length += len(text)
+
+
+def _first_word(text: str) -> str:
+    """The characters before the first whitespace (what decides whether a line starts a block)."""
+    return text.split(maxsplit=1)[0] if text.strip() and not text[:1].isspace() else ""
 
 
 def _mark_blanks(nodes: Sequence[Node], text: str) -> None:
@@ -359,7 +371,9 @@ def render_run(
 
     def add(piece: str) -> None:
         """Translated text; a word right after an atom that ends in one (a URL) is kept apart from it."""
-        piece = write(piece) if out or lead is None else lead(write(piece))
+        piece = write(piece)
+        if not out and lead is not None and not (run.bare and _first_word(piece) == run.bare):
+            piece = lead(piece)  # a first word the input wrote bare at that place starts no block there
         last = next((x for x in reversed(out) if x), "")
         glued = after_atom[0] and piece[:1].isalnum() and (last[-1:].isalnum() or bool(url_spans(last.lstrip())))
         out.append(" " + piece if glued else piece)
