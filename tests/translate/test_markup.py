@@ -369,6 +369,10 @@ def test_found_by_fuzzing_markdown_pairs_stay_the_pairs_the_parser_read():
             "line 1: kept as written (strikethrough inside strikethrough)"
         ]
     assert parse("~~Ein~~ ~~Ein~~", "markdown").kept == []  # side by side: translated
+    # CommonMark's rule of three: "__0 0_ :_\\_" (the text's "_" escaped out of the closing run) is no emphasis
+    page = "__0\n0_\n:__"
+    markup = parse(page, "markdown")
+    assert markup.source() == "__0 0_ :_ \\_" and pieces(parse(markup.source(), "markdown")) == pieces(markup)
     # a table's first cell starting with "#" after a quote: written back bare (escaped, "\\#" would join the quote)
     page = "> 0\n# |\n---\ntitle: x\n---\n"
     assert parse(page, "markdown").source() == page

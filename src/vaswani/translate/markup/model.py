@@ -366,6 +366,7 @@ def render_run(
     run, which a delimiter at its edge sits beside)."""
     out: list[str] = []
     delimiters: list[tuple[int, bool]] = []  # where marks' opens and closes are in `out`
+    pairs: list[tuple[int, int]] = []  # where each mark's open and close are in `out`
     words = word_spans(text)
     after_atom = [False]  # the last thing written was an atom
 
@@ -395,29 +396,70 @@ def render_run(
                 after_atom[0] = True
             else:
                 swap = _other_delimiter if node in other else str
-                delimiters.append((len(out), True))
+                opened = len(out)
+                delimiters.append((opened, True))
                 out.append(swap(node.open))
                 after_atom[0] = False  # a tag between two atoms: they are not side by side
                 emit(node.children, a, b, node)
                 delimiters.append((len(out), False))
+                pairs.append((opened, len(out)))
                 out.append(swap(node.close))
                 after_atom[0] = False
             position = b
         add(text[position:hi])
 
     emit(run.children, 0, len(text))
-    return "".join(out if fits is None else _fitted(out, delimiters, around, fits))
+    return "".join(out if fits is None else _fitted(out, delimiters, pairs, around, fits))
 
 
 def _fitted(
-    out: list[str], delimiters: list[tuple[int, bool]], around: tuple[str, str], fits: Callable[..., bool]
+    out: list[str],
+    delimiters: list[tuple[int, bool]],
+    pairs: list[tuple[int, int]],
+    around: tuple[str, str],
+    fits: Callable[..., bool],
 ) -> list[str]:
     """`out` with each delimiter (its index, opening or not) given the space it needs (_space_to_fit), judged
-    beside the characters around the run too."""
+    beside the characters around the run too; then each pair kept from CommonMark's rule of three
+    (_rule_of_three)."""
     padded = [around[0], *out, around[1]]
     for k, opening in delimiters:
         _space_to_fit(padded, k + 1, opening, fits)
+    for opened, closed in pairs:
+        _rule_of_three(padded, opened + 1, closed + 1, fits)
     return padded[1:-1]
+
+
+def _delimiter_run(out: list[str], k: int) -> tuple[int, str, str]:
+    """The length of the run of out[k]'s delimiter character that out[k] is written in (its neighbours' bare
+    characters joined to it, an escaped one not), and the characters before and after that run."""
+    text = "".join(out)
+    start = sum(len(piece) for piece in out[:k])
+    start += len(out[k]) - len(out[k].lstrip())
+    char = text[start]
+    end = start
+    while end < len(text) and text[end] == char:
+        end += 1
+    while start > 0 and text[start - 1] == char and not text[: start - 1].endswith("\\"):
+        start -= 1
+    return end - start, text[start - 1 : start], text[end : end + 1]
+
+
+def _rule_of_three(out: list[str], opened: int, closed: int, fits: Callable[..., bool]) -> None:
+    """A pair of `*` or `_` whose runs could each open and close is not read as a pair where their lengths add up
+    to a multiple of three (CommonMark's rule of three: "__a_ b_\\_" is no emphasis): the run that could do both
+    given a space on its outer side, so that it only opens (closes)."""
+    if not out[opened].strip() or out[opened].strip()[0] not in "*_":
+        return
+    first, before_open, after_open = _delimiter_run(out, opened)
+    last, before_close, after_close = _delimiter_run(out, closed)
+    if (first + last) % 3 or (first % 3 == 0 and last % 3 == 0):
+        return
+    char = out[opened].strip()[0]
+    if fits(char, before_close, after_close, True) and fits(char, before_close, after_close, False):
+        out[closed] = out[closed] + " "
+    if fits(char, before_open, after_open, True) and fits(char, before_open, after_open, False):
+        out[opened] = " " + out[opened]
 
 
 def _atom_written(node: Atom, written: str, after_atom: bool) -> str:
