@@ -211,7 +211,12 @@ class Translator:
 
     def language_token(self, language: str | None) -> str | None:
         """The `>>lang<<` piece asking this (multilingual) model for `language` ("fra" or ">>fra<<"); None for
-        None. A one-line ValueError where the model has no such token, listing the ones it has."""
+        None. A one-line ValueError where the model has no such token, listing the ones it has. A many-to-many model
+        (data/languages.py) has codes, not such tokens: `language` is checked against them (None where it has a
+        default target) and None returned."""
+        if self.tokenizer.languages is not None:
+            self.tokenizer.languages.code(language, "target")
+            return None
         if not language:
             return None
         piece = language if LANGUAGE_TOKEN.fullmatch(language) else f">>{language}<<"
@@ -231,14 +236,23 @@ class Translator:
         names = [k[2:-2] for k in self.tokenizer.language_tokens]
         return ", ".join(names[:40]) + (f" and {len(names) - 40} more" if len(names) > 40 else "")
 
-    def encode_sources(self, sentences: Sequence[str], target_language: str | None = None) -> list[list[int]]:
+    def encode_sources(
+        self, sentences: Sequence[str], target_language: str | None = None, source_language: str | None = None
+    ) -> list[list[int]]:
         """Source token ids as the model reads them (stripped, lowercased where it was trained so), before EOS.
         `target_language`: a multilingual model's `>>lang<<` token put before every sentence (in place of one the
         sentence starts with), as OPUS-MT's models are asked for a language; empty sentences stay empty. A model
         of several target languages refuses, in one line listing them, a sentence without one: it would translate
-        into whichever language it drifts to."""
+        into whichever language it drifts to. A many-to-many model's source starts with `source_language`'s code
+        (data/languages.py); both languages are checked, in one line listing the model's codes."""
         piece = self.language_token(target_language)
         texts = [self._normalise(s) for s in sentences]
+        languages = self.tokenizer.languages
+        if languages is not None:
+            code = languages.id(source_language, "source")
+            return [[code, *ids] if ids else [] for ids in self.tokenizer.encode_src(texts)]
+        if source_language:
+            raise ValueError(f"source language {source_language!r}: this model reads one source language; leave it out")
         if piece is not None:
             texts = [f"{piece} {_LEADING_LANGUAGE.sub('', s)}" if s else s for s in texts]
         elif len(self.tokenizer.language_tokens) > 1:
@@ -257,6 +271,7 @@ class Translator:
         request: DecodeRequest | None = None,
         progress: Callable[[int], None] | None = None,
         target_language: str | None = None,
+        source_language: str | None = None,
         **options: Any,
     ) -> list[str]:
         """One translation per sentence, in order; an empty sentence gives an empty translation.
@@ -264,7 +279,9 @@ class Translator:
         `request` (`self.request(...)`), or `options`: any DecodeConfig field (beam_size, length_penalty, sampling,
         top_p, ...)."""
         request = self._request(request, options).replace(scores=False)  # the texts alone: greedy skips the softmax
-        results = self.translate_with_details(sentences, request, progress=progress, target_language=target_language)
+        results = self.translate_with_details(
+            sentences, request, progress=progress, target_language=target_language, source_language=source_language
+        )
         return [t.text for t in results]
 
     def translate_with_details(
@@ -275,17 +292,20 @@ class Translator:
         progress: Callable[[int], None] | None = None,
         encoded: Sequence[list[int]] | None = None,
         target_language: str | None = None,
+        source_language: str | None = None,
         **options: Any,
     ) -> list[Translation]:
         """Like `translate`, with the request's n_best candidates and their scores, and with its `attention`
         the attention weights of the best candidate (options: n_best=, attention= and DecodeConfig fields).
         Over-long sentences are cut to `max_source_tokens` and reported through `warn(index, message)`.
         `encoded`: the sentences' `encode_sources`, where the caller has them already (the server counts tokens
-        with them). `target_language`: a multilingual model's target language, for every sentence."""
+        with them). `target_language` (`source_language`): a multilingual model's target (source) language, for every
+        sentence."""
         request = self._request(request, options)
         if encoded is not None and len(encoded) != len(sentences):
             raise ValueError(f"{len(encoded)} encoded sentences for {len(sentences)} sentences")
-        ids = list(encoded) if encoded is not None else self.encode_sources(sentences, target_language)
+        encode = self.encode_sources
+        ids = list(encoded) if encoded is not None else encode(sentences, target_language, source_language)
         limit, truncated = self.max_source_tokens, set()
         for i, x in enumerate(ids):
             if len(x) > limit:
@@ -297,7 +317,8 @@ class Translator:
         if progress is not None and len(todo) < len(ids):
             progress(len(ids) - len(todo))
         terms = self._terms(sentences, request.glossary)
-        found = self._search([sentences[i] for i in todo], [ids[i] for i in todo], request, progress)
+        forced = self.forced(target_language, len(todo))
+        found = self._search([sentences[i] for i in todo], [ids[i] for i in todo], request, progress, forced)
         results: list[list[Hypothesis]] = [[] for _ in sentences]
         for i, hyps in zip(todo, found, strict=True):
             results[i] = hyps
@@ -322,15 +343,23 @@ class Translator:
             translations = [dataclasses.replace(t, alignment=a) for t, a in zip(translations, aligned, strict=True)]
         return translations
 
+    def forced(self, target_language: str | None, n: int) -> list[int] | None:
+        """The first output token of each of `n` sentences: a many-to-many model's target language code (None for
+        other models)."""
+        languages = self.tokenizer.languages
+        return None if languages is None else [languages.id(target_language, "target")] * n
+
     def _search(
-        self, sentences: Sequence[str], ids: list[list[int]], request: DecodeRequest, progress
+        self, sentences: Sequence[str], ids: list[list[int]], request: DecodeRequest, progress, forced=None
     ) -> list[list[Hypothesis]]:
         """The engine's hypotheses for `ids`; with a glossary, the plain ones with its terms put in the place of the
         model's own words (translate/term_placement.py), so that a sentence without terms is translated as without
-        the glossary."""
-        found = self.engine(ids, request, progress)
+        the glossary. `forced`: see Translator.forced."""
+        found = self.engine(ids, request, progress, forced=forced)
         if request.glossary is None:
             return found
+        if forced is not None:
+            raise ValueError("a glossary with a many-to-many model (NLLB, M2M-100, mBART-50) is not supported yet")
         return with_terms(self, sentences, ids, found, request)
 
     @functools.cached_property

@@ -445,6 +445,18 @@ def _delimiter_run(out: list[str], k: int) -> tuple[int, str, str]:
     return end - start, text[start - 1 : start], text[end : end + 1]
 
 
+def _last_word_moved(out: list[str], previous: int, k: int) -> bool:
+    """out[k], an opening delimiter with nothing after it in its run, put before the last word of out[previous]
+    (plain text): "a b*" + a hard break opens nothing, "a *b" does. Whether it was moved."""
+    text = out[previous]
+    word = len(text) - len(text.rstrip())
+    start = len(text.rstrip()) - len(text.rstrip().split()[-1]) if text.strip() else 0
+    if not text.strip() or word or not text[start:].isalnum():
+        return False
+    out[previous], out[k] = text[:start], out[k] + text[start:]
+    return True
+
+
 def _rule_of_three(out: list[str], opened: int, closed: int, fits: Callable[..., bool]) -> None:
     """A pair of `*` or `_` whose runs could each open and close is not read as a pair where their lengths add up
     to a multiple of three (CommonMark's rule of three: "__a_ b_\\_" is no emphasis): the run that could do both
@@ -491,6 +503,9 @@ def _space_to_fit(out: list[str], k: int, opening: bool, fits: Callable[[str, st
         return next((i for i in range(j + step, len(out) if step > 0 else -1, step) if out[i]), None)
 
     previous, following = beside(k, -1), beside(k, 1)
+    last = following is None or following == len(out) - 1  # nothing after it in the run (`out` is padded)
+    if opening and last and previous is not None and previous > 0 and _last_word_moved(out, previous, k):
+        return  # a start left last in its run (its pair ends in the next one) goes before the run's last word
     # a run of one character written by several pairs is read as one run: its first piece (an opening) or its last
     # (a closing) decides, looking past the others
     if (opening and same_run(previous) and out[k] == delimiter) or (not opening and same_run(following)):
