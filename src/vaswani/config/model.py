@@ -187,9 +187,10 @@ class ModelConfig:
             if not 0 <= value < min(self.src_vocab_size, self.tgt_vocab_size):
                 raise ConfigError(f"model.{name}={value} is outside the vocabulary")
         # A decoder-only model is never fed BOS by the search (a prompt starts it) and pads only past its last
-        # real token, so one token may be all three: GPT-2's <|endoftext|> (vaswani/pretrained/gpt2.py).
-        if self.eos_id in (self.pad_id, self.bos_id) and family(self.type).stack != "decoder":
-            raise ConfigError(f"model.eos_id must differ from pad_id and bos_id, got {ids}")
+        # real token, so one token may be all three: GPT-2's <|endoftext|> (vaswani/pretrained/gpt2.py). An
+        # encoder-decoder's decoder may start from EOS (fairseq's: NLLB, M2M-100, mBART; pretrained/multilingual.py).
+        if self.eos_id == self.pad_id and family(self.type).stack != "decoder":
+            raise ConfigError(f"model.eos_id must differ from pad_id, got {ids}")
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> ModelConfig:

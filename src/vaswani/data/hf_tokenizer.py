@@ -83,6 +83,8 @@ class HfPieces:
             raise DataError(
                 f"{directory / names[0]} is not a tokenizer the tokenizers library reads ({error})"
             ) from None
+        tokenizer.no_padding()  # a saved tokenizer.json may pad or cut every batch (NLLB's does): ids are per text
+        tokenizer.no_truncation()
         cleanup, mask = False, None
         if (directory / TOKENIZER_CONFIG).is_file():
             names.append(TOKENIZER_CONFIG)

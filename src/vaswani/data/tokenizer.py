@@ -25,6 +25,7 @@ import sentencepiece as spm
 from vaswani import atomic
 from vaswani.data.corpus import DataError
 from vaswani.data.hf_tokenizer import HfPieces, holds_hf_tokenizer
+from vaswani.data.languages import LANGUAGES_FILE, Languages
 from vaswani.special import BOS_ID, EOS_ID, MASK, PAD_ID, UNK_ID
 
 _SPECIAL = {"pad_id": PAD_ID, "bos_id": BOS_ID, "eos_id": EOS_ID, "unk_id": UNK_ID}
@@ -102,9 +103,11 @@ class Tokenizer:
         self,
         src: spm.SentencePieceProcessor | VocabPieces | HfPieces,
         tgt: spm.SentencePieceProcessor | VocabPieces | HfPieces | None = None,
+        languages: Languages | None = None,
     ) -> None:
         self.src = src
         self.tgt = tgt or src
+        self.languages = languages  # a many-to-many model's language codes (data/languages.py), None otherwise
 
     @property
     def marian(self) -> bool:
@@ -122,7 +125,7 @@ class Tokenizer:
     def file_names(self) -> list[str]:
         """The files of this tokenizer in a model directory."""
         if isinstance(self.src, HfPieces):
-            return list(self.src.file_names)
+            return [*self.src.file_names, *([LANGUAGES_FILE] if self.languages else [])]
         if self.marian:
             separate = self.src.vocab is not self.tgt.vocab
             return [*MARIAN_FILES, *([MARIAN_TARGET_VOCAB] if separate else [])]
@@ -219,7 +222,8 @@ class Tokenizer:
     def load(cls, directory: str | Path) -> Tokenizer:
         directory = Path(directory)
         if holds_hf_tokenizer(directory):
-            return cls(HfPieces.load(directory))
+            languages = directory / LANGUAGES_FILE
+            return cls(HfPieces.load(directory), languages=Languages.load(languages) if languages.is_file() else None)
         if (directory / MARIAN_FILES[2]).is_file():
             return cls.load_marian(directory)
         for joint in (True, False):

@@ -108,11 +108,13 @@ def beam_search(
     cache: bool = True,
     step: DecodeStep | None = None,
     strategy: TopContinuations | None = None,
+    forced: Tensor | None = None,
 ) -> list[list[Hypothesis]]:
     """Beam search (the module's rules) over `src`: sources of a Transformer or prompts of a CausalLM. `request`:
     k = decode.beam_size (the strategy's k), α = decode.length_penalty in the form of decode.length_rule, n_best,
     the stopping rule, the limits and the repetition rules (decode/repetition.py). `step`: see steps.start_steps.
-    `strategy`: what the beam takes at each step (TopContinuations by default).
+    `strategy`: what the beam takes at each step (TopContinuations by default). `forced` (B,): the token each
+    output starts with (steps.start_steps).
     Shape: src (B, S) -> B lists of n_best hypotheses, best first"""
     d, B = request.decode, src.size(0)
     strategy = strategy or TopContinuations(request, B)
@@ -120,7 +122,7 @@ def beam_search(
     # All k hypotheses of a sentence start identical, so the first step runs one row per sentence (width 1)
     # and its 2k best continuations fill the beam; with fewer than 2k words, k rows of which only one counts.
     width = 1 if model.config.tgt_vocab_size >= 2 * k else k
-    steps = start_steps(model, src, width, cache, step=step, ban_after_softmax=d.ban_after_softmax)
+    steps = start_steps(model, src, width, cache, step=step, ban_after_softmax=d.ban_after_softmax, forced=forced)
     limits = steps.limits(d.max_len_a, d.max_len_b)  # (B,)
     largest_penalty = length_penalty(limits.float() + d.forced_eos, d.length_penalty, d.length_rule)
     sentences = _Sentences(limits, largest_penalty, [Finished(k, d.length_penalty, d.length_rule) for _ in range(B)])
@@ -164,7 +166,7 @@ def _finish(
     live = rank.argsort(dim=1)[:, :k]  # (n, k)
     at_limit = sentences.limits[beams.active] <= t + 1  # (n,) the last step these sentences may take
     sentence = beams.active.tolist()
-    ends = is_eos[:, :k].nonzero().tolist()  # EOS among the first k
+    ends = (is_eos[:, :k] & (top_scores[:, :k] > float("-inf"))).nonzero().tolist()  # EOS among the first k
     at_limit_rows = at_limit.nonzero().squeeze(1).tolist()
     if ends or at_limit_rows:  # Python lists: indexing tensors one element at a time costs far more (a GPU waits)
         scores_l, origin_l, word_l, word_lp_l = (x.tolist() for x in (top_scores, origin, word, word_log_probs))

@@ -118,6 +118,7 @@ class CTranslate2Engine:
         request: DecodeRequest,
         progress: Callable[[int], None] | None = None,
         constraints: Constraints | None = None,
+        forced: Sequence[int] | None = None,
     ) -> list[list[Hypothesis]]:
         if constraints is not None and any(constraints):
             raise ValueError("a glossary needs our own search (--engine torch): CTranslate2 has no constrained search")
@@ -152,6 +153,8 @@ class CTranslate2Engine:
                 )
             else:
                 options.update(beam_size=decode.beam_size)
+            if forced is not None:  # the target language's code: CTranslate2's target prefix (in its hypotheses)
+                options["target_prefix"] = [[self.tokenizer.tgt.id_to_piece(forced[i])] for i in chunk]
             results = self.translator.translate_batch([[piece(i) for i in sources[i]] for i in chunk], **options)
             for i, result in zip(chunk, results, strict=True):
                 hyps = []

@@ -38,10 +38,11 @@ class Engine(Protocol):
         request: DecodeRequest,
         progress: Progress | None = None,
         constraints: Constraints | None = None,
+        forced: Sequence[int] | None = None,
     ) -> list[list[Hypothesis]]:
         """The request's n_best hypotheses of each tokenized source (without EOS), in input order; `progress(n)`
         after each batch of n sentences. `constraints`: per source, what its output must hold (a glossary's terms:
-        decode/terms.py)."""
+        decode/terms.py). `forced`: per source, the token its output starts with (search.search_ids)."""
         ...
 
     def choose_precision(self, request: DecodeRequest) -> Choice:
@@ -125,12 +126,15 @@ class TorchEngine:
         request: DecodeRequest,
         progress: Progress | None = None,
         constraints: Constraints | None = None,
+        forced: Sequence[int] | None = None,
     ) -> list[list[Hypothesis]]:
         from vaswani.decode.search import search_ids
 
         precision = self.choose_precision(request).precision if sources else "fp32"
         step = self._step(request)
-        return search_ids(self.model, sources, request, precision, progress, step, constraints, self.shortlist)
+        return search_ids(
+            self.model, sources, request, precision, progress, step, constraints, self.shortlist, forced=forced
+        )
 
     def _step(self, request: DecodeRequest):
         """The decoder's step the search runs: with decode.compile, compiled once for this engine's life; with

@@ -91,6 +91,7 @@ def search_ids(
     step: DecodeStep | None = None,
     constraints: Constraints | None = None,
     shortlist: Shortlist | None = None,
+    forced: Sequence[int] | None = None,
 ) -> list[list[Hypothesis]]:
     """Translate tokenized sources (without EOS) in batches of similar length; results in input order.
 
@@ -99,8 +100,13 @@ def search_ids(
     glossary's terms); a source with any is searched by beam search with the terms' strategy in the same batch, one
     without exactly as with none. `progress(n)` is called after each batch with the number of sentences done in it.
     `step`: see steps.start_steps. `shortlist`: each batch's output layer covers the words its sources may produce
-    (decode/shortlist.py; with the model's own step, `step` None), a glossary's terms included.
+    (decode/shortlist.py; with the model's own step, `step` None), a glossary's terms included. `forced`: per
+    source, the token its output starts with (a many-to-many model's target language, transformers'
+    forced_bos_token_id: scored 0, counted in the length), so that sources asking for different languages share a
+    batch; None: none.
     """
+    if forced is not None and len(forced) != len(sources):
+        raise ValueError(f"{len(forced)} forced tokens for {len(sources)} sources")
     if shortlist is not None and step is not None:
         raise ValueError("a shortlist runs on the model's own step (step=None), not on a compiled or static one")
     if constraints is not None and not isinstance(constraints, Constraints):
@@ -111,13 +117,20 @@ def search_ids(
         bound = [i for i in chunk if constraints and constraints[i]]  # sentences with terms
         free = [i for i in chunk if not (constraints and constraints[i])]
         with decoding(search.device, precision):
-            for i, hyps in zip(free, search.free([sources[i] for i in free]), strict=True):
+            for i, hyps in zip(free, search.free([sources[i] for i in free], _of(forced, free)), strict=True):
                 out[i] = hyps
-            for i, hyps in zip(bound, search.bound([sources[i] for i in bound], bound), strict=True):
+            for i, hyps in zip(
+                bound, search.bound([sources[i] for i in bound], bound, _of(forced, bound)), strict=True
+            ):
                 out[i] = hyps
         if progress is not None:
             progress(len(chunk))
     return out
+
+
+def _of(forced: Sequence[int] | None, indices: Sequence[int]) -> Tensor | None:
+    """The forced tokens of these sources. Shape: -> (B,)"""
+    return None if forced is None else torch.tensor([forced[i] for i in indices], dtype=torch.long)
 
 
 class _Batches:
@@ -150,24 +163,31 @@ class _Batches:
         words, allowed = self.shortlist.words(src, [list(ids) for ids in terms], self.model.config.pad_id)
         return ShortlistStep(self.model, words, allowed)
 
-    def free(self, sources: Sequence[Sequence[int]]) -> list[list[Hypothesis]]:
-        """The request's search over sources without terms."""
+    def free(self, sources: Sequence[Sequence[int]], forced: Tensor | None = None) -> list[list[Hypothesis]]:
+        """The request's search over sources without terms (`forced`: see search_ids)."""
         if not sources:
             return []
         model, request, src = self.model, self.request, self._src(sources)
         step = self._step(src)
+        forced = None if forced is None else forced.to(self.device)
         if request.decode.sampling:
-            draws = [sample(model, src, request, self.generator, step=step) for _ in range(request.n_best)]
+            draws = [
+                sample(model, src, request, self.generator, step=step, forced=forced) for _ in range(request.n_best)
+            ]
             return [sorted(hyps, key=lambda h: -h.score) for hyps in zip(*draws, strict=True)]
         if request.greedy:
-            return [[h] for h in greedy(model, src, request, step=step)]
-        return beam_search(model, src, request, step=step)
+            return [[h] for h in greedy(model, src, request, step=step, forced=forced)]
+        return beam_search(model, src, request, step=step, forced=forced)
 
-    def bound(self, sources: Sequence[Sequence[int]], indices: Sequence[int]) -> list[list[Hypothesis]]:
+    def bound(
+        self, sources: Sequence[Sequence[int]], indices: Sequence[int], forced: Tensor | None = None
+    ) -> list[list[Hypothesis]]:
         """Beam search with the terms' strategy over sources with terms (`indices`: their places in the input)."""
         if not sources:
             return []
         src, sentences = self._src(sources), [self.constraints[i] for i in indices]
         words = [[i for ids in c.terms for i in ids] for c in sentences]  # a shortlist's extra words
         strategy = TermContinuations(self.request, sentences, self.continues_word, self.model.config.eos_id)
-        return beam_search(self.model, src, self.request, step=self._step(src, words), strategy=strategy)
+        step = self._step(src, words)
+        forced = None if forced is None else forced.to(self.device)
+        return beam_search(self.model, src, self.request, step=step, strategy=strategy, forced=forced)

@@ -406,7 +406,7 @@ class StaticSteps(EncoderDecoderSteps):
         while the GPU computes the next. The next step runs for every sentence of this one; those the host then
         finds done are dropped from its results and from the buffers (`StaticDecoding.compact`) before the step
         after. `ban_eos_next`: whether the next step bans EOS (None: unknown, no step ahead)."""
-        if not self.static.fused:
+        if not self.static.fused or self.forced is not None:  # a forced first step: Steps.step's scores
             return super().best_continuations(tokens, scores, n, width, m, ban_eos)
         static, after = self.static, self.ban_after_softmax
         chain = self.static.chains and width * 2 == m

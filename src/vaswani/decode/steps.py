@@ -75,6 +75,9 @@ class Steps:
     prompts: list[list[int]] | None = None  # per input, the tokens before the generated ones (a prompt), if any
 
     ban_after_softmax = False  # start_steps sets it
+    # per row, the token the first step must give (a many-to-many model's target language: transformers'
+    # forced_bos_token_id), scored 0 and counted in the length; None once taken, or where nothing is forced
+    forced: Tensor | None = None
 
     def __init__(self, model, use_cache: bool, step: DecodeStep | None = None) -> None:
         self.model, self.use_cache = model, use_cache
@@ -104,6 +107,8 @@ class Steps:
         greedy step's pick where no score is asked for). Shape: tokens (rows,) -> log-probabilities (rows, V) in
         float32"""
         logits = self._logits(tokens).float()
+        if self.forced is not None:
+            return self._forced_step(logits)
         if repetition is not None:
             repetition.penalize(logits, histories)
         banned = self.banned_ids(ban_eos, logits.device)
@@ -115,6 +120,13 @@ class Steps:
         if repetition is not None:
             repetition.ban(scores, histories)
         return scores
+
+    def _forced_step(self, logits: Tensor) -> Tensor:
+        """The first step's scores where its tokens are forced: 0 for each row's forced token, -inf for every other
+        (as generate's ForcedBOSTokenLogitsProcessor leaves them). Shape: (rows, V) -> (rows, V)"""
+        forced, self.forced = self.forced, None
+        logits.fill_(float("-inf"))
+        return logits.scatter_(1, forced.to(logits.device)[:, None], 0.0)
 
     def banned_ids(self, ban_eos: bool, device: torch.device) -> Tensor:
         """The words a step bans (PAD and BOS; EOS too where asked), on `device` once, not copied there at every
@@ -261,19 +273,22 @@ def start_steps(
     context: int | None = None,
     step: DecodeStep | None = None,
     ban_after_softmax: bool = False,
+    forced: Tensor | None = None,
 ) -> Steps:
     """The steps of `model` over `src` (sources of a Transformer, prompts of a CausalLM, which sees at most
     `context` tokens), `beam` rows each; `step` runs model.decode_step (compiled_step), by default the method;
-    `ban_after_softmax`: see Steps.step (decode.ban_after_softmax)."""
+    `ban_after_softmax`: see Steps.step (decode.ban_after_softmax); `forced` (B,): the token each input's output
+    starts with (Steps.forced), None: none."""
     kind = family(model.config.type)
     if cache and TRANSLATE in kind.can and hasattr(step, "start_steps"):  # decode.static_cache (decode/static.py)
-        return step.start_steps(model, src, beam, ban_after_softmax)
-    if TRANSLATE in kind.can:
-        steps: Steps = EncoderDecoderSteps(model, src, beam, cache, step)
+        steps: Steps = step.start_steps(model, src, beam, ban_after_softmax)
+    elif TRANSLATE in kind.can:
+        steps = EncoderDecoderSteps(model, src, beam, cache, step)
     else:
         kind.check(GENERATE, "this search's model")
         steps = DecoderOnlySteps(model, src, beam, cache, context, step)
     steps.ban_after_softmax = ban_after_softmax
+    steps.forced = None if forced is None else forced.repeat_interleave(beam)
     return steps
 
 

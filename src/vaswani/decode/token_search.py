@@ -30,6 +30,7 @@ class Run:
     on_step: Callable[[Tensor], None] | None = None
     context: int | None = None
     step: DecodeStep | None = None
+    forced: Tensor | None = None  # (B,) the token each output starts with (steps.start_steps), None: none
 
 
 def _token_by_token(
@@ -38,7 +39,7 @@ def _token_by_token(
     """One token per step picked by `choose(log_probs) -> (rows,)`, rows dropped as their input ends (`run`)."""
     c, d, repetition = model.config, request.decode, request.repetition
     scores = request.scores or choose is not row_argmax  # a sample's draw needs the probabilities
-    steps = start_steps(model, src, 1, run.cache, run.context, run.step, d.ban_after_softmax)
+    steps = start_steps(model, src, 1, run.cache, run.context, run.step, d.ban_after_softmax, run.forced)
     stop_at_eos, on_step = run.stop_at_eos, run.on_step
     B = src.size(0)
     limits = steps.limits(d.max_len_a, d.max_len_b)  # (B,)

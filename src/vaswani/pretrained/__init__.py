@@ -170,17 +170,17 @@ GENERATION_UNSUPPORTED = {"do_sample": False, "num_beam_groups": 1, "diversity_p
                           "exponential_decay_length_penalty": None}  # fmt: skip
 
 
-def generation_settings(src: Path, hf: dict) -> dict:
+def generation_settings(src: Path, hf: dict, allowed: tuple[str, ...] = ()) -> dict:
     """The generation settings transformers' `generate` uses for this checkpoint: generation_config.json, or,
     where the checkpoint has none (older uploads), config.json's generation fields (GenerationConfig.
     from_model_config); transformers' defaults for the rest. A setting vaswani's search cannot follow is refused
-    in one line, naming the file."""
+    in one line, naming the file; `allowed`: such settings a layout follows itself (returned too)."""
     path = src / "generation_config.json"
     if not path.is_file():
         path = src / "config.json"
     settings = read_json(path) if path.name != "config.json" else hf
     for name, default in GENERATION_UNSUPPORTED.items():
-        if settings.get(name) not in (None, default, []):
+        if name not in allowed and settings.get(name) not in (None, default, []):
             raise PretrainedError(
                 f"{path}: {name} {settings[name]!r} is not supported by vaswani's search; set it to {default!r} "
                 "(or remove it) to import"
@@ -188,7 +188,7 @@ def generation_settings(src: Path, hf: dict) -> dict:
     return {
         name: settings[name] if settings.get(name) is not None else default
         for name, default in GENERATION_DEFAULTS.items()
-    }
+    } | {name: settings.get(name) for name in allowed}
 
 
 def take(weights: dict[str, torch.Tensor], name: str, shape: tuple[int, ...], source: Path) -> torch.Tensor:
@@ -245,9 +245,9 @@ def _hub_patterns(repo: str) -> list[str]:
 def import_pretrained(src: str | Path, model_dir: str | Path) -> Path:
     """Write the model in `src` as a vaswani model directory `model_dir` (new or empty); nothing is written
     when it cannot be imported. Returns `model_dir`."""
-    from vaswani.pretrained import bert, gpt2, marian
+    from vaswani.pretrained import bert, gpt2, marian, multilingual
 
-    layouts = {"marian": marian, "bert": bert, "gpt2": gpt2}
+    layouts = {"marian": marian, "bert": bert, "gpt2": gpt2, "m2m_100": multilingual, "mbart": multilingual}
     source = resolve(src)
     out = Path(model_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):

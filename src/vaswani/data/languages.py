@@ -1,0 +1,72 @@
+"""The languages of a many-to-many model (NLLB-200, M2M-100, mBART-50: pretrained/multilingual.py): each one's code
+token, and where the codes go.
+
+A source carries its own language's code before its text (`[deu_Latn] Ein Hund . </s>`); the decoder starts from its
+start token and its first output is forced to the target language's code (transformers' forced_bos_token_id), so
+that every row of a batch may ask for a pair of its own. Stored beside the tokenizer as `languages.json`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from vaswani.data.corpus import DataError
+
+LANGUAGES_FILE = "languages.json"
+
+
+@dataclass
+class Languages:
+    """`codes`: each language code and its token id; `source`: where a source's code goes (prefix: before its
+    text); `default_source`, `default_target`: the codes a request without one gets (None: it must name one)."""
+
+    codes: dict[str, int]
+    source: str = "prefix"
+    default_source: str | None = None
+    default_target: str | None = None
+
+    def to_dict(self) -> dict:
+        return {
+            "codes": self.codes,
+            "source": self.source,
+            "default_source": self.default_source,
+            "default_target": self.default_target,
+        }
+
+    @classmethod
+    def load(cls, path: str | Path) -> Languages:
+        path = Path(path)
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+            languages = cls(
+                {str(k): int(v) for k, v in raw["codes"].items()},
+                raw.get("source", "prefix"),
+                raw.get("default_source"),
+                raw.get("default_target"),
+            )
+        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as error:
+            raise DataError(f"{path} is not a languages file ({type(error).__name__}: {error}); import again") from None
+        if languages.source != "prefix":
+            raise DataError(f"{path}: source {languages.source!r} is not supported (prefix is)")
+        return languages
+
+    def listed(self) -> str:
+        """Every code, sorted, for a one-line message (NLLB's 202 make a long line: the one that says it all)."""
+        return ", ".join(sorted(self.codes))
+
+    def code(self, language: str | None, role: str) -> str:
+        """The code of `language` as the `role` ("source" or "target"), its default where None; a one-line
+        ValueError naming the option and listing the codes where it is unknown or missing."""
+        default = self.default_source if role == "source" else self.default_target
+        language = language or default
+        option = f'--{role}-language ("{role}_language" in the API)'
+        if not language:
+            raise ValueError(f"this model translates between many languages: give {option}, one of {self.listed()}")
+        if language not in self.codes:
+            raise ValueError(f"{role} language {language!r} is not one of this model's: {self.listed()}")
+        return language
+
+    def id(self, language: str | None, role: str) -> int:
+        return self.codes[self.code(language, role)]

@@ -1,0 +1,207 @@
+"""Meta's many-to-many translators in: NLLB-200 and M2M-100 (M2M100ForConditionalGeneration, model_type m2m_100)
+and mBART-50 (MBartForConditionalGeneration, mbart). What they do differently from the paper is made options:
+
+- Pre-norm layers with a final LayerNorm on each stack (model.norm_first); LayerNorm epsilon 1e-5.
+- Positions counted from 2 (fairseq's padding index + 1). M2M-100's are fairseq's sinusoids (sines of every
+  frequency, then cosines, the frequencies spaced by log(10000) / (D/2 - 1)), mBART's learned: either becomes a
+  table of positions (model.positions learned), the rows transformers reads for positions 0, 1, ..., exactly.
+- mBART: a LayerNorm on the embeddings (model.embedding_norm) and a bias on the logits (model.output_bias).
+- The decoder starts from EOS (decoder_start_token_id) and its first output is forced to the target language's
+  code (generate's forced_bos_token_id): `languages.json` (data/languages.py) names every code and how a source
+  carries its own (NLLB and mBART-50: `[code] text </s>`).
+- The tokenizer is the checkpoint's tokenizer.json, read by `tokenizers` (data/hf_tokenizer.py): the pieces
+  transformers gives, token for token, without transformers.
+
+Refused, in one line: unequal encoder/decoder widths or heads, an activation we do not have, NLLB's legacy source
+layout (`legacy_behaviour: true`: the code after `</s>`), a checkpoint without tokenizer.json, the generation
+settings our search does not follow (pretrained/__init__.py, GENERATION_UNSUPPORTED).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import torch
+
+from vaswani.config import Config
+from vaswani.data.languages import LANGUAGES_FILE, Languages
+from vaswani.pretrained import (
+    Checkpoint,
+    PretrainedError,
+    base_config,
+    generation_settings,
+    read_json,
+    read_weights,
+    same_tensor,
+    take,
+)
+from vaswani.pretrained.marian import ACTIVATIONS, decode_section
+
+EPS = 1e-5  # nn.LayerNorm's default, fixed in modeling_m2m_100.py and modeling_mbart.py
+OFFSET = 2  # positions start at padding_idx + 1 (fairseq's make_positions; mBART's learned table's offset)
+# a language code as each family writes it: NLLB's deu_Latn, mBART-50's de_DE, M2M-100's __de__
+CODE = {"m2m_100": re.compile(r"[a-z]{3}_[A-Z][a-z]{3}|__[a-z]{2,3}__"), "mbart": re.compile(r"[a-z]{2}_[A-Z]{2}")}
+
+
+def fairseq_positions(n: int, d_model: int, padding_idx: int) -> torch.Tensor:
+    """M2M-100's sinusoid table (M2M100SinusoidalPositionalEmbedding.get_embedding), computed as it computes it,
+    in float32. Shape: (n, D)"""
+    half = d_model // 2
+    step = math.log(10000) / (half - 1)
+    frequency = torch.exp(torch.arange(half, dtype=torch.int64).float() * -step)
+    angles = torch.arange(n, dtype=torch.int64).float().unsqueeze(1) * frequency.unsqueeze(0)
+    table = torch.cat([torch.sin(angles), torch.cos(angles)], dim=1).view(n, -1)
+    if d_model % 2:
+        table = torch.cat([table, torch.zeros(n, 1)], dim=1)
+    table[padding_idx] = 0
+    return table
+
+
+def model_section(hf: dict, kind: str, path: Path) -> dict:
+    """ModelConfig fields from config.json; a one-line refusal for what has no equivalent."""
+    for a, b in [("encoder_attention_heads", "decoder_attention_heads"), ("encoder_ffn_dim", "decoder_ffn_dim")]:
+        if hf.get(a) != hf.get(b):
+            raise PretrainedError(f"{path}: {a} ({hf.get(a)}) differs from {b} ({hf.get(b)}); vaswani needs them equal")
+    activation = hf.get("activation_function", "relu")
+    if activation not in ACTIVATIONS:
+        raise PretrainedError(
+            f"{path}: activation_function {activation!r} is not supported; vaswani takes {', '.join(ACTIVATIONS)}"
+        )
+    try:
+        eos = hf.get("eos_token_id", 2)
+        return {
+            "type": "encoder_decoder",
+            "src_vocab_size": hf["vocab_size"],
+            "tgt_vocab_size": hf["vocab_size"],
+            "d_model": hf["d_model"],
+            "n_heads": hf["encoder_attention_heads"],
+            "d_ff": hf["encoder_ffn_dim"],
+            "n_layers": hf["encoder_layers"],
+            "n_decoder_layers": hf["decoder_layers"],
+            "dropout": hf.get("dropout", 0.1),
+            "attention_dropout": hf.get("attention_dropout", 0.0),
+            "activation": ACTIVATIONS[activation],
+            "norm_first": True,
+            "positions": "learned",
+            "max_positions": hf["max_position_embeddings"],
+            "share_embeddings": True,
+            "tie_output": bool(hf.get("tie_word_embeddings", True)),
+            "scale_embeddings": bool(hf.get("scale_embedding", kind == "m2m_100")),
+            "output_bias": kind == "mbart",
+            "embedding_norm": kind == "mbart",
+            "layer_norm_eps": EPS,
+            "pad_id": hf.get("pad_token_id", 1),
+            "bos_id": hf.get("decoder_start_token_id") if hf.get("decoder_start_token_id") is not None else eos,
+            "eos_id": eos,
+        }
+    except KeyError as missing:
+        raise PretrainedError(f"{path} has no {missing.args[0]}; is it this model's config.json?") from None
+
+
+def languages_of(src: Path, kind: str, vocab_size: int) -> Languages:
+    """The language codes the tokenizer holds (tokenizer.json's added tokens that look like one), by id, and how a
+    source carries its language (tokenizer_config.json)."""
+    path = src / "tokenizer.json"
+    if not path.is_file():
+        raise PretrainedError(
+            f"{path} not found: vaswani reads this model's tokenizer from tokenizer.json (save the tokenizer with "
+            "transformers 5, or with its fast tokenizer, to write one)"
+        )
+    settings = read_json(src / "tokenizer_config.json", {})
+    if settings.get("legacy_behaviour"):
+        raise PretrainedError(
+            f"{src / 'tokenizer_config.json'}: legacy_behaviour: true (the language code after </s>) is not "
+            "supported; set it to false (transformers' default) to import"
+        )
+    added = read_json(path).get("added_tokens", [])
+    codes = {t["content"]: t["id"] for t in added if CODE[kind].fullmatch(t["content"]) and t["id"] < vocab_size}
+    if not codes:
+        raise PretrainedError(f"{path} holds no language codes; is it this model's tokenizer?")
+    # tokenizer_config.json's src_lang is whatever the tokenizer was last set to, not the model's: no default source
+    return Languages(codes, source="prefix")
+
+
+def convert(src: Path, hf: dict) -> tuple[Config, dict[str, torch.Tensor], dict[str, Path | bytes]]:
+    """Our config, our weights (by our names) and the tokenizer files of the model in `src`."""
+    kind = hf["model_type"]
+    model = model_section(hf, kind, src / "config.json")
+    languages = languages_of(src, kind, model["src_vocab_size"])
+    generation = generation_settings(src, hf, allowed=("forced_bos_token_id",))
+    decode = decode_section(generation, model["max_positions"], model["pad_id"], model["bos_id"], model["eos_id"], src)
+    forced = generation.get("forced_bos_token_id")
+    if forced is not None:  # the checkpoint's own target language (mBART-50's one-to-many models)
+        languages.default_target = next((code for code, i in languages.codes.items() if i == forced), None)
+    config = base_config(model, decode)
+    weights = convert_weights(read_weights(src), config, kind, src)
+    files: dict[str, Path | bytes] = {"tokenizer.json": src / "tokenizer.json"}
+    if (src / "tokenizer_config.json").is_file():  # how transformers decodes (clean_up_tokenization_spaces)
+        files["tokenizer_config.json"] = src / "tokenizer_config.json"
+    files[LANGUAGES_FILE] = json.dumps(languages.to_dict(), ensure_ascii=False, indent=1).encode()
+    return config, weights, files
+
+
+def convert_weights(hf: Checkpoint, config: Config, kind: str, src: Path) -> dict[str, torch.Tensor]:
+    """The checkpoint's weights under our names; every tensor read or known unused."""
+    c = config.model
+    D, F = c.d_model, c.d_ff
+    out: dict[str, torch.Tensor] = {}
+
+    def get(name: str, shape: tuple[int, ...]) -> torch.Tensor:
+        return take(hf, name, shape, src)
+
+    def linear(ours: str, theirs: str, rows: int, columns: int) -> None:
+        out[f"{ours}.weight"] = get(f"{theirs}.weight", (rows, columns))
+        out[f"{ours}.bias"] = get(f"{theirs}.bias", (rows,))
+
+    def norm(ours: str, theirs: str) -> None:
+        out[f"{ours}.weight"] = get(f"{theirs}.weight", (D,))
+        out[f"{ours}.bias"] = get(f"{theirs}.bias", (D,))
+
+    def attention(ours: str, theirs: str) -> None:
+        out[f"{ours}.in_proj.weight"] = torch.cat([get(f"{theirs}.{p}_proj.weight", (D, D)) for p in "qkv"])
+        out[f"{ours}.in_proj.bias"] = torch.cat([get(f"{theirs}.{p}_proj.bias", (D,)) for p in "qkv"])
+        linear(f"{ours}.out_proj", f"{theirs}.out_proj", D, D)
+
+    def stack(ours: str, theirs: str, n: int, cross: bool) -> None:
+        for i in range(n):
+            layer, their = f"{ours}.layers.{i}", f"{theirs}.layers.{i}"
+            attention(f"{layer}.self_attn", f"{their}.self_attn")
+            norm(f"{layer}.norms.0", f"{their}.self_attn_layer_norm")
+            if cross:
+                attention(f"{layer}.cross_attn", f"{their}.encoder_attn")
+                norm(f"{layer}.norms.1", f"{their}.encoder_attn_layer_norm")
+            linear(f"{layer}.feed_forward.linear1", f"{their}.fc1", F, D)
+            linear(f"{layer}.feed_forward.linear2", f"{their}.fc2", D, F)
+            norm(f"{layer}.norms.{2 if cross else 1}", f"{their}.final_layer_norm")
+        norm(f"{ours}.norm", f"{theirs}.layer_norm")
+        if kind == "mbart":
+            norm(f"{ours}.embed.norm", f"{theirs}.layernorm_embedding")
+            table = get(f"{theirs}.embed_positions.weight", (c.max_positions + OFFSET, D))
+            out[f"{ours}.embed.positions.weight"] = table[OFFSET:].clone()
+        else:  # sinusoids transformers computes (a non-persistent buffer; older uploads store them)
+            table = fairseq_positions(c.max_positions + OFFSET, D, c.pad_id)
+            stored = hf.get(f"{theirs}.embed_positions.weights")
+            if stored is not None and (stored.shape != table.shape or (stored.float() - table).abs().max() > 1e-4):
+                raise PretrainedError(f"{src}: {theirs}.embed_positions.weights is not fairseq's sinusoid table")
+            out[f"{ours}.embed.positions.weight"] = table[OFFSET:].clone()
+
+    stack("encoder", "model.encoder", c.n_layers, cross=False)
+    stack("decoder", "model.decoder", c.decoder_layers, cross=True)
+    shared = next((n for n in ("model.shared.weight", "model.encoder.embed_tokens.weight") if n in hf), None)
+    if shared is None:
+        raise PretrainedError(f"{src}: the weights have no model.shared.weight; is config.json this checkpoint's?")
+    out["encoder.embed.tokens.weight"] = get(shared, (c.src_vocab_size, D))
+    why = "the model shares one embedding matrix between both stacks and the output"
+    for alias in ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight"):
+        same_tensor(hf, alias, shared, src, why)
+    if c.tie_output:
+        same_tensor(hf, "lm_head.weight", shared, src, why)
+    else:
+        out["output_weight"] = get("lm_head.weight", (c.tgt_vocab_size, D))
+    if kind == "mbart":
+        out["output_bias"] = get("final_logits_bias", (1, c.tgt_vocab_size))[0].clone()
+    hf.account(kind, {}, src)
+    return out

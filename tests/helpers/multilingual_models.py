@@ -1,0 +1,138 @@
+"""Small many-to-many checkpoints built offline as the hub lays them out: NLLB-200
+(M2M100ForConditionalGeneration with NllbTokenizer's tokenizer.json: codes like deu_Latn, the source's code first)
+and mBART-50 (MBartForConditionalGeneration with MBart50Tokenizer's: de_DE). Random weights made realistic, then
+briefly trained on Multi30k in three directions (de→en, de→fr, en→de)
+so that the output depends on the input and on the target language asked for."""
+
+from __future__ import annotations
+
+import io
+import itertools
+import shutil
+from pathlib import Path
+
+import sentencepiece as spm
+import torch
+
+from tests.helpers.hf_models import multi30k
+
+PAIRS = (("de", "en"), ("de", "fr"), ("en", "de"))
+CODES = {
+    "nllb": {"de": "deu_Latn", "en": "eng_Latn", "fr": "fra_Latn"},
+    "mbart50": {"de": "de_DE", "en": "en_XX", "fr": "fr_XX"},
+}
+_TRAINED: dict[str, dict] = {}
+
+
+def _sentencepiece(directory: Path, model_type: str) -> None:
+    lines = [line for language in ("de", "en", "fr") for line in multi30k("train", language, 2000)]
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines),
+        model_writer=model,
+        vocab_size=1000,
+        model_type=model_type,
+        character_coverage=1.0,
+        minloglevel=2,
+        num_threads=1,
+    )
+    (directory / "sentencepiece.bpe.model").write_bytes(model.getvalue())
+
+
+def _tokenizer(kind: str, work: Path):
+    """The tokenizer as transformers converts the SentencePiece model of such a checkpoint."""
+    import transformers
+
+    work.mkdir(parents=True, exist_ok=True)
+    if kind == "nllb":
+        from transformers.models.nllb.tokenization_nllb import FAIRSEQ_LANGUAGE_CODES
+
+        _sentencepiece(work, "bpe")
+        return transformers.NllbTokenizer.from_pretrained(
+            str(work), src_lang="deu_Latn", tgt_lang="eng_Latn", additional_special_tokens=FAIRSEQ_LANGUAGE_CODES
+        )
+    _sentencepiece(work, "unigram")  # mBART's "sentencepiece.bpe.model" is a unigram model
+    return transformers.MBart50Tokenizer.from_pretrained(str(work), src_lang="de_DE", tgt_lang="en_XX")
+
+
+def _model(kind: str, vocab_size: int, d_model: int):
+    import transformers
+
+    common = dict(
+        vocab_size=vocab_size,
+        d_model=d_model,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=2 * d_model,
+        decoder_ffn_dim=2 * d_model,
+        max_position_embeddings=128,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+        decoder_start_token_id=2,
+        dropout=0.1,
+        encoder_layerdrop=0.0,
+        decoder_layerdrop=0.0,
+        scale_embedding=True,
+    )
+    if kind == "nllb":
+        return transformers.M2M100ForConditionalGeneration(transformers.M2M100Config(**common))
+    return transformers.MBartForConditionalGeneration(
+        transformers.MBartConfig(**common, activation_function="gelu", forced_eos_token_id=2)
+    )
+
+
+def save_multilingual(out: Path, kind: str = "nllb", steps: int = 240, d_model: int = 32) -> Path:
+    """A many-to-many checkpoint (`kind` nllb or mbart50) saved with save_pretrained beside its tokenizer files."""
+    import transformers
+
+    torch.manual_seed(0)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = _tokenizer(kind, out.parent / f"{out.name}.spm")
+    model = _model(kind, len(tokenizer), d_model)
+    with torch.no_grad():  # what training leaves: LayerNorms and biases away from 1 and 0
+        for name, p in model.named_parameters():
+            if name.endswith("bias") or "layer_norm" in name or "layernorm" in name:
+                p.add_(torch.randn_like(p) * 0.1)
+        if kind == "mbart50":
+            model.final_logits_bias.normal_(0.0, 0.5)
+    key = f"{kind}-{steps}-{d_model}"
+    if key not in _TRAINED:
+        _train(model, tokenizer, kind, steps)
+        _TRAINED[key] = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    model.load_state_dict(_TRAINED[key])
+    model.eval()
+    settings = {"max_length": 64, **({"num_beams": 5, "forced_eos_token_id": 2} if kind == "mbart50" else {})}
+    model.generation_config = transformers.GenerationConfig(
+        decoder_start_token_id=2, bos_token_id=0, pad_token_id=1, eos_token_id=2, **settings
+    )
+    model.save_pretrained(str(out))
+    tokenizer.save_pretrained(str(out))
+    shutil.copyfile(out.parent / f"{out.name}.spm" / "sentencepiece.bpe.model", out / "sentencepiece.bpe.model")
+    return out
+
+
+def _train(model, tokenizer, kind: str, steps: int, batch: int = 32) -> None:
+    codes = CODES[kind]
+    texts = {language: multi30k("train", language, 3000) for language in ("de", "en", "fr")}
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    model.train()
+    for step, (source, target) in zip(range(steps), itertools.cycle(PAIRS), strict=False):
+        start = step * batch % (3000 - batch)
+        tokenizer.src_lang, tokenizer.tgt_lang = codes[source], codes[target]
+        inputs = tokenizer(
+            texts[source][start : start + batch],
+            text_target=texts[target][start : start + batch],
+            return_tensors="pt",
+            padding=True,
+            truncation=True,
+            max_length=64,
+        )
+        inputs["labels"][inputs["labels"] == tokenizer.pad_token_id] = -100
+        loss = model(**inputs).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()

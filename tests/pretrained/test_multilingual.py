@@ -1,0 +1,164 @@
+"""NLLB-200 and mBART-50 in: many-to-many checkpoints saved as the hub publishes them, imported, proven equal to
+transformers' (tokenizer ids, logits, greedy and beam search with the target language forced), and refused in
+one line where they cannot be."""
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from tests.helpers.hf_models import multi30k
+from tests.helpers.multilingual_models import CODES, save_multilingual
+from vaswani.cli import main
+from vaswani.data.tokenizer import Tokenizer
+from vaswani.decode.search import search_ids
+from vaswani.model_dir import load_model
+from vaswani.pretrained import PretrainedError, import_pretrained
+from vaswani.translate.translator import Translator
+
+pytestmark = [pytest.mark.shared_data, pytest.mark.slow]  # slow: checkpoints trained by transformers
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("google.protobuf")  # transformers reads a SentencePiece model into tokenizer.json with it
+
+
+@pytest.fixture(scope="module", params=["nllb", "mbart50"])
+def imported(request, tmp_path_factory):
+    """(kind, checkpoint directory, vaswani model directory, transformers' model, its tokenizer)."""
+    kind = request.param
+    root = tmp_path_factory.mktemp(kind)
+    src = save_multilingual(root / "hf", kind)
+    model_dir = root / "vaswani"
+    assert main(["import", str(src), str(model_dir)]) == 0
+    hf = transformers.AutoModelForSeq2SeqLM.from_pretrained(str(src)).eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(src))
+    return kind, src, model_dir, hf, tokenizer
+
+
+@pytest.fixture(scope="module")
+def lines():
+    return multi30k("val", "de", 60)
+
+
+def test_the_import_maps_the_architecture_and_lists_the_languages(imported):
+    kind, _, model_dir, _, _ = imported
+    _, config = load_model(model_dir)
+    m = config.model
+    assert (m.norm_first, m.positions, m.layer_norm_eps, m.pad_id, m.bos_id, m.eos_id) == (
+        True,
+        "learned",
+        1e-5,
+        1,
+        2,
+        2,
+    )
+    assert (m.embedding_norm, m.output_bias) == ((True, True) if kind == "mbart50" else (False, False))
+    assert m.activation == ("gelu" if kind == "mbart50" else "relu")
+    languages = json.loads((model_dir / "languages.json").read_text())
+    assert set(CODES[kind].values()) <= set(languages["codes"])
+    assert len(languages["codes"]) == (202 if kind == "nllb" else 52)
+    info = json.loads((model_dir / "vaswani.json").read_text())
+    assert info["origin"]["model_type"] == ("m2m_100" if kind == "nllb" else "mbart")
+
+
+def test_our_tokenizer_gives_transformers_ids_and_text(imported, lines):
+    kind, _, model_dir, _, tokenizer = imported
+    translator = Translator.load(model_dir, "cpu")
+    sample = [*lines, "Ein ☃ unbekanntes Zeichen", "  Zwei  Leerzeichen  ", "Ｆｕｌｌ ｗｉｄｔｈ ｅ\u0301"]
+    for language in ("de", "en"):
+        tokenizer.src_lang = CODES[kind][language]
+        theirs = tokenizer(sample)["input_ids"]
+        code = tokenizer.convert_tokens_to_ids(CODES[kind][language])
+        assert [[code, *ids, 2] for ids in Tokenizer.load(model_dir).encode_src(sample)] == theirs
+        # a line's outer whitespace is not translated: the Translator reads it stripped
+        theirs = tokenizer([line.strip() for line in sample])["input_ids"]
+        ours = translator.encode_sources(sample, CODES[kind]["fr"], CODES[kind][language])
+        assert [[*ids, 2] for ids in ours] == theirs
+    tokenizer.tgt_lang = CODES[kind]["en"]
+    targets = tokenizer(text_target=multi30k("val", "en", 50))["input_ids"]
+    ours = Tokenizer.load(model_dir).decode_tgt([t[:-1] for t in targets])
+    assert ours == tokenizer.batch_decode(targets, skip_special_tokens=True)
+
+
+def test_logits_are_transformers_within_1e_4(imported, lines):
+    kind, _, model_dir, hf, tokenizer = imported
+    model, _ = load_model(model_dir)
+    tokenizer.src_lang = CODES[kind]["de"]
+    batch = tokenizer(lines[:32], return_tensors="pt", padding=True)
+    forced = tokenizer.convert_tokens_to_ids(CODES[kind]["en"])
+    with torch.no_grad():
+        outputs = hf.generate(**batch, num_beams=1, max_length=64, forced_bos_token_id=forced)
+        theirs = hf(**batch, decoder_input_ids=outputs).logits
+        ours = model(batch["input_ids"], outputs)
+    real = outputs != hf.config.pad_token_id
+    assert real.sum() > 200
+    assert (ours - theirs)[real].abs().max() < 1e-4
+    assert theirs[real].std() > 1.0
+
+
+@pytest.mark.parametrize("beams", [1, 4])
+def test_greedy_and_beam_give_generate_s_tokens_on_every_line_into_each_language(imported, lines, beams):
+    kind, _, model_dir, hf, tokenizer = imported
+    translator = Translator.load(model_dir, "cpu")
+    tokenizer.src_lang = CODES[kind]["de"]
+    batch = tokenizer(lines, return_tensors="pt", padding=True)
+    outputs = {}
+    for target in ("en", "fr"):
+        code = CODES[kind][target]
+        with torch.no_grad():
+            generated = hf.generate(
+                **batch, num_beams=beams, max_length=64, forced_bos_token_id=tokenizer.convert_tokens_to_ids(code)
+            )
+        theirs = [[i for i in row[1:] if i not in (1, 2)] for row in generated.tolist()]
+        found = translator.translate_with_details(
+            lines, target_language=code, source_language=CODES[kind]["de"], beam_size=beams
+        )
+        assert [t.candidates[0].tokens for t in found] == theirs
+        assert [t.text for t in found] == tokenizer.batch_decode(generated, skip_special_tokens=True)
+        outputs[target] = theirs
+    assert sum(a != b for a, b in zip(outputs["en"], outputs["fr"], strict=True)) > len(lines) // 2  # it listens
+    # both languages in one batch: each sentence's own language, the same tokens
+    ids = translator.encode_sources(lines, CODES[kind]["en"], CODES[kind]["de"])
+    codes = [tokenizer.convert_tokens_to_ids(CODES[kind]["en" if i % 2 else "fr"]) for i in range(len(lines))]
+    request = translator.request(beam_size=beams)
+    mixed = search_ids(translator.model, ids, request, forced=codes)
+    expected = [outputs["en" if i % 2 else "fr"][i] for i in range(len(lines))]
+    assert [hyps[0].tokens for hyps in mixed] == expected
+
+
+def test_languages_are_named_or_refused_in_one_line(imported, lines):
+    kind, _, model_dir, _, _ = imported
+    translator = Translator.load(model_dir, "cpu")
+    with pytest.raises(ValueError, match=r"give --target-language .* one of .*deu_Latn|de_DE"):
+        translator.translate(lines[:2], source_language=CODES[kind]["de"])
+    with pytest.raises(ValueError, match=r"target language 'xx' is not one of this model's: "):
+        translator.translate(lines[:2], target_language="xx", source_language=CODES[kind]["de"])
+    with pytest.raises(ValueError, match=r"give --source-language"):
+        translator.translate(lines[:2], target_language=CODES[kind]["en"])
+    assert (
+        translator.translate(["", lines[0]], target_language=CODES[kind]["en"], source_language=CODES[kind]["de"])[0]
+        == ""
+    )
+
+
+def test_what_cannot_be_imported_is_refused_in_one_line_and_nothing_written(imported, tmp_path):
+    kind, src, _, _, _ = imported
+    if kind != "nllb":
+        pytest.skip("the refusals are the layout's, tried once")
+    copy = tmp_path / "legacy"
+    shutil.copytree(src, copy)
+    settings = json.loads((copy / "tokenizer_config.json").read_text())
+    (copy / "tokenizer_config.json").write_text(json.dumps({**settings, "legacy_behaviour": True}))
+    with pytest.raises(PretrainedError, match="legacy_behaviour: true"):
+        import_pretrained(copy, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    (copy / "tokenizer_config.json").write_text(json.dumps(settings))
+    (copy / "tokenizer.json").unlink()
+    with pytest.raises(PretrainedError, match=r"tokenizer\.json not found"):
+        import_pretrained(copy, tmp_path / "out")
+    config = json.loads((src / "config.json").read_text())
+    shutil.copyfile(src / "tokenizer.json", copy / "tokenizer.json")
+    (copy / "config.json").write_text(json.dumps({**config, "decoder_ffn_dim": 96}))
+    with pytest.raises(PretrainedError, match="decoder_ffn_dim"):
+        import_pretrained(copy, tmp_path / "out")
