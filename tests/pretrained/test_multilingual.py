@@ -162,3 +162,41 @@ def test_what_cannot_be_imported_is_refused_in_one_line_and_nothing_written(impo
     (copy / "config.json").write_text(json.dumps({**config, "decoder_ffn_dim": 96}))
     with pytest.raises(PretrainedError, match="decoder_ffn_dim"):
         import_pretrained(copy, tmp_path / "out")
+
+
+def test_the_server_translates_into_two_languages_in_one_batch(imported, lines):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from fastapi.testclient import TestClient
+
+    from vaswani.serve.app import Settings, create_app
+
+    kind, _, model_dir, _, _ = imported
+    translator = Translator.load(model_dir, "cpu")
+    codes = CODES[kind]
+    expected = {
+        target: translator.translate(lines[:6], target_language=codes[target], source_language=codes["de"], beam_size=1)
+        for target in ("en", "fr")
+    }
+    with TestClient(create_app(translator, model_dir, Settings(max_wait=1.0))) as client:
+        info = client.get("/v1/model").json()
+        assert codes["fr"] in info["target_languages"] and codes["de"] in info["source_languages"]
+
+        def ask(target: str):
+            body = {"text": lines[:6], "split_sentences": False, "beam": 1}
+            body |= {"source_language": codes["de"], "target_language": codes[target]}
+            return client.post("/v1/translate", json=body)
+
+        with ThreadPoolExecutor(2) as pool:
+            replies = list(pool.map(ask, ["en", "fr"]))
+        batches = client.app.state.batcher.stats.batches
+        missing = client.post("/v1/translate", json={"text": ["Ein Hund."], "target_language": codes["en"]})
+        unknown = client.post(
+            "/v1/translate", json={"text": ["Ein Hund."], "source_language": codes["de"], "target_language": "xx_YY"}
+        )
+    assert [r.status_code for r in replies] == [200, 200]
+    for target, reply in zip(["en", "fr"], replies, strict=True):
+        assert [t["text"] for t in reply.json()["translations"]] == expected[target]
+    assert batches == 1  # both languages in one decoding batch
+    assert missing.status_code == 422 and "source_language" in missing.json()["error"]
+    assert unknown.status_code == 422 and "'xx_YY' is not one of this model's" in unknown.json()["error"]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import re
 from typing import TYPE_CHECKING, Any
 
 from vaswani.cli.lines import Lines, stderr_console
@@ -116,12 +115,13 @@ def _translate(args: argparse.Namespace) -> None:
     request = decode_request(args, translator)  # validated once, before reading any input
     detailed = args.n_best > 1 or args.scores
     console = stderr_console()
-    translator.language_token(args.target_language)  # checked before any input is read
+    translator.check_languages(args.target_language, args.source_language)  # before any input is read
     report_precision(translator, request, console)
-    if args.source_language is not None and not re.fullmatch(r"[a-z]{2,3}", args.source_language):
-        raise ValueError(f"--source-language {args.source_language!r}: give an ISO 639 code such as de or en")
+    languages = dict(
+        target_language=args.target_language, source_language=translator.model_source_language(args.source_language)
+    )
     if args.document or args.format != "text":
-        _translate_document(args, translator, request, console)
+        _translate_document(args, translator, request, console, languages)
         return
     with (
         Lines(args.input, args.output, console) as lines,
@@ -132,9 +132,7 @@ def _translate(args: argparse.Namespace) -> None:
             def warn(index: int, message: str, first: int = first) -> None:
                 console.print(f"vaswani: warning: line {first + index + 1}: {message}")
 
-            results = translator.translate_with_details(
-                chunk, request, warn, advance, target_language=args.target_language
-            )
+            results = translator.translate_with_details(chunk, request, warn, advance, **languages)
             lines.write(
                 json.dumps(result.n_best_record(), ensure_ascii=False) if detailed else result.text
                 for result in results
@@ -142,7 +140,7 @@ def _translate(args: argparse.Namespace) -> None:
 
 
 def _translate_document(
-    args: argparse.Namespace, translator: Translator, request: DecodeRequest, console: Console
+    args: argparse.Namespace, translator: Translator, request: DecodeRequest, console: Console, languages: dict
 ) -> None:
     """`--document`: the whole input is one text, split into sentences and put back together (translate/document.py);
     `--format html|markdown`: one document whose text is translated so and whose tags go back around the aligned
@@ -159,7 +157,7 @@ def _translate_document(
         raise ValueError(f"--n-best applies to plain text: --format {args.format} writes one translation")
     with Lines(args.input, args.output, console) as lines:
         text = lines.text()
-        language = args.source_language or translator.config.data.languages()[0]
+        language = translator.sentence_language(args.source_language)
         if marked:
             parsed = markup.parse(text, args.format)
             documents = markup.split_runs([parsed], language)
@@ -173,7 +171,7 @@ def _translate_document(
             def warn(index: int, message: str) -> None:
                 console.print(f"vaswani: warning: sentence {index + 1}: {message}")
 
-            common = dict(target_language=args.target_language, request=request, warn=warn, progress=advance)
+            common = dict(**languages, request=request, warn=warn, progress=advance)
             if marked:
                 [result] = markup.translate_markup(
                     translator, [text], args.format, language, parsed=[parsed], documents=documents, **common
@@ -205,9 +203,12 @@ def _evaluate(args: argparse.Namespace) -> None:
         console = stderr_console()
         request = decode_request(args, translator)
         report_precision(translator, request, console)
-        translator.language_token(args.target_language)
+        source_language = getattr(args, "source_language", None)
+        translator.check_languages(args.target_language, source_language)
         with progress_bar(console, "translating", len(sources)) as advance:
-            hypotheses = translator.translate(sources, request, advance, args.target_language)
+            hypotheses = translator.translate(
+                sources, request, advance, args.target_language, translator.model_source_language(source_language)
+            )
         if args.output:
             with open(args.output, "w", encoding="utf-8") as handle:
                 handle.writelines(h + "\n" for h in hypotheses)
@@ -309,8 +310,8 @@ def _add_engine_options(group) -> None:
     group.add_argument(
         "--target-language",
         metavar="CODE",
-        help="a multilingual model's target language, e.g. fra: its >>fra<< token goes before every sentence "
-        "(line and document mode)",
+        help="a multilingual model's target language: OPUS-MT's, e.g. fra (its >>fra<< token goes before every "
+        "sentence); NLLB's, M2M-100's or mBART-50's code, e.g. fra_Latn, __fr__, fr_XX (the output starts with it)",
     )
     add_shortlist_option(group)
     group.add_argument("--bf16", action="store_true", help=argparse.SUPPRESS)  # old spelling of --precision bf16
@@ -369,8 +370,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     translate.add_argument(
         "--source-language",
         metavar="CODE",
-        help="with --document or --format: the language whose sentence rules split the input, e.g. de (default: the "
-        "language of the model's training files)",
+        help="NLLB's, M2M-100's or mBART-50's code of the input's language, e.g. deu_Latn (needed); for other "
+        "models, with --document or --format: the language whose sentence rules split the input, e.g. de (default: "
+        "the language of the model's training files)",
     )
     _add_decode_options(translate)
     translate.set_defaults(run=_translate)
@@ -395,6 +397,7 @@ def _register_evaluate(commands) -> None:
         "file next to --ref, else --ref tokenized)",
     )
     evaluate.add_argument("--lang", help="target language for --tok-lc (default: from the --ref file name)")
+    evaluate.add_argument("--source-language", metavar="CODE", help="NLLB's, M2M-100's or mBART-50's code of --src")
     _add_decode_options(evaluate)
     evaluate.set_defaults(run=_evaluate)
 

@@ -15,6 +15,17 @@ from pathlib import Path
 from vaswani.data.corpus import DataError
 
 LANGUAGES_FILE = "languages.json"
+# ISO 639-3 codes (NLLB's deu_Latn) of the languages the sentence splitter knows by their ISO 639-1 code
+_ISO_639_1 = {"eng": "en", "deu": "de", "fra": "fr", "spa": "es", "ita": "it", "nld": "nl", "dan": "da", "pol": "pl",
+              "rus": "ru", "bul": "bg", "ell": "el", "hin": "hi", "mar": "mr", "zho": "zh", "amh": "am", "arb": "ar",
+              "hye": "hy", "urd": "ur", "pes": "fa", "mya": "my", "jpn": "ja", "kaz": "kk", "slk": "sk"}  # fmt: skip
+
+
+def iso_language(code: str) -> str:
+    """The ISO 639 code inside a model's language code, as the sentence splitter reads it: deu_Latn, de_DE and
+    __de__ are "de"."""
+    base = code.strip("_").split("_")[0]
+    return _ISO_639_1.get(base, base)
 
 
 @dataclass

@@ -32,6 +32,7 @@ class _Job:
     request: DecodeRequest  # one batch shares it
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future
+    forced: list[int] | None = None  # per text, a many-to-many model's target language (Translator.forced)
     queued: float = field(default_factory=time.perf_counter)
     tokens: int = field(init=False)  # source tokens: counted once, read at every look at the queue
 
@@ -108,15 +109,18 @@ class MicroBatcher:
         texts: list[str],
         ids: Sequence[list[int]] | None = None,
         request: DecodeRequest | None = None,
+        forced: Sequence[int] | None = None,
     ) -> list[Translation]:
         """The translations of `texts`, in order, decoded together with other requests' sentences that share
         `request` (default: the model's own settings). `ids`: their `translator.encode_sources(texts)`, where the
-        caller has them already (one tokenization)."""
+        caller has them already (one tokenization); `forced`: their `translator.forced(target_language)`, a
+        many-to-many model's target language (requests for other languages share a batch)."""
         loop = asyncio.get_running_loop()
         ids = list(ids) if ids is not None else self.translator.encode_sources(texts)
         if len(ids) != len(texts):
             raise ValueError(f"{len(ids)} encoded sentences for {len(texts)} texts")
         job = _Job(list(texts), ids, request or self.translator.request(), loop, loop.create_future())
+        job.forced = None if forced is None else list(forced)
         with self._ready:
             if not self.alive:
                 raise BusyError("the translation worker has stopped")
@@ -183,7 +187,8 @@ class MicroBatcher:
         ids = [x for job in batch for x in job.ids]
         started = time.perf_counter()
         try:
-            results = self.translator.translate_with_details(texts, batch[0].request, encoded=ids)
+            forced = [x for job in batch for x in job.forced] if all(job.forced is not None for job in batch) else None
+            results = self.translator.translate_with_details(texts, batch[0].request, encoded=ids, forced=forced)
         except Exception as error:
             if len(batch) > 1:  # one request's failure must not fail the others: each alone
                 for job in batch:

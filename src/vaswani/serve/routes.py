@@ -18,6 +18,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from vaswani.data.languages import iso_language
 from vaswani.decode.request import DecodeRequest
 from vaswani.serve.batching import BusyError
 from vaswani.translate.document import Document, assemble, puts_spaces, split
@@ -49,14 +50,16 @@ class TranslateRequest(BaseModel):
     )
     source_language: str | None = Field(
         None,
-        pattern=r"^[a-z]{2,3}$",
-        description="ISO 639 code whose sentence rules split the text (default: the model's source language)",
+        pattern=r"^[A-Za-z0-9_]{2,32}$",
+        description="an NLLB, M2M-100 or mBART-50 model's code of the text's language, e.g. deu_Latn (needed; "
+        "/v1/model lists source_languages); for other models the ISO 639 code whose sentence rules split the text "
+        "(default: the model's source language)",
     )
     target_language: str | None = Field(
         None,
         max_length=64,
-        description="a multilingual model's target language, e.g. fra: its >>fra<< token goes before every "
-        "sentence (/v1/model lists the model's target_languages)",
+        description="a multilingual model's target language: OPUS-MT's, e.g. fra (its >>fra<< token goes before "
+        "every sentence); NLLB's, M2M-100's or mBART-50's code, e.g. fra_Latn (/v1/model lists target_languages)",
     )
     beam: int | None = Field(None, ge=1, description="beam size (default: the model's; at most limits.max_beam)")
     n_best: int = Field(1, ge=1, description="alternatives per sentence, best first (at most beam)")
@@ -124,9 +127,9 @@ def decode_request(body: TranslateRequest, state: Any) -> DecodeRequest:
     if body.n_best > s.max_beam:  # sampling's n_best is not bounded by a beam: bounded here
         raise RequestError(f"n_best: {_number(body.n_best)} is more than the {s.max_beam} this server allows")
     try:
-        state.translator.language_token(body.target_language)
+        state.translator.check_languages(body.target_language, body.source_language)
     except ValueError as error:
-        raise RequestError(f"target_language: {error}") from None
+        raise RequestError(f"target_language / source_language: {error}") from None
     if body.glossary and len(body.glossary) > s.max_glossary:
         raise RequestError(f"glossary: {len(body.glossary)} pairs, more than the {s.max_glossary} allowed")
     overrides = dict(no_repeat_ngram=body.no_repeat_ngram, repetition_penalty=body.repetition_penalty)
@@ -148,7 +151,7 @@ def sentences_of(body: TranslateRequest, state: Any) -> tuple[list[Document] | N
         if len(text) > s.max_text_chars:
             raise RequestError(f"text[{i}] has {len(text)} characters, more than the {s.max_text_chars} allowed")
     documents = markups = None
-    language = body.source_language or state.translator.config.data.languages()[0]
+    language = state.translator.sentence_language(body.source_language)
     if body.format != "text":
         if not body.split_sentences:
             raise RequestError(f"format: {body.format} is split into sentences; leave split_sentences true")
@@ -208,8 +211,12 @@ async def translate(body: TranslateRequest, request: Request) -> JSONResponse:
     except RequestError as error:
         return JSONResponse({"error": one_line(str(error))}, 422)
     # the only tokenization: counted here, decoded by the batcher (requests for other languages batch together)
+    translator = state.translator
     try:  # a multilingual model refuses sentences without a target language
-        ids = state.translator.encode_sources(sentences, body.target_language)
+        ids = translator.encode_sources(
+            sentences, body.target_language, translator.model_source_language(body.source_language)
+        )
+        forced = translator.forced(body.target_language, len(sentences))
     except ValueError as error:
         return JSONResponse({"error": one_line(str(error))}, 422)
     tokens, limit = sum(map(len, ids)), state.settings.max_batch_tokens
@@ -219,10 +226,11 @@ async def translate(body: TranslateRequest, request: Request) -> JSONResponse:
     if markups is not None:
         decode = decode.replace(alignment=True)  # the tags go where the words are aligned
     try:
-        results = await state.batcher.translate(sentences, ids, decode) if sentences else []
+        results = await state.batcher.translate(sentences, ids, decode, forced) if sentences else []
     except BusyError as error:
         return JSONResponse({"error": str(error)}, 503, headers={"Retry-After": "1"})
-    target = body.target_language or state.translator.config.data.languages()[1]
+    target = body.target_language or translator.config.data.languages()[1]
+    target = iso_language(target) if translator.tokenizer.languages is not None else target
     if markups is not None:
         runs = [run.text for m in markups for run in m.runs]
         parts = assemble(runs, documents, results, puts_spaces(target))

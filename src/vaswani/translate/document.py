@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from vaswani.data.corpus import clean_line
+from vaswani.data.languages import iso_language
 from vaswani.translate.sentences import sentence_spans
 
 if TYPE_CHECKING:
@@ -149,7 +150,8 @@ def translate_documents(
         documents = [split(text, language or source) for text in texts]
     sentences = [clean_line(s) for document in documents for s in document.sentences]  # NUL: as in line mode
     results = translator.translate_with_details(sentences, request, **options)
-    return assemble(texts, documents, results, spaced=puts_spaces(options.get("target_language") or target))
+    target = options.get("target_language") or target
+    return assemble(texts, documents, results, spaced=puts_spaces(iso_language(target) if target else target))
 
 
 def assemble(

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from vaswani.config import Config
+from vaswani.data.languages import iso_language
 from vaswani.data.tokenizer import LANGUAGE_TOKEN, Tokenizer
 from vaswani.decode.ct2_engine import CTranslate2Engine
 from vaswani.decode.engine import ENGINES, Engine, TorchEngine
@@ -293,6 +294,7 @@ class Translator:
         encoded: Sequence[list[int]] | None = None,
         target_language: str | None = None,
         source_language: str | None = None,
+        forced: Sequence[int] | None = None,
         **options: Any,
     ) -> list[Translation]:
         """Like `translate`, with the request's n_best candidates and their scores, and with its `attention`
@@ -300,7 +302,7 @@ class Translator:
         Over-long sentences are cut to `max_source_tokens` and reported through `warn(index, message)`.
         `encoded`: the sentences' `encode_sources`, where the caller has them already (the server counts tokens
         with them). `target_language` (`source_language`): a multilingual model's target (source) language, for every
-        sentence."""
+        sentence; `forced`: a many-to-many model's target language per sentence (`forced`'s ids), in its place."""
         request = self._request(request, options)
         if encoded is not None and len(encoded) != len(sentences):
             raise ValueError(f"{len(encoded)} encoded sentences for {len(sentences)} sentences")
@@ -317,7 +319,10 @@ class Translator:
         if progress is not None and len(todo) < len(ids):
             progress(len(ids) - len(todo))
         terms = self._terms(sentences, request.glossary)
-        forced = self.forced(target_language, len(todo))
+        if forced is not None and len(forced) != len(sentences):
+            raise ValueError(f"{len(forced)} forced tokens for {len(sentences)} sentences")
+        forced = self.forced(target_language, len(sentences)) if forced is None else list(forced)
+        forced = None if forced is None else [forced[i] for i in todo]
         found = self._search([sentences[i] for i in todo], [ids[i] for i in todo], request, progress, forced)
         results: list[list[Hypothesis]] = [[] for _ in sentences]
         for i, hyps in zip(todo, found, strict=True):
@@ -343,9 +348,33 @@ class Translator:
             translations = [dataclasses.replace(t, alignment=a) for t, a in zip(translations, aligned, strict=True)]
         return translations
 
+    def check_languages(self, target_language: str | None, source_language: str | None) -> None:
+        """The languages a request names, checked before any input is read (one line listing the model's): a
+        many-to-many model's codes (both needed where it has no default), else a `>>lang<<` target and an ISO 639
+        source language (the one sentences are split in)."""
+        if self.tokenizer.languages is not None:
+            self.tokenizer.languages.code(target_language, "target")
+            self.tokenizer.languages.code(source_language, "source")
+            return
+        self.language_token(target_language)
+        if source_language is not None and not re.fullmatch(r"[a-z]{2,3}", source_language):
+            raise ValueError(f"source language {source_language!r}: give an ISO 639 code such as de or en")
+
+    def model_source_language(self, source_language: str | None) -> str | None:
+        """What of a request's source language the model reads: a many-to-many model's code; None for others (their
+        source language only says how sentences are split)."""
+        return source_language if self.tokenizer.languages is not None else None
+
+    def sentence_language(self, source_language: str | None) -> str:
+        """The ISO 639 language sentences are split in: the source language named (a model's code read as one:
+        deu_Latn is de), or the one the model was trained on."""
+        if source_language:
+            return iso_language(source_language) if self.tokenizer.languages is not None else source_language
+        return self.config.data.languages()[0]
+
     def forced(self, target_language: str | None, n: int) -> list[int] | None:
         """The first output token of each of `n` sentences: a many-to-many model's target language code (None for
-        other models)."""
+        other models); a one-line ValueError listing the codes where it has none or an unknown one."""
         languages = self.tokenizer.languages
         return None if languages is None else [languages.id(target_language, "target")] * n
 

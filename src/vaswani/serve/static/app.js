@@ -9,6 +9,7 @@
   const els = {
     source: $("source"), button: $("translate"), beam: $("beam"), nbest: $("nbest"),
     targetLanguage: $("target-language"), targetLanguageField: $("target-language-field"),
+    sourceLanguage: $("source-language"), sourceLanguageField: $("source-language-field"),
     translation: $("translation"), alternatives: $("alternatives"), error: $("error"),
     canvas: $("heatmap"), wrap: $("heatmap-wrap"), layer: $("layer"), head: $("head"), sentence: $("sentence"),
     tooltip: $("tooltip"), hint: $("hint"), counter: $("counter"), apikey: $("apikey"), auth: $("auth"),
@@ -140,6 +141,16 @@
     const languages = Array.isArray(m.target_languages) ? m.target_languages : [];
     els.targetLanguage.replaceChildren(...languages.map((code) => new Option(code, code)));
     els.targetLanguageField.hidden = languages.length === 0;
+    // A many-to-many model (NLLB, M2M-100, mBART-50): each text names its own language too.
+    const sources = Array.isArray(m.source_languages) ? m.source_languages : [];
+    els.sourceLanguage.replaceChildren(...sources.map((code) => new Option(code, code)));
+    els.sourceLanguageField.hidden = sources.length === 0;
+    const pick = (select, codes, wanted) => {  // the model's own pair where it names one, e.g. deu_Latn → eng_Latn
+      const code = codes.find((c) => wanted && c.toLowerCase().startsWith(wanted.toLowerCase()));
+      if (code) select.value = code;
+    };
+    pick(els.sourceLanguage, sources, src);
+    pick(els.targetLanguage, languages, tgt);
     defaultBeam = clamp(m.decode && isNum(m.decode.beam_size) ? m.decode.beam_size : 4, 1, maxBeam);
     els.beam.max = String(maxBeam);
     els.beam.value = els.nbest.max = String(defaultBeam);
@@ -189,6 +200,7 @@
       body: JSON.stringify({
         text: [text], beam, n_best: nBest, attention: withAttention,
         ...(els.targetLanguageField.hidden ? {} : { target_language: els.targetLanguage.value }),
+        ...(els.sourceLanguageField.hidden ? {} : { source_language: els.sourceLanguage.value }),
         ...(glossary.length ? { glossary } : {}),
         ...(els.format.value !== "text" ? { format: els.format.value } : {}),
       }),

@@ -209,7 +209,7 @@ def translate_markup(
     markups = list(parsed) if parsed is not None else [parse(text, format) for text in texts]
     if documents is None:
         documents = split_runs(markups, language or translator.config.data.languages()[0])
-    passed = {k: options.pop(k) for k in ("target_language", "warn", "progress") if k in options}
+    passed = {k: options.pop(k) for k in ("target_language", "source_language", "warn", "progress") if k in options}
     request = (request or translator.request(**options)).replace(alignment=True)
     runs = [run.text for markup in markups for run in markup.runs]
     return assemble_markup(

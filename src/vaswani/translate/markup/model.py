@@ -504,7 +504,8 @@ def _space_to_fit(out: list[str], k: int, opening: bool, fits: Callable[[str, st
 
     previous, following = beside(k, -1), beside(k, 1)
     last = following is None or following == len(out) - 1  # nothing after it in the run (`out` is padded)
-    if opening and last and previous is not None and previous > 0 and _last_word_moved(out, previous, k):
+    emphasis = delimiter[:1] in ("*", "_", "~")  # an HTML tag left unclosed opens wherever it is
+    if opening and emphasis and last and previous is not None and previous > 0 and _last_word_moved(out, previous, k):
         return  # a start left last in its run (its pair ends in the next one) goes before the run's last word
     # a run of one character written by several pairs is read as one run: its first piece (an opening) or its last
     # (a closing) decides, looking past the others
