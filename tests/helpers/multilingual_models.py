@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import itertools
+import json
 import shutil
 from pathlib import Path
 
@@ -20,6 +21,7 @@ PAIRS = (("de", "en"), ("de", "fr"), ("en", "de"))
 CODES = {
     "nllb": {"de": "deu_Latn", "en": "eng_Latn", "fr": "fra_Latn"},
     "mbart50": {"de": "de_DE", "en": "en_XX", "fr": "fr_XX"},
+    "m2m100": {"de": "de", "en": "en", "fr": "fr"},
 }
 _TRAINED: dict[str, dict] = {}
 
@@ -51,6 +53,17 @@ def _tokenizer(kind: str, work: Path):
         return transformers.NllbTokenizer.from_pretrained(
             str(work), src_lang="deu_Latn", tgt_lang="eng_Latn", additional_special_tokens=FAIRSEQ_LANGUAGE_CODES
         )
+    if kind == "m2m100":  # fairseq's dictionary: the four specials, then SentencePiece's pieces (vocab.json)
+        _sentencepiece(work, "bpe")
+        processor = spm.SentencePieceProcessor(model_file=str(work / "sentencepiece.bpe.model"))
+        vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
+        for i in range(processor.get_piece_size()):
+            if not processor.is_control(i) and not processor.is_unknown(i):
+                vocab.setdefault(processor.id_to_piece(i), len(vocab))
+        (work / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+        return transformers.M2M100Tokenizer(
+            str(work / "vocab.json"), str(work / "sentencepiece.bpe.model"), src_lang="de", tgt_lang="en"
+        )
     _sentencepiece(work, "unigram")  # mBART's "sentencepiece.bpe.model" is a unigram model
     return transformers.MBart50Tokenizer.from_pretrained(str(work), src_lang="de_DE", tgt_lang="en_XX")
 
@@ -77,7 +90,7 @@ def _model(kind: str, vocab_size: int, d_model: int):
         decoder_layerdrop=0.0,
         scale_embedding=True,
     )
-    if kind == "nllb":
+    if kind in ("nllb", "m2m100"):
         return transformers.M2M100ForConditionalGeneration(transformers.M2M100Config(**common))
     return transformers.MBartForConditionalGeneration(
         transformers.MBartConfig(**common, activation_function="gelu", forced_eos_token_id=2)
@@ -91,7 +104,9 @@ def save_multilingual(out: Path, kind: str = "nllb", steps: int = 240, d_model: 
     torch.manual_seed(0)
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = _tokenizer(kind, out.parent / f"{out.name}.spm")
-    model = _model(kind, len(tokenizer), d_model)
+    # M2M-100's language tokens and its 8 "madeup" words come after vocab.json's pieces (not in len(tokenizer))
+    size = len(tokenizer) if kind != "m2m100" else len(tokenizer.encoder) + len(tokenizer.lang_token_to_id) + 8
+    model = _model(kind, size, d_model)
     with torch.no_grad():  # what training leaves: LayerNorms and biases away from 1 and 0
         for name, p in model.named_parameters():
             if name.endswith("bias") or "layer_norm" in name or "layernorm" in name:
@@ -110,7 +125,8 @@ def save_multilingual(out: Path, kind: str = "nllb", steps: int = 240, d_model: 
     )
     model.save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))
-    shutil.copyfile(out.parent / f"{out.name}.spm" / "sentencepiece.bpe.model", out / "sentencepiece.bpe.model")
+    if not (out / "sentencepiece.bpe.model").is_file():
+        shutil.copyfile(out.parent / f"{out.name}.spm" / "sentencepiece.bpe.model", out / "sentencepiece.bpe.model")
     return out
 
 

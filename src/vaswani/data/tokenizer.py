@@ -54,6 +54,7 @@ class VocabPieces:
             raise DataError(f"{path} has no <unk> token; is it a Marian vocabulary?")
         self._unk = vocab["<unk>"]
         self._known = {p for p in vocab if processor.piece_to_id(p) != processor.unk_id() or p == "<unk>"}
+        self.hidden: frozenset[int] = frozenset()  # ids never written on decoding (a many-to-many model's codes)
 
     def get_piece_size(self) -> int:
         return len(self.pieces)
@@ -85,6 +86,8 @@ class VocabPieces:
     def _decode_one(self, ids: Sequence[int]) -> str:
         text, run = [], []
         for i in ids:
+            if i in self.hidden:
+                continue
             piece = self.pieces[i]
             if piece in self._known and not (piece.startswith("<") and piece.endswith(">")):
                 run.append(piece)
@@ -128,7 +131,11 @@ class Tokenizer:
             return [*self.src.file_names, *([LANGUAGES_FILE] if self.languages else [])]
         if self.marian:
             separate = self.src.vocab is not self.tgt.vocab
-            return [*MARIAN_FILES, *([MARIAN_TARGET_VOCAB] if separate else [])]
+            return [
+                *MARIAN_FILES,
+                *([MARIAN_TARGET_VOCAB] if separate else []),
+                *([LANGUAGES_FILE] if self.languages else []),
+            ]
         return self.files(self.joint)
 
     @property
@@ -225,7 +232,11 @@ class Tokenizer:
             languages = directory / LANGUAGES_FILE
             return cls(HfPieces.load(directory), languages=Languages.load(languages) if languages.is_file() else None)
         if (directory / MARIAN_FILES[2]).is_file():
-            return cls.load_marian(directory)
+            tokenizer = cls.load_marian(directory)
+            if (directory / LANGUAGES_FILE).is_file():  # M2M-100's (pretrained/multilingual.py): its codes unwritten
+                tokenizer.languages = Languages.load(directory / LANGUAGES_FILE)
+                tokenizer.tgt.hidden = frozenset(tokenizer.languages.codes.values())
+            return tokenizer
         for joint in (True, False):
             paths = [directory / name for name in cls.files(joint)]
             if all(p.is_file() for p in paths):

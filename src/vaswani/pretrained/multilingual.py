@@ -44,6 +44,15 @@ EPS = 1e-5  # nn.LayerNorm's default, fixed in modeling_m2m_100.py and modeling_
 OFFSET = 2  # positions start at padding_idx + 1 (fairseq's make_positions; mBART's learned table's offset)
 # a language code as each family writes it: NLLB's deu_Latn, mBART-50's de_DE, M2M-100's __de__
 CODE = {"m2m_100": re.compile(r"[a-z]{3}_[A-Z][a-z]{3}|__[a-z]{2,3}__"), "mbart": re.compile(r"[a-z]{2}_[A-Z]{2}")}
+# M2M-100's languages in fairseq's order, their tokens numbered after vocab.json's pieces (M2M100Tokenizer's
+# language_codes: m2m100, or wmt21 for the WMT21 models); a checkpoint that lists its own is read instead
+M2M_LANGUAGES = {
+    "m2m100": "af am ar ast az ba be bg bn br bs ca ceb cs cy da de el en es et fa ff fi fr fy ga gd gl gu ha he hi "
+    "hr ht hu hy id ig ilo is it ja jv ka kk km kn ko lb lg ln lo lt lv mg mk ml mn mr ms my ne nl no ns oc or pa pl "
+    "ps pt ro ru sd si sk sl so sq sr ss su sv sw ta th tl tn tr uk ur uz vi wo xh yi yo zh zu",
+    "wmt21": "en ha is ja cs ru zh de",
+}
+SPM = "sentencepiece.bpe.model"
 
 
 def fairseq_positions(n: int, d_model: int, padding_idx: int) -> torch.Tensor:
@@ -117,18 +126,61 @@ def languages_of(src: Path, kind: str, vocab_size: int) -> Languages:
             "supported; set it to false (transformers' default) to import"
         )
     added = read_json(path).get("added_tokens", [])
-    codes = {t["content"]: t["id"] for t in added if CODE[kind].fullmatch(t["content"]) and t["id"] < vocab_size}
+    codes = {
+        t["content"].strip("_"): t["id"] for t in added if CODE[kind].fullmatch(t["content"]) and t["id"] < vocab_size
+    }
     if not codes:
         raise PretrainedError(f"{path} holds no language codes; is it this model's tokenizer?")
     # tokenizer_config.json's src_lang is whatever the tokenizer was last set to, not the model's: no default source
     return Languages(codes, source="prefix")
 
 
+def m2m_tokenizer(src: Path, vocab_size: int) -> tuple[Languages, dict[str, Path | bytes]]:
+    """M2M-100's tokenizer as vaswani reads Marian's (data/tokenizer.py, VocabPieces): the SentencePiece model as
+    source.spm and target.spm, vocab.json with the language tokens (`__de__`) numbered after the pieces, as
+    M2M100Tokenizer numbers them. Its languages: the ones the checkpoint lists, else its language_codes' list."""
+    settings = read_json(src / "tokenizer_config.json", {})
+    spm_name = settings.get("spm_file") if isinstance(settings.get("spm_file"), str) else SPM
+    if not (src / Path(spm_name).name).is_file():
+        raise PretrainedError(f"{src / Path(spm_name).name} not found: M2M-100's tokenizer needs it and vocab.json")
+    vocab = read_json(src / "vocab.json")
+    if not isinstance(vocab, dict) or "<unk>" not in vocab:
+        raise PretrainedError(f"{src / 'vocab.json'} is not M2M-100's vocabulary (no <unk>)")
+    listed = read_json(src / "special_tokens_map.json", {}).get("additional_special_tokens") or settings.get(
+        "additional_special_tokens"
+    )
+    tokens = [t if isinstance(t, str) else t.get("content", "") for t in listed or []]
+    tokens = [t for t in tokens if CODE["m2m_100"].fullmatch(t)]
+    if not tokens:
+        family = settings.get("language_codes", "m2m100")
+        if family not in M2M_LANGUAGES:
+            raise PretrainedError(f"{src / 'tokenizer_config.json'}: language_codes {family!r} is not known")
+        tokens = [f"__{code}__" for code in M2M_LANGUAGES[family].split()]
+    codes = {token.strip("_"): len(vocab) + i for i, token in enumerate(tokens)}
+    if max(codes.values()) >= vocab_size:
+        raise PretrainedError(
+            f"{src / 'vocab.json'}: its {len(vocab)} pieces and {len(codes)} language tokens do not fit the model's "
+            f"{vocab_size} embedding rows; the tokenizer files and the weights do not belong together"
+        )
+    numbered = {**vocab, **{f"__{code}__": i for code, i in codes.items()}}
+    spm_bytes = (src / Path(spm_name).name).read_bytes()
+    files: dict[str, Path | bytes] = {"source.spm": spm_bytes, "target.spm": spm_bytes}
+    files["vocab.json"] = json.dumps(numbered, ensure_ascii=False).encode()
+    return Languages(codes, source="prefix"), files
+
+
 def convert(src: Path, hf: dict) -> tuple[Config, dict[str, torch.Tensor], dict[str, Path | bytes]]:
     """Our config, our weights (by our names) and the tokenizer files of the model in `src`."""
     kind = hf["model_type"]
     model = model_section(hf, kind, src / "config.json")
-    languages = languages_of(src, kind, model["src_vocab_size"])
+    m2m = kind == "m2m_100" and not (src / "tokenizer.json").is_file() and (src / "vocab.json").is_file()
+    if m2m:  # M2M100Tokenizer's files: vocab.json numbers SentencePiece's pieces, the language tokens after them
+        languages, files = m2m_tokenizer(src, model["src_vocab_size"])
+    else:
+        languages = languages_of(src, kind, model["src_vocab_size"])
+        files = {"tokenizer.json": src / "tokenizer.json"}
+        if (src / "tokenizer_config.json").is_file():  # how transformers decodes (clean_up_tokenization_spaces)
+            files["tokenizer_config.json"] = src / "tokenizer_config.json"
     generation = generation_settings(src, hf, allowed=("forced_bos_token_id",))
     decode = decode_section(generation, model["max_positions"], model["pad_id"], model["bos_id"], model["eos_id"], src)
     forced = generation.get("forced_bos_token_id")
@@ -136,9 +188,6 @@ def convert(src: Path, hf: dict) -> tuple[Config, dict[str, torch.Tensor], dict[
         languages.default_target = next((code for code, i in languages.codes.items() if i == forced), None)
     config = base_config(model, decode)
     weights = convert_weights(read_weights(src), config, kind, src)
-    files: dict[str, Path | bytes] = {"tokenizer.json": src / "tokenizer.json"}
-    if (src / "tokenizer_config.json").is_file():  # how transformers decodes (clean_up_tokenization_spaces)
-        files["tokenizer_config.json"] = src / "tokenizer_config.json"
     files[LANGUAGES_FILE] = json.dumps(languages.to_dict(), ensure_ascii=False, indent=1).encode()
     return config, weights, files
 
