@@ -374,6 +374,9 @@ def test_found_by_fuzzing_markdown_pairs_stay_the_pairs_the_parser_read():
         assert parse(page, "markdown").source() == page.replace("\n", " ", 1)
         [result] = translate_markup(tiny_translator(), [page], "markdown")
         assert pieces(parse(result.text, "markdown")) == pieces(parse(page, "markdown")), result.text
+    page = "*Hund der*\n*Hund*"  # a pair whose words a sibling took all of takes the sibling's last word
+    [result] = translate_markup(tiny_translator(), [page], "markdown")
+    assert pieces(parse(result.text, "markdown")) == pieces(parse(page, "markdown")), result.text
     # CommonMark's rule of three: "__0 0_ :_\\_" (the text's "_" escaped out of the closing run) is no emphasis
     page = "__0\n0_\n:__"
     markup = parse(page, "markdown")

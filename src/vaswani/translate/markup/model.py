@@ -572,8 +572,28 @@ def _sibling_spans(
             if free:
                 x, y = min(free, key=lambda w: abs(w[0] - a))
                 spans[i] = (x, x + _core_end(text[x:y]), order, node)
+            else:
+                _word_given_up(spans, i, words, text)
     spans.sort(key=lambda s: (s[0], s[2]))
     return spans
+
+
+def _word_given_up(spans: list[tuple[int, int, int, Node]], i: int, words, text: str) -> None:
+    """spans[i], a mark left empty with no free word, takes the edge word of a sibling mark beside it that holds
+    two words or more (an empty pair of delimiters would not read back as one)."""
+    a, _, order, node = spans[i]
+    for j in sorted(range(len(spans)), key=lambda j: abs(spans[j][0] - a)):
+        x, y, other_order, other = spans[j]
+        held = [w for w in words if x <= w[0] and w[1] <= y]
+        if j == i or not isinstance(other, Mark) or other.children or len(held) < 2:
+            continue
+        w = held[-1] if a >= y else held[0]  # the word at the sibling's edge nearest to this mark
+        if a >= y:
+            spans[j] = (x, held[-2][1], other_order, other)
+        else:
+            spans[j] = (held[1][0], y, other_order, other)
+        spans[i] = (w[0], w[0] + _core_end(text[w[0] : w[1]]), order, node)
+        return
 
 
 def _same_delimiter(outer: Mark, inner: Node) -> bool:
