@@ -138,7 +138,8 @@ class CTranslate2Engine:
                 min_decoding_length=decode.min_len,
                 max_input_length=0,
                 return_scores=request.scores,
-                suppress_sequences=[[self.tokenizer.tgt.id_to_piece(i)] for i in (c.pad_id, c.bos_id)],
+                # never generated: PAD and the start token, unless it is EOS (fairseq's decoders start from EOS)
+                suppress_sequences=[[self.tokenizer.tgt.id_to_piece(i)] for i in (c.pad_id, c.bos_id) if i != c.eos_id],
                 num_hypotheses=request.n_best,
                 length_penalty=alpha,
                 no_repeat_ngram_size=decode.no_repeat_ngram,
