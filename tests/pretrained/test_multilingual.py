@@ -208,3 +208,17 @@ def test_the_server_translates_into_two_languages_in_one_batch(imported, lines):
     assert batches == 1  # both languages in one decoding batch
     assert missing.status_code == 422 and "source_language" in missing.json()["error"]
     assert unknown.status_code == 422 and "'xx_YY' is not one of this model's" in unknown.json()["error"]
+
+
+def test_ctranslate2_engine_gives_our_greedy_tokens(imported, lines):
+    """`--engine ctranslate2` on the model as `vaswani export` converts it: the target language's code its target
+    prefix, the same greedy tokens as our search."""
+    pytest.importorskip("ctranslate2")
+    from vaswani.export.ctranslate2 import converted
+
+    kind, _, model_dir, _, _ = imported
+    converted(model_dir)
+    ours, theirs = Translator.load(model_dir, "cpu"), Translator.load(model_dir, "cpu", engine="ctranslate2")
+    codes = dict(target_language=CODES[kind]["fr"], source_language=CODES[kind]["de"], beam_size=1)
+    expected = [t.candidates[0].tokens for t in ours.translate_with_details(lines, **codes)]
+    assert [t.candidates[0].tokens for t in theirs.translate_with_details(lines, **codes)] == expected
