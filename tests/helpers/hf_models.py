@@ -155,9 +155,16 @@ def _as_legacy_upload(model, out: Path, generation: dict) -> None:
 
 
 def _train(model, tokenizer, src_lines: list[str], tgt_lines: list[str], steps: int, batch: int = 32) -> None:
+    train_briefly(model, tokenizer, lambda step: (src_lines, tgt_lines), steps, batch)
+
+
+def train_briefly(model, tokenizer, pairs, steps: int, batch: int = 32) -> None:
+    """`steps` of Adam at 3e-3 on batches of `pairs(step)` (source lines, target lines: the tokenizer set for them),
+    taken in turn."""
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     model.train()
     for step in range(steps):
+        src_lines, tgt_lines = pairs(step)
         start = step * batch % (len(src_lines) - batch)
         inputs = tokenizer(
             src_lines[start : start + batch],

@@ -7,7 +7,6 @@ so that the output depends on the input and on the target language asked for."""
 from __future__ import annotations
 
 import io
-import itertools
 import json
 import shutil
 from pathlib import Path
@@ -15,7 +14,7 @@ from pathlib import Path
 import sentencepiece as spm
 import torch
 
-from tests.helpers.hf_models import multi30k
+from tests.helpers.hf_models import multi30k, train_briefly
 
 PAIRS = (("de", "en"), ("de", "fr"), ("en", "de"))
 CODES = {
@@ -130,25 +129,14 @@ def save_multilingual(out: Path, kind: str = "nllb", steps: int = 240, d_model: 
     return out
 
 
-def _train(model, tokenizer, kind: str, steps: int, batch: int = 32) -> None:
+def _train(model, tokenizer, kind: str, steps: int) -> None:
+    """Each step one direction of PAIRS in turn, the tokenizer's languages set for it."""
     codes = CODES[kind]
     texts = {language: multi30k("train", language, 3000) for language in ("de", "en", "fr")}
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-    model.train()
-    for step, (source, target) in zip(range(steps), itertools.cycle(PAIRS), strict=False):
-        start = step * batch % (3000 - batch)
+
+    def pairs(step: int) -> tuple[list[str], list[str]]:
+        source, target = PAIRS[step % len(PAIRS)]
         tokenizer.src_lang, tokenizer.tgt_lang = codes[source], codes[target]
-        inputs = tokenizer(
-            texts[source][start : start + batch],
-            text_target=texts[target][start : start + batch],
-            return_tensors="pt",
-            padding=True,
-            truncation=True,
-            max_length=64,
-        )
-        inputs["labels"][inputs["labels"] == tokenizer.pad_token_id] = -100
-        loss = model(**inputs).loss
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    model.eval()
+        return texts[source], texts[target]
+
+    train_briefly(model, tokenizer, pairs, steps)

@@ -172,6 +172,13 @@ class Tokenizer:
             pieces = (self.src.id_to_piece(i) for i in range(self.src.get_piece_size()))
         return sorted(piece for piece in pieces if LANGUAGE_TOKEN.fullmatch(piece))
 
+    @functools.cached_property
+    def code_pieces(self) -> frozenset[str]:
+        """A many-to-many model's language code pieces (no word of the text: translate/align.py); empty otherwise."""
+        if self.languages is None:
+            return frozenset()
+        return frozenset(self.src.id_to_piece(i) for i in self.languages.codes.values())
+
     @property
     def mask_id(self) -> int | None:
         """The id of <mask> (a masked LM's [MASK], its tokenizer_config.json's mask_token for an imported BERT) in a

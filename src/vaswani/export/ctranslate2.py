@@ -99,6 +99,7 @@ def build_spec(model: Transformer, tokenizer: Tokenizer):
         pre_norm=c.norm_first,
         no_final_norm=not c.norm_first,
         activation=activation,
+        layernorm_embedding=c.embedding_norm,  # mBART's, after the positions are added (ours too)
     )
     encoder, decoder = model.encoder, model.decoder
     spec.encoder.embeddings[0].weight = _array(encoder.embed.tokens.weight)
@@ -121,6 +122,9 @@ def build_spec(model: Transformer, tokenizer: Tokenizer):
     if c.norm_first:
         _norm(spec.encoder.layer_norm, encoder.norm)
         _norm(spec.decoder.layer_norm, decoder.norm)
+    if c.embedding_norm:
+        _norm(spec.encoder.layernorm_embedding, encoder.embed.norm)
+        _norm(spec.decoder.layernorm_embedding, decoder.embed.norm)
 
     src_vocab, tgt_vocab = pieces(tokenizer.src), pieces(tokenizer.tgt)
     for name, vocab in (("source", src_vocab), ("target", tgt_vocab)):

@@ -204,6 +204,26 @@ def take(weights: dict[str, torch.Tensor], name: str, shape: tuple[int, ...], so
     return tensor.float()
 
 
+class WeightMap:
+    """Our weights by our names (`out`), read from a checkpoint by its names, each checked against the shape its
+    config.json implies: a tensor (`get`), a linear layer's weight and bias (`linear`), a LayerNorm's (`norm`)."""
+
+    def __init__(self, weights: dict[str, torch.Tensor], source: Path, d_model: int) -> None:
+        self.weights, self.source, self.d_model = weights, source, d_model
+        self.out: dict[str, torch.Tensor] = {}
+
+    def get(self, name: str, shape: tuple[int, ...]) -> torch.Tensor:
+        return take(self.weights, name, shape, self.source)
+
+    def linear(self, ours: str, theirs: str, rows: int, columns: int) -> None:
+        self.out[f"{ours}.weight"] = self.get(f"{theirs}.weight", (rows, columns))
+        self.out[f"{ours}.bias"] = self.get(f"{theirs}.bias", (rows,))
+
+    def norm(self, ours: str, theirs: str) -> None:
+        self.out[f"{ours}.weight"] = self.get(f"{theirs}.weight", (self.d_model,))
+        self.out[f"{ours}.bias"] = self.get(f"{theirs}.bias", (self.d_model,))
+
+
 def resolve(src: str | Path) -> Path:
     """A local directory as it is; a hub id (owner/name) downloaded where huggingface_hub and a network are."""
     path = Path(src)

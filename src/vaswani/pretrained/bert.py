@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from vaswani.config import Config
-from vaswani.pretrained import Checkpoint, PretrainedError, read_json, read_weights, same_tensor, take
+from vaswani.pretrained import Checkpoint, PretrainedError, WeightMap, read_json, read_weights, same_tensor
 
 ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}
 ARCHITECTURES = ("BertForMaskedLM", "BertForSequenceClassification", "BertForPreTraining", "BertModel")
@@ -200,18 +200,8 @@ def convert_weights(hf: Checkpoint, config: Config, prefix: str, src: Path) -> d
     """BERT's weights under our names."""
     c = config.model
     D, F, V, P = c.d_model, c.d_ff, c.src_vocab_size, c.max_positions
-    out: dict[str, torch.Tensor] = {}
-
-    def get(name: str, shape: tuple[int, ...]) -> torch.Tensor:
-        return take(hf, name, shape, src)
-
-    def linear(ours: str, theirs: str, rows: int, columns: int) -> None:
-        out[f"{ours}.weight"] = get(f"{theirs}.weight", (rows, columns))
-        out[f"{ours}.bias"] = get(f"{theirs}.bias", (rows,))
-
-    def norm(ours: str, theirs: str) -> None:
-        out[f"{ours}.weight"] = get(f"{theirs}.weight", (D,))
-        out[f"{ours}.bias"] = get(f"{theirs}.bias", (D,))
+    weights = WeightMap(hf, src, D)
+    out, get, linear, norm = weights.out, weights.get, weights.linear, weights.norm
 
     embeddings = f"{prefix}embeddings"
     out["encoder.embed.tokens.weight"] = get(f"{embeddings}.word_embeddings.weight", (V, D))

@@ -31,12 +31,12 @@ from vaswani.data.languages import LANGUAGES_FILE, Languages
 from vaswani.pretrained import (
     Checkpoint,
     PretrainedError,
+    WeightMap,
     base_config,
     generation_settings,
     read_json,
     read_weights,
     same_tensor,
-    take,
 )
 from vaswani.pretrained.marian import ACTIVATIONS, decode_section
 
@@ -163,6 +163,9 @@ def m2m_tokenizer(src: Path, vocab_size: int) -> tuple[Languages, dict[str, Path
             f"{vocab_size} embedding rows; the tokenizer files and the weights do not belong together"
         )
     numbered = {**vocab, **{f"__{code}__": i for code, i in codes.items()}}
+    # fairseq's "madeup" words fill the embedding's last rows (never produced by the tokenizer): named, so that the
+    # vocabulary numbers every row (an export writes one piece per row)
+    numbered |= {f"madeupword{j:04d}": i for j, i in enumerate(range(len(numbered), vocab_size))}
     spm_bytes = (src / Path(spm_name).name).read_bytes()
     files: dict[str, Path | bytes] = {"source.spm": spm_bytes, "target.spm": spm_bytes}
     files["vocab.json"] = json.dumps(numbered, ensure_ascii=False).encode()
@@ -196,18 +199,8 @@ def convert_weights(hf: Checkpoint, config: Config, kind: str, src: Path) -> dic
     """The checkpoint's weights under our names; every tensor read or known unused."""
     c = config.model
     D, F = c.d_model, c.d_ff
-    out: dict[str, torch.Tensor] = {}
-
-    def get(name: str, shape: tuple[int, ...]) -> torch.Tensor:
-        return take(hf, name, shape, src)
-
-    def linear(ours: str, theirs: str, rows: int, columns: int) -> None:
-        out[f"{ours}.weight"] = get(f"{theirs}.weight", (rows, columns))
-        out[f"{ours}.bias"] = get(f"{theirs}.bias", (rows,))
-
-    def norm(ours: str, theirs: str) -> None:
-        out[f"{ours}.weight"] = get(f"{theirs}.weight", (D,))
-        out[f"{ours}.bias"] = get(f"{theirs}.bias", (D,))
+    weights = WeightMap(hf, src, D)
+    out, get, linear, norm = weights.out, weights.get, weights.linear, weights.norm
 
     def attention(ours: str, theirs: str) -> None:
         out[f"{ours}.in_proj.weight"] = torch.cat([get(f"{theirs}.{p}_proj.weight", (D, D)) for p in "qkv"])

@@ -15,7 +15,7 @@ Markup uses it to put tags around the right words (translate/markup/__init__.py)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -51,13 +51,14 @@ def word_spans(text: str) -> tuple[Span, ...]:
     return tuple(spans)
 
 
-def piece_words(pieces: Sequence[str], words: int) -> list[int | None]:
-    """The word of each piece (None: a language token); where the pieces' words do not come out as `words` (a
-    normalisation that split or joined words), spread evenly over them."""
+def piece_words(pieces: Sequence[str], words: int, codes: Collection[str] = ()) -> list[int | None]:
+    """The word of each piece (None: a language token, OPUS-MT's >>fra<< or one of `codes`, a many-to-many model's);
+    where the pieces' words do not come out as `words` (a normalisation that split or joined words), spread evenly
+    over them."""
     out: list[int | None] = []
     count = -1
     for piece in pieces:
-        if piece.startswith(">>") and piece.endswith("<<"):
+        if (piece.startswith(">>") and piece.endswith("<<")) or piece in codes:
             out.append(None)
             continue
         if piece.startswith(WORD_START) or count < 0:  # a lone mark begins its word too: its next piece continues it
@@ -152,8 +153,8 @@ def alignments(
         tgt_pieces = [tokenizer.tgt.id_to_piece(i) for i in tgt_ids]
         links = align(
             cross,
-            [*piece_words(src_pieces, len(source)), None],
-            [*piece_words(tgt_pieces, len(target)), None],
+            [*piece_words(src_pieces, len(source), tokenizer.code_pieces), None],
+            [*piece_words(tgt_pieces, len(target), tokenizer.code_pieces), None],
             len(source),
         )
         out.append(Alignment(source, target, tuple(tuple(sorted(x)) for x in links)))

@@ -66,9 +66,11 @@ def with_terms(
     encoded: Sequence[list[int]],
     found: list[list[Hypothesis]],
     request: DecodeRequest,
+    forced: Sequence[int] | None = None,
 ) -> list[list[Hypothesis]]:
     """`found` (each sentence's plain hypotheses) with the glossary's terms of `request` put in (the module's
-    docstring). `encoded`: the sentences' source ids."""
+    docstring). `encoded`: the sentences' source ids; `forced`: their first output tokens (a many-to-many model's
+    target language: kept in place, the constrained search forces it too)."""
     matches = [request.glossary.matches(s) if ids else [] for s, ids in zip(sentences, encoded, strict=True)]
     ids_of = _term_ids(translator, sorted({target for found_ in matches for _, _, target in found_}))
     flat = [(i, j) for i, hyps in enumerate(found) if matches[i] for j in range(len(hyps))]
@@ -93,7 +95,11 @@ def with_terms(
         order = sorted(unplaced)
         terms = [[ids_of[target] for _, _, target in matches[i] if ids_of[target]] for i in order]
         searched = translator.term_engine(
-            [encoded[i] for i in order], request, None, Constraints.of(terms, translator.continues_word)
+            [encoded[i] for i in order],
+            request,
+            None,
+            Constraints.of(terms, translator.continues_word),
+            forced=None if forced is None else [forced[i] for i in order],
         )
         for i, hyps in zip(order, searched, strict=True):
             out[i] = hyps
@@ -126,7 +132,7 @@ def _edited(
             return None
         spans.append((*words, ids))
     pieces = [translator.tokenizer.tgt.id_to_piece(t) for t in tokens]
-    word_of = piece_words(pieces, len(alignment.target))
+    word_of = piece_words(pieces, len(alignment.target), translator.tokenizer.code_pieces)
     out, position = [], 0
     for first, last, ids in sorted(spans):
         while position < len(tokens) and (word_of[position] is None or word_of[position] < first):

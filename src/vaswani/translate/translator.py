@@ -387,9 +387,7 @@ class Translator:
         found = self.engine(ids, request, progress, forced=forced)
         if request.glossary is None:
             return found
-        if forced is not None:
-            raise ValueError("a glossary with a many-to-many model (NLLB, M2M-100, mBART-50) is not supported yet")
-        return with_terms(self, sentences, ids, found, request)
+        return with_terms(self, sentences, ids, found, request, forced)
 
     @functools.cached_property
     def term_engine(self) -> Engine:
