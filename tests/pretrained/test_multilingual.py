@@ -134,6 +134,11 @@ def test_greedy_and_beam_give_generate_s_tokens_on_every_line_into_each_language
     mixed = search_ids(translator.model, ids, request, forced=codes)
     expected = [outputs["en" if i % 2 else "fr"][i] for i in range(len(lines))]
     assert [hyps[0].tokens for hyps in mixed] == expected
+    per_sentence = [CODES[kind]["en" if i % 2 else "fr"] for i in range(len(lines))]  # the Python API alike
+    found = translator.translate_with_details(
+        lines, target_language=per_sentence, source_language=CODES[kind]["de"], beam_size=beams
+    )
+    assert [t.candidates[0].tokens for t in found] == expected
 
 
 def test_languages_are_named_or_refused_in_one_line(imported, lines):

@@ -32,7 +32,7 @@ class _Job:
     request: DecodeRequest  # one batch shares it
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future
-    forced: list[int] | None = None  # per text, a many-to-many model's target language (Translator.forced)
+    languages: list[str | None] | None = None  # per text, its target language (a many-to-many model's code)
     queued: float = field(default_factory=time.perf_counter)
     tokens: int = field(init=False)  # source tokens: counted once, read at every look at the queue
 
@@ -109,18 +109,18 @@ class MicroBatcher:
         texts: list[str],
         ids: Sequence[list[int]] | None = None,
         request: DecodeRequest | None = None,
-        forced: Sequence[int] | None = None,
+        languages: Sequence[str | None] | None = None,
     ) -> list[Translation]:
         """The translations of `texts`, in order, decoded together with other requests' sentences that share
         `request` (default: the model's own settings). `ids`: their `translator.encode_sources(texts)`, where the
-        caller has them already (one tokenization); `forced`: their `translator.forced(target_language)`, a
-        many-to-many model's target language (requests for other languages share a batch)."""
+        caller has them already (one tokenization); `languages`: each text's target language, where the model
+        is a many-to-many one (the ids of other models hold theirs): requests for other languages share a batch."""
         loop = asyncio.get_running_loop()
         ids = list(ids) if ids is not None else self.translator.encode_sources(texts)
         if len(ids) != len(texts):
             raise ValueError(f"{len(ids)} encoded sentences for {len(texts)} texts")
         job = _Job(list(texts), ids, request or self.translator.request(), loop, loop.create_future())
-        job.forced = None if forced is None else list(forced)
+        job.languages = None if languages is None else list(languages)
         with self._ready:
             if not self.alive:
                 raise BusyError("the translation worker has stopped")
@@ -187,8 +187,11 @@ class MicroBatcher:
         ids = [x for job in batch for x in job.ids]
         started = time.perf_counter()
         try:
-            forced = [x for job in batch for x in job.forced] if all(job.forced is not None for job in batch) else None
-            results = self.translator.translate_with_details(texts, batch[0].request, encoded=ids, forced=forced)
+            known = all(job.languages is not None for job in batch)
+            languages = [x for job in batch for x in job.languages] if known else None
+            results = self.translator.translate_with_details(
+                texts, batch[0].request, encoded=ids, target_language=languages
+            )
         except Exception as error:
             if len(batch) > 1:  # one request's failure must not fail the others: each alone
                 for job in batch:

@@ -216,7 +216,8 @@ async def translate(body: TranslateRequest, request: Request) -> JSONResponse:
         ids = translator.encode_sources(
             sentences, body.target_language, translator.model_source_language(body.source_language)
         )
-        forced = translator.forced(body.target_language, len(sentences))
+        languages = [body.target_language] * len(sentences) if translator.tokenizer.languages is not None else None
+        translator.forced(languages, len(sentences))  # checked here: a 422, not the batch's failure
     except ValueError as error:
         return JSONResponse({"error": one_line(str(error))}, 422)
     tokens, limit = sum(map(len, ids)), state.settings.max_batch_tokens
@@ -226,7 +227,7 @@ async def translate(body: TranslateRequest, request: Request) -> JSONResponse:
     if markups is not None:
         decode = decode.replace(alignment=True)  # the tags go where the words are aligned
     try:
-        results = await state.batcher.translate(sentences, ids, decode, forced) if sentences else []
+        results = await state.batcher.translate(sentences, ids, decode, languages) if sentences else []
     except BusyError as error:
         return JSONResponse({"error": str(error)}, 503, headers={"Retry-After": "1"})
     target = body.target_language or translator.config.data.languages()[1]

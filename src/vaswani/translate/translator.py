@@ -238,20 +238,27 @@ class Translator:
         return ", ".join(names[:40]) + (f" and {len(names) - 40} more" if len(names) > 40 else "")
 
     def encode_sources(
-        self, sentences: Sequence[str], target_language: str | None = None, source_language: str | None = None
+        self,
+        sentences: Sequence[str],
+        target_language: str | Sequence[str | None] | None = None,
+        source_language: str | None = None,
     ) -> list[list[int]]:
         """Source token ids as the model reads them (stripped, lowercased where it was trained so), before EOS.
         `target_language`: a multilingual model's `>>lang<<` token put before every sentence (in place of one the
         sentence starts with), as OPUS-MT's models are asked for a language; empty sentences stay empty. A model
         of several target languages refuses, in one line listing them, a sentence without one: it would translate
         into whichever language it drifts to. A many-to-many model's source starts with `source_language`'s code
-        (data/languages.py); both languages are checked, in one line listing the model's codes."""
-        piece = self.language_token(target_language)
+        (data/languages.py); both languages are checked, in one line listing the model's codes (its target language
+        may be one per sentence: `forced`)."""
         texts = [self._normalise(s) for s in sentences]
         languages = self.tokenizer.languages
         if languages is not None:
+            self.forced(target_language, len(sentences))
             code = languages.id(source_language, "source")
             return [[code, *ids] if ids else [] for ids in self.tokenizer.encode_src(texts)]
+        if target_language is not None and not isinstance(target_language, str):
+            raise ValueError("a target language per sentence needs a many-to-many model (NLLB, M2M-100, mBART-50)")
+        piece = self.language_token(target_language)
         if source_language:
             raise ValueError(f"source language {source_language!r}: this model reads one source language; leave it out")
         if piece is not None:
@@ -292,9 +299,8 @@ class Translator:
         warn: Warn | None = None,
         progress: Callable[[int], None] | None = None,
         encoded: Sequence[list[int]] | None = None,
-        target_language: str | None = None,
+        target_language: str | Sequence[str | None] | None = None,
         source_language: str | None = None,
-        forced: Sequence[int] | None = None,
         **options: Any,
     ) -> list[Translation]:
         """Like `translate`, with the request's n_best candidates and their scores, and with its `attention`
@@ -302,26 +308,19 @@ class Translator:
         Over-long sentences are cut to `max_source_tokens` and reported through `warn(index, message)`.
         `encoded`: the sentences' `encode_sources`, where the caller has them already (the server counts tokens
         with them). `target_language` (`source_language`): a multilingual model's target (source) language, for every
-        sentence; `forced`: a many-to-many model's target language per sentence (`forced`'s ids), in its place."""
+        sentence; a many-to-many model's may be one per sentence (sentences into different languages share a batch:
+        the server's requests do)."""
         request = self._request(request, options)
         if encoded is not None and len(encoded) != len(sentences):
             raise ValueError(f"{len(encoded)} encoded sentences for {len(sentences)} sentences")
         encode = self.encode_sources
         ids = list(encoded) if encoded is not None else encode(sentences, target_language, source_language)
-        limit, truncated = self.max_source_tokens, set()
-        for i, x in enumerate(ids):
-            if len(x) > limit:
-                truncated.add(i)
-                if warn is not None:
-                    warn(i, f"{len(x)} tokens, more than the model's {limit}: translated the first {limit}")
-                ids[i] = x[:limit]
+        truncated = self._cut(ids, warn)
         todo = [i for i, x in enumerate(ids) if x]  # empty lines stay empty, without running the model
         if progress is not None and len(todo) < len(ids):
             progress(len(ids) - len(todo))
         terms = self._terms(sentences, request.glossary)
-        if forced is not None and len(forced) != len(sentences):
-            raise ValueError(f"{len(forced)} forced tokens for {len(sentences)} sentences")
-        forced = self.forced(target_language, len(sentences)) if forced is None else list(forced)
+        forced = self.forced(target_language, len(sentences))
         forced = None if forced is None else [forced[i] for i in todo]
         found = self._search([sentences[i] for i in todo], [ids[i] for i in todo], request, progress, forced)
         results: list[list[Hypothesis]] = [[] for _ in sentences]
@@ -348,6 +347,18 @@ class Translator:
             translations = [dataclasses.replace(t, alignment=a) for t, a in zip(translations, aligned, strict=True)]
         return translations
 
+    def _cut(self, ids: list[list[int]], warn: Warn | None) -> set[int]:
+        """Sources longer than `max_source_tokens` cut to it (in place) and reported through `warn`; their
+        indices."""
+        limit, truncated = self.max_source_tokens, set()
+        for i, x in enumerate(ids):
+            if len(x) > limit:
+                truncated.add(i)
+                if warn is not None:
+                    warn(i, f"{len(x)} tokens, more than the model's {limit}: translated the first {limit}")
+                ids[i] = x[:limit]
+        return truncated
+
     def check_languages(self, target_language: str | None, source_language: str | None) -> None:
         """The languages a request names, checked before any input is read (one line listing the model's): a
         many-to-many model's codes (both needed where it has no default), else a `>>lang<<` target and an ISO 639
@@ -372,11 +383,18 @@ class Translator:
             return iso_language(source_language) if self.tokenizer.languages is not None else source_language
         return self.config.data.languages()[0]
 
-    def forced(self, target_language: str | None, n: int) -> list[int] | None:
-        """The first output token of each of `n` sentences: a many-to-many model's target language code (None for
-        other models); a one-line ValueError listing the codes where it has none or an unknown one."""
+    def forced(self, target_language: str | Sequence[str | None] | None, n: int) -> list[int] | None:
+        """The first output token of each of `n` sentences: a many-to-many model's target language code, one for all
+        or one per sentence (None for other models); a one-line ValueError listing the codes where one is missing or
+        unknown."""
         languages = self.tokenizer.languages
-        return None if languages is None else [languages.id(target_language, "target")] * n
+        if languages is None:
+            return None
+        if target_language is None or isinstance(target_language, str):
+            return [languages.id(target_language, "target")] * n
+        if len(target_language) != n:
+            raise ValueError(f"{len(target_language)} target languages for {n} sentences")
+        return [languages.id(language, "target") for language in target_language]
 
     def _search(
         self, sentences: Sequence[str], ids: list[list[int]], request: DecodeRequest, progress, forced=None

@@ -372,9 +372,7 @@ def render_run(
 
     def add(piece: str) -> None:
         """Translated text; a word right after an atom that ends in one (a URL) is kept apart from it."""
-        piece = write(piece)
-        if not out and lead is not None and not (run.bare and _first_word(piece) == run.bare):
-            piece = lead(piece)  # a first word the input wrote bare at that place starts no block there
+        piece = _led(write(piece), None if out else lead, run.bare)
         last = next((x for x in reversed(out) if x), "")
         glued = after_atom[0] and piece[:1].isalnum() and (last[-1:].isalnum() or bool(url_spans(last.lstrip())))
         out.append(" " + piece if glued else piece)
@@ -383,8 +381,7 @@ def render_run(
         spans, position = _sibling_spans(nodes, lo, hi, place, text, words), lo
         other = _keep_delimiters_apart(spans, parent, lo, hi, words, place)
         for a, b, _, node in spans:
-            a = max(a, position)
-            b = max(b, a)
+            a, b = max(a, position), max(b, a, position)
             add(text[position:a])
             after_atom[0] = after_atom[0] and a == position
             if (node.raw if isinstance(node, Atom) else node.open).startswith("["):
@@ -410,6 +407,14 @@ def render_run(
 
     emit(run.children, 0, len(text))
     return "".join(out if fits is None else _fitted(out, delimiters, pairs, around, fits))
+
+
+def _led(piece: str, lead: Callable[[str], str] | None, bare: str) -> str:
+    """A run's first text escaped by `lead` where it would start a block, unless its first word is the one the input
+    wrote bare at that place (`Run.bare`: it started no block there)."""
+    if lead is None or (bare and _first_word(piece) == bare):
+        return piece
+    return lead(piece)
 
 
 def _fitted(
