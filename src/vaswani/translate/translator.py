@@ -369,7 +369,10 @@ class Translator:
             return
         self.language_token(target_language)
         if source_language is not None and not re.fullmatch(r"[a-z]{2,3}", source_language):
-            raise ValueError(f"source language {source_language!r}: give an ISO 639 code such as de or en")
+            raise ValueError(
+                f'--source-language {source_language!r} ("source_language" in the API): give an ISO 639 code such as '
+                "de or en"
+            )
 
     def model_source_language(self, source_language: str | None) -> str | None:
         """What of a request's source language the model reads: a many-to-many model's code; None for others (their
