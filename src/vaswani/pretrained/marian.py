@@ -54,15 +54,6 @@ def model_section(hf: dict, path: Path) -> dict:
             raise PretrainedError(f"{path}: {flag}: true is not supported (vaswani imports post-norm Marian models)")
     if hf.get("static_position_embeddings") is False or hf.get("learned_positional_embeddings"):
         raise PretrainedError(f"{path}: learned position embeddings are not supported (Marian's are sinusoidal)")
-    pairs = [("encoder_attention_heads", "decoder_attention_heads"), ("encoder_ffn_dim", "decoder_ffn_dim")]
-    for a, b in pairs:
-        if hf.get(a) != hf.get(b):
-            raise PretrainedError(f"{path}: {a} ({hf.get(a)}) differs from {b} ({hf.get(b)}); vaswani needs them equal")
-    activation = hf.get("activation_function", "swish")
-    if activation not in ACTIVATIONS:
-        raise PretrainedError(
-            f"{path}: activation_function {activation!r} is not supported; vaswani takes {', '.join(ACTIVATIONS)}"
-        )
     vocab = hf["vocab_size"]
     shared = bool(hf.get("share_encoder_decoder_embeddings", True))
     tgt_vocab = vocab if shared else hf.get("decoder_vocab_size") or vocab  # shared: transformers' rule
@@ -72,14 +63,7 @@ def model_section(hf: dict, path: Path) -> dict:
             "type": "encoder_decoder",
             "src_vocab_size": vocab,
             "tgt_vocab_size": tgt_vocab,
-            "d_model": hf["d_model"],
-            "n_heads": hf["encoder_attention_heads"],
-            "d_ff": hf["encoder_ffn_dim"],
-            "n_layers": hf["encoder_layers"],
-            "n_decoder_layers": hf["decoder_layers"],
-            "dropout": hf.get("dropout", 0.1),
-            "attention_dropout": hf.get("attention_dropout", 0.0),
-            "activation": ACTIVATIONS[activation],
+            **stacks(hf, "swish", path),
             "norm_first": False,
             "positions": "sinusoidal",
             "max_positions": hf.get("max_position_embeddings", 512),
@@ -94,6 +78,29 @@ def model_section(hf: dict, path: Path) -> dict:
         }
     except KeyError as missing:
         raise PretrainedError(f"{path} has no {missing.args[0]}; is it a MarianConfig?") from None
+
+
+def stacks(hf: dict, activation: str, path: Path) -> dict:
+    """The ModelConfig fields of a BART-family config.json's two stacks (Marian's, M2M-100's, mBART's: one set of
+    names), `activation` where it names none; a one-line refusal for unequal stacks or an activation we lack."""
+    for a, b in [("encoder_attention_heads", "decoder_attention_heads"), ("encoder_ffn_dim", "decoder_ffn_dim")]:
+        if hf.get(a) != hf.get(b):
+            raise PretrainedError(f"{path}: {a} ({hf.get(a)}) differs from {b} ({hf.get(b)}); vaswani needs them equal")
+    activation = hf.get("activation_function", activation)
+    if activation not in ACTIVATIONS:
+        raise PretrainedError(
+            f"{path}: activation_function {activation!r} is not supported; vaswani takes {', '.join(ACTIVATIONS)}"
+        )
+    return {
+        "d_model": hf["d_model"],
+        "n_heads": hf["encoder_attention_heads"],
+        "d_ff": hf["encoder_ffn_dim"],
+        "n_layers": hf["encoder_layers"],
+        "n_decoder_layers": hf["decoder_layers"],
+        "dropout": hf.get("dropout", 0.1),
+        "attention_dropout": hf.get("attention_dropout", 0.0),
+        "activation": ACTIVATIONS[activation],
+    }
 
 
 def decode_section(generation: dict, max_positions: int, pad: int, bos: int, eos: int, path: Path) -> dict:

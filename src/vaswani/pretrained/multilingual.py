@@ -38,7 +38,7 @@ from vaswani.pretrained import (
     read_weights,
     same_tensor,
 )
-from vaswani.pretrained.marian import ACTIVATIONS, decode_section
+from vaswani.pretrained.marian import decode_section, stacks
 
 EPS = 1e-5  # nn.LayerNorm's default, fixed in modeling_m2m_100.py and modeling_mbart.py
 OFFSET = 2  # positions start at padding_idx + 1 (fairseq's make_positions; mBART's learned table's offset)
@@ -71,28 +71,13 @@ def fairseq_positions(n: int, d_model: int, padding_idx: int) -> torch.Tensor:
 
 def model_section(hf: dict, kind: str, path: Path) -> dict:
     """ModelConfig fields from config.json; a one-line refusal for what has no equivalent."""
-    for a, b in [("encoder_attention_heads", "decoder_attention_heads"), ("encoder_ffn_dim", "decoder_ffn_dim")]:
-        if hf.get(a) != hf.get(b):
-            raise PretrainedError(f"{path}: {a} ({hf.get(a)}) differs from {b} ({hf.get(b)}); vaswani needs them equal")
-    activation = hf.get("activation_function", "relu")
-    if activation not in ACTIVATIONS:
-        raise PretrainedError(
-            f"{path}: activation_function {activation!r} is not supported; vaswani takes {', '.join(ACTIVATIONS)}"
-        )
     try:
         eos = hf.get("eos_token_id", 2)
         return {
             "type": "encoder_decoder",
             "src_vocab_size": hf["vocab_size"],
             "tgt_vocab_size": hf["vocab_size"],
-            "d_model": hf["d_model"],
-            "n_heads": hf["encoder_attention_heads"],
-            "d_ff": hf["encoder_ffn_dim"],
-            "n_layers": hf["encoder_layers"],
-            "n_decoder_layers": hf["decoder_layers"],
-            "dropout": hf.get("dropout", 0.1),
-            "attention_dropout": hf.get("attention_dropout", 0.0),
-            "activation": ACTIVATIONS[activation],
+            **stacks(hf, "relu", path),
             "norm_first": True,
             "positions": "learned",
             "max_positions": hf["max_position_embeddings"],
