@@ -9,7 +9,7 @@ from tests.helpers.common import random_ids
 from tests.helpers.decode_models import constrained_beam_search, random_model
 from vaswani.decode.glossary import Glossary, GlossaryError, missing
 from vaswani.decode.request import DecodeRequest
-from vaswani.decode.search import search_ids
+from vaswani.decode.search import PerSource, search_ids
 from vaswani.decode.terms import advance
 
 
@@ -107,13 +107,13 @@ def test_sentences_without_terms_are_searched_exactly_as_without_a_glossary():
     sources = [[5, 6, 7, 8], [9, 10], [11, 12, 13, 14, 15], [16, 17, 18]]
     request = DecodeRequest.of(beam_size=4, max_len_b=8, batch_size=4)
     plain = search_ids(model, sources, request)
-    mixed = search_ids(model, sources, request, constraints=[[], [[21, 22]], [], [[30]]])
+    mixed = search_ids(model, sources, request, asked=PerSource([[], [[21, 22]], [], [[30]]]))
     for i in (0, 2):  # the same outputs; scores to rounding (a batch of other sentences beside them)
         assert [h.tokens for h in mixed[i]] == [h.tokens for h in plain[i]]
         assert [h.score for h in mixed[i]] == pytest.approx([h.score for h in plain[i]], abs=1e-5)
     assert _holds(mixed[1][0].tokens, [21, 22]) and _holds(mixed[3][0].tokens, [30])
     assert mixed[1] != plain[1]
-    assert search_ids(model, sources, request, constraints=[[], [], [], []]) == plain
+    assert search_ids(model, sources, request, asked=PerSource([[], [], [], []])) == plain
 
 
 def test_a_term_that_cannot_fit_the_length_limit_leaves_the_best_partial_output():
@@ -299,7 +299,7 @@ def test_a_term_takes_the_place_of_the_model_s_word_nothing_added_nothing_after_
         translator.model,
         translator.encode_sources(sentences[:3]),
         translator.request(),
-        constraints=[translator.term_ids(glossary.targets(s)) for s in sentences[:3]],
+        asked=PerSource([translator.term_ids(glossary.targets(s)) for s in sentences[:3]]),
     )
     assert found[3].text == plain[3].text  # no term: the plain translation
     moved = placed = 0

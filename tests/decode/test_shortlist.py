@@ -7,7 +7,7 @@ import torch
 from tests.helpers.common import write_tiny_model_directory
 from tests.helpers.decode_models import random_model
 from vaswani.decode.request import DecodeRequest
-from vaswani.decode.search import search_ids
+from vaswani.decode.search import PerSource, search_ids
 from vaswani.decode.shortlist import Shortlist, Vocabularies, learn
 from vaswani.nn.cpu_linear.int8 import int8_available, quantize_int8
 from vaswani.nn.cpu_linear.onednn_fp32 import pack_fp32, packed_available
@@ -137,7 +137,7 @@ def test_a_glossarys_terms_are_produced_whatever_the_shortlist():
     request = DecodeRequest.of(beam_size=3, max_len_a=1.0, max_len_b=6)
     narrow = Shortlist(torch.full((50, 1), -1), torch.tensor([2, 33]), 50, copy=False)
     constraints = [[[11, 12]], [], [[40]], []]
-    found = search_ids(model, SOURCES, request, constraints=constraints, shortlist=narrow)
+    found = search_ids(model, SOURCES, request, shortlist=narrow, asked=PerSource(constraints))
     tokens = found[0][0].tokens
     assert any(tokens[i : i + 2] == [11, 12] for i in range(len(tokens)))
     assert 40 in found[2][0].tokens

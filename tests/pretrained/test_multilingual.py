@@ -13,7 +13,7 @@ from tests.helpers.hf_models import multi30k
 from tests.helpers.multilingual_models import CODES, save_multilingual
 from vaswani.cli import main
 from vaswani.data.tokenizer import Tokenizer
-from vaswani.decode.search import search_ids
+from vaswani.decode.search import PerSource, search_ids
 from vaswani.model_dir import load_model
 from vaswani.pretrained import PretrainedError, import_pretrained
 from vaswani.translate.translator import Translator
@@ -131,7 +131,7 @@ def test_greedy_and_beam_give_generate_s_tokens_on_every_line_into_each_language
     ids = translator.encode_sources(lines, CODES[kind]["en"], CODES[kind]["de"])
     codes = [code_id(tokenizer, kind, "en" if i % 2 else "fr") for i in range(len(lines))]
     request = translator.request(beam_size=beams)
-    mixed = search_ids(translator.model, ids, request, forced=codes)
+    mixed = search_ids(translator.model, ids, request, asked=PerSource(forced=codes))
     expected = [outputs["en" if i % 2 else "fr"][i] for i in range(len(lines))]
     assert [hyps[0].tokens for hyps in mixed] == expected
     per_sentence = [CODES[kind]["en" if i % 2 else "fr"] for i in range(len(lines))]  # the Python API alike

@@ -128,12 +128,12 @@ class TorchEngine:
         constraints: Constraints | None = None,
         forced: Sequence[int] | None = None,
     ) -> list[list[Hypothesis]]:
-        from vaswani.decode.search import search_ids
+        from vaswani.decode.search import PerSource, search_ids
 
         precision = self.choose_precision(request).precision if sources else "fp32"
         step = self._step(request)
         return search_ids(
-            self.model, sources, request, precision, progress, step, constraints, self.shortlist, forced=forced
+            self.model, sources, request, precision, progress, step, self.shortlist, PerSource(constraints, forced)
         )
 
     def _step(self, request: DecodeRequest):

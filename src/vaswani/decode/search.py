@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -45,6 +46,7 @@ __all__ = [
     "DecoderOnlySteps",
     "EncoderDecoderSteps",
     "Hypothesis",
+    "PerSource",
     "ShortlistStep",
     "Steps",
     "additive_mask",
@@ -89,22 +91,19 @@ def search_ids(
     precision: str = "fp32",
     progress: Callable[[int], None] | None = None,
     step: DecodeStep | None = None,
-    constraints: Constraints | None = None,
     shortlist: Shortlist | None = None,
-    forced: Sequence[int] | None = None,
+    asked: PerSource | None = None,
 ) -> list[list[Hypothesis]]:
     """Translate tokenized sources (without EOS) in batches of similar length; results in input order.
 
     Greedy search where the request is greedy (DecodeRequest.greedy), else beam search; with decode.sampling,
-    `n_best` samples per sentence. `constraints` (decode/terms.py): per source, what its output must hold (a
-    glossary's terms); a source with any is searched by beam search with the terms' strategy in the same batch, one
-    without exactly as with none. `progress(n)` is called after each batch with the number of sentences done in it.
-    `step`: see steps.start_steps. `shortlist`: each batch's output layer covers the words its sources may produce
-    (decode/shortlist.py; with the model's own step, `step` None), a glossary's terms included. `forced`: per
-    source, the token its output starts with (a many-to-many model's target language, transformers'
-    forced_bos_token_id: scored 0, counted in the length), so that sources asking for different languages share a
-    batch; None: none.
+    `n_best` samples per sentence. `asked`: what each source asks of its output besides the request (PerSource: a
+    glossary's terms, the token it starts with). `progress(n)` is called after each batch with the number of
+    sentences done in it. `step`: see steps.start_steps. `shortlist`: each batch's output layer covers the words its
+    sources may produce (decode/shortlist.py; with the model's own step, `step` None), a glossary's terms included.
     """
+    asked = asked or PerSource()
+    constraints, forced = asked.constraints, asked.forced
     if forced is not None and len(forced) != len(sources):
         raise ValueError(f"{len(forced)} forced tokens for {len(sources)} sources")
     if shortlist is not None and step is not None:
@@ -126,6 +125,18 @@ def search_ids(
         if progress is not None:
             progress(len(chunk))
     return out
+
+
+@dataclass(frozen=True)
+class PerSource:
+    """What each source asks of its output besides the request. `constraints` (decode/terms.py): what it must hold
+    (a glossary's terms): a source with any is searched by beam search with the terms' strategy in the same batch,
+    one without exactly as with none. `forced`: the token it starts with (a many-to-many model's target language,
+    transformers' forced_bos_token_id: scored 0, counted in the length), so that sources asking for different
+    languages share a batch. None: nothing asked."""
+
+    constraints: Constraints | Sequence[Sequence[Sequence[int]]] | None = None
+    forced: Sequence[int] | None = None
 
 
 def _of(forced: Sequence[int] | None, indices: Sequence[int]) -> Tensor | None:
