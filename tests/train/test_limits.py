@@ -1,6 +1,7 @@
 """precision auto in the trainer, train.max_time, the budget schedule, and progress lines in a log."""
 
 import io
+import math
 import time
 
 import pytest
@@ -98,10 +99,28 @@ def test_max_time_stops_validates_and_saves_and_a_resume_counts_the_time_spent(t
     assert "valid_loss" in state.history[-1]
     again = Trainer(config, tmp_path / "run", quiet()).train()
     assert again.step == state.step  # the budget was already spent
+    # the first run's overshoot (its last update, the validation and the save) on this CPU sizes the second's
+    overshoot = state.elapsed - 1.0
+    budget = math.ceil(state.elapsed) + 1
     longer = Trainer(
-        toy_config(max_steps=100_000, valid_every=100_000, max_time="2s"), tmp_path / "run", quiet()
+        toy_config(max_steps=100_000, valid_every=100_000, max_time=f"{budget}s"), tmp_path / "run", quiet()
     ).train()
-    assert longer.step > state.step and 2.0 <= longer.elapsed < 3.5
+    assert longer.step > state.step and budget <= longer.elapsed < budget + 2 * overshoot + 1.0
+
+
+@pytest.mark.slow
+def test_a_checkpoint_counts_the_validation_so_a_resume_does_too(tmp_path, monkeypatch):
+    validate = Trainer.validate
+
+    def slow(self, data):
+        time.sleep(1.0)
+        return validate(self, data)
+
+    monkeypatch.setattr(Trainer, "validate", slow)
+    config = toy_config(max_steps=2, valid_every=2)
+    state = Trainer(config, tmp_path / "run", quiet()).train()
+    again = Trainer(config, tmp_path / "run", quiet()).train()  # resumes at step 2, trains nothing
+    assert again.step == 2 and again.elapsed >= 1.0 and again.elapsed <= state.elapsed
 
 
 @pytest.mark.slow

@@ -11,6 +11,7 @@ import json
 import os
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -348,6 +349,10 @@ class Trainer:
         meter = Throughput(self.world, peak_flops(self.device, t.precision))
         per_epoch = self.task.epoch_batches(data) if t.max_epochs else None
         started, elapsed_before, steps_before = time.perf_counter(), state.elapsed, state.step
+
+        def clock() -> float:  # seconds spent over every run of this model, rank 0's where time decides
+            return rank0_clock(elapsed_before + time.perf_counter() - started, self._clock_world)
+
         ended = self._limit_reached(state)
         bar = dict(enabled=self.rank == 0, completed=state.step, timed=False, transient=False)
         with progress_bar(self.console, "step", t.max_steps, **bar) as report:
@@ -360,7 +365,7 @@ class Trainer:
                     group["lr"] = lr
                 self.model.train()
                 meter.add(*self._train_step(self._next_batches(stream, state)))
-                state.elapsed = rank0_clock(elapsed_before + time.perf_counter() - started, self._clock_world)
+                state.elapsed = clock()
                 ended = self._limit_reached(state)
                 report(1)
                 validating = state.step % t.valid_every == 0 or ended
@@ -381,9 +386,9 @@ class Trainer:
                     )
                     self._append(metrics_path, record)
                 if validating:
-                    if self._validate_and_save(data, state, metrics_path):
+                    if self._validate_and_save(data, state, metrics_path, clock):
                         ended = f"early stopping: no improvement in {t.patience} validations"
-                    state.elapsed = rank0_clock(elapsed_before + time.perf_counter() - started, self._clock_world)
+                    state.elapsed = clock()  # the save counts too
                     # a validation that spent the time left ends the run here: one more update would be validated
                     # again, past the budget, for the change of one step
                     ended = ended or self._limit_reached(state)
@@ -420,10 +425,12 @@ class Trainer:
         if self.rank == 0:
             atomic.append_line(path, json.dumps(record))  # one write: a kill never leaves half a line before the next
 
-    def _validate_and_save(self, data, state: TrainState, metrics_path: Path) -> bool:
-        """Validate, checkpoint, update early stopping; True when training should stop."""
+    def _validate_and_save(self, data, state: TrainState, metrics_path: Path, clock: Callable[[], float]) -> bool:
+        """Validate, checkpoint, update early stopping; True when training should stop. The checkpoint's elapsed
+        time counts the validation (`clock`), so a resumed run's max_time counts it too."""
         t = self.config.train
         result = from_rank0(self.validate(data) if self.rank == 0 else {}, self.world)
+        state.elapsed = clock()
         # Higher is better: BLEU as it is, loss negated; no dev set means every checkpoint counts as best.
         metric = self.config.metric
         score = -result.get("loss", 0.0) if metric == "loss" else result.get(metric, 0.0)
