@@ -10,6 +10,12 @@ equal work, about a Multi30k sentence's length. The same test_2016_flickr source
     python benchmarks/imported_speed.py --rounds 3         # each engine 3 times, in turns: medians and ratios per round
     python benchmarks/imported_speed.py --engines "vaswani (fp32),CTranslate2 float32"
     python benchmarks/imported_speed.py --as-avx2 amd      # every engine as an AVX2-only CPU (AVX2 below)
+    python benchmarks/imported_speed.py --shape nllb       # NLLB-200-distilled-600M's shape (mbart: mBART-50's)
+
+`--shape nllb` and `--shape mbart` race a many-to-many model of the hub's shape instead (12+12 layers, d_model 1,024,
+16 heads, d_ff 4,096; 256,206 or 250,054 output words; benchmarks/multilingual_fixture.py), German into English:
+each source starts with its language code and every engine forces the target's as the first output token (vaswani
+`forced`, transformers `forced_bos_token_id`, CTranslate2 `target_prefix`); the --steps tokens count it.
 
 Each engine runs alone in a fresh process (its peak resident memory is its own); a round runs every engine once,
 greedy then beam 4, so the engines of one round meet the same machine. "shortlist" engines decode with a
@@ -31,6 +37,7 @@ import argparse
 import gzip
 import json
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -44,6 +51,9 @@ from vaswani.pretrained import import_pretrained
 from vaswani.runtime.allocator import keep_freed_memory
 from vaswani.runtime.machine import cpu_name
 from vaswani.translate.translator import Translator
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from multilingual_fixture import LANGUAGES, save_shaped
 
 ROOT = Path(__file__).resolve().parents[1]
 RAW = ROOT / "../shared/data/multi30k/raw"
@@ -99,6 +109,13 @@ ENGINES = (
     "CTranslate2 float32",
     "CTranslate2 int8",
 )
+MANY_TO_MANY = (  # no shortlist: one learned from Multi30k's pairs would change a random model's every output
+    "vaswani (fp32)",
+    "vaswani (int8)",
+    "transformers generate (fp32)",
+    "CTranslate2 float32",
+    "CTranslate2 int8",
+)
 THREADS = torch.get_num_threads()
 AS_AVX2 = {  # the environment every engine's process gets with --as-avx2 (read as each one loads its libraries)
     "ONEDNN_MAX_CPU_ISA": "AVX2",
@@ -109,7 +126,18 @@ AS_AVX2 = {  # the environment every engine's process gets with --as-avx2 (read 
 }
 
 
-def _engine_worker(name: str, hf_dir: str, model_dir: str, batches, beam: int, steps: int):
+def _sources(tokenizer: Tokenizer, batch: list[str], shape: str) -> tuple[list[list[int]], list[int] | None]:
+    """The batch's source ids as vaswani reads them (before EOS; a many-to-many model's source code first) and
+    the token each output is forced to start with (the target language's code; None for OPUS-MT)."""
+    ids = tokenizer.encode_src(batch)
+    if shape == "opus":
+        return ids, None
+    source_code, target_code = LANGUAGES[shape]
+    source, target = tokenizer.languages.id(source_code, "source"), tokenizer.languages.id(target_code, "target")
+    return [[source, *x] for x in ids], [target] * len(batch)
+
+
+def _engine_worker(name: str, hf_dir: str, model_dir: str, batches, beam: int, steps: int, shape: str = "opus"):
     """(seconds for `batches` after one warm-up batch, peak resident memory in MiB, outputs): one engine alone in
     a fresh process, so that its memory is its own and two OpenMP runtimes (torch's, CTranslate2's) do not meet.
     The peak includes loading (vaswani int8 holds the float32 weights until they are made int8)."""
@@ -132,21 +160,26 @@ def _engine_worker(name: str, hf_dir: str, model_dir: str, batches, beam: int, s
                 scores=name.endswith("scores"), beam_size=beam, max_len_a=0, max_len_b=steps, min_len=steps,
                 batch_size=len(batch),
             )  # fmt: skip
-            return [hyps[0].tokens for hyps in engine(tokenizer.encode_src(batch), request)]
+            ids, forced = _sources(tokenizer, batch, shape)
+            return [hyps[0].tokens for hyps in engine(ids, request, forced=forced)]
 
     elif name.startswith("transformers"):
         import transformers
 
-        hf = transformers.MarianMTModel.from_pretrained(hf_dir).eval()
+        hf = transformers.AutoModelForSeq2SeqLM.from_pretrained(hf_dir).eval()
+        pad, eos = (VOCAB - 1, 0) if shape == "opus" else (1, 2)
 
         def run(batch):
-            ids = [[*x, 0] for x in tokenizer.encode_src(batch)]
+            sources, forced = _sources(tokenizer, batch, shape)
+            ids = [[*x, eos] for x in sources]
             width = max(map(len, ids))
-            input_ids = torch.tensor([x + [VOCAB - 1] * (width - len(x)) for x in ids])
+            input_ids = torch.tensor([x + [pad] * (width - len(x)) for x in ids])
+            # mBART's forced EOS at the length limit off: every engine decodes --steps tokens of the model's choice
+            options = {} if forced is None else {"forced_bos_token_id": forced[0], "forced_eos_token_id": None}
             with torch.inference_mode():
                 out = hf.generate(
-                    input_ids=input_ids, attention_mask=input_ids != VOCAB - 1, num_beams=beam,
-                    max_new_tokens=steps, min_new_tokens=steps,
+                    input_ids=input_ids, attention_mask=input_ids != pad, num_beams=beam,
+                    max_new_tokens=steps, min_new_tokens=steps, **options,
                 )  # fmt: skip
             return [row[1:].tolist() for row in out]
 
@@ -158,9 +191,11 @@ def _engine_worker(name: str, hf_dir: str, model_dir: str, batches, beam: int, s
         )
 
         def run(batch):
-            pieces = [[tokenizer.src.id_to_piece(i) for i in x] for x in tokenizer.encode_src(batch)]
+            sources, forced = _sources(tokenizer, batch, shape)
+            pieces = [[tokenizer.src.id_to_piece(i) for i in x] for x in sources]
+            prefix = None if forced is None else [[tokenizer.tgt.id_to_piece(i)] for i in forced]
             out = translator.translate_batch(
-                pieces, beam_size=beam, max_decoding_length=steps, min_decoding_length=steps
+                pieces, target_prefix=prefix, beam_size=beam, max_decoding_length=steps, min_decoding_length=steps
             )  # fmt: skip
             return [[tokenizer.tgt.piece_to_id(p) for p in r.hypotheses[0]] for r in out]
 
@@ -183,6 +218,7 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=192)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--steps", type=int, default=24)
+    parser.add_argument("--shape", choices=("opus", "nllb", "mbart"), default="opus", help="the model's (above)")
     parser.add_argument("--profile", action="store_true", help="instead: where vaswani's beam 4 step spends its time")
     parser.add_argument("--rounds", type=int, default=1, help="every engine this many times, in turns")
     parser.add_argument("--engines", help=f"comma-separated, of: {', '.join(ENGINES)} (default: all)")
@@ -194,7 +230,8 @@ def main() -> None:
         parser.error("--profile runs in this process, whose torch is loaded: set the variables of AS_AVX2 instead")
     if args.as_avx2:  # before any engine's process starts (spawned: each loads torch and CTranslate2 afresh)
         os.environ.update(AS_AVX2, **({"CT2_USE_MKL": "0"} if args.as_avx2 == "amd" else {}))
-    engines = ENGINES if not args.engines else [e.strip() for e in args.engines.split(",")]
+    engines = ENGINES if args.shape == "opus" else MANY_TO_MANY
+    engines = engines if not args.engines else [e.strip() for e in args.engines.split(",")]
     unknown = sorted(set(engines) - set(ENGINES))
     if unknown:
         parser.error(f"unknown engine(s) {', '.join(unknown)}; choose among {', '.join(ENGINES)}")
@@ -207,7 +244,7 @@ def main() -> None:
     with gzip.open(RAW / "test_2016_flickr.de.gz", "rt", encoding="utf-8") as f:
         sources = [line.strip() for _, line in zip(range(args.sentences), f, strict=False)]
     with tempfile.TemporaryDirectory() as tmp:
-        hf_dir = opus_shaped(Path(tmp) / "hf")
+        hf_dir = opus_shaped(Path(tmp) / "hf") if args.shape == "opus" else save_shaped(Path(tmp) / "hf", args.shape)
         model_dir = import_pretrained(hf_dir, Path(tmp) / "model")
         converted(model_dir)
         if any(name.endswith("shortlist") for name in engines):
@@ -227,7 +264,9 @@ def main() -> None:
             for beam in (1, 4):
                 for name in engines:
                     with concurrent.futures.ProcessPoolExecutor(1, mp_context=spawn) as pool:
-                        job = pool.submit(_engine_worker, name, str(hf_dir), str(model_dir), batches, beam, args.steps)
+                        job = pool.submit(
+                            _engine_worker, name, str(hf_dir), str(model_dir), batches, beam, args.steps, args.shape
+                        )
                         seconds, rss, out = job.result()
                     key = (name, beam)
                     results.setdefault(key, []).append(len(sources) / seconds)
@@ -236,7 +275,8 @@ def main() -> None:
                     print(f"round {round_ + 1}, {name}, beam {beam}: {results[key][-1]:.1f} sentences/s, peak "
                           f"{rss:,.0f} MiB", flush=True)  # fmt: skip
     played = f" played as an AVX2-only {args.as_avx2.upper()} CPU" if args.as_avx2 else ""
-    print(f"\nCPU: {cpu_name()}{played}, {THREADS} threads; torch {torch.__version__}, transformers "
+    print(f"\n{args.shape}-shaped model; CPU: {cpu_name()}{played}, {THREADS} threads; torch {torch.__version__}, "
+          f"transformers "
           f"{transformers.__version__}, ctranslate2 {ctranslate2.__version__}; {len(sources)} sentences in "
           f"batches of {args.batch} sorted by length, {args.steps} tokens each; each engine alone in a fresh "
           f"process; median of {args.rounds} round(s)\n")  # fmt: skip
@@ -270,6 +310,8 @@ def main() -> None:
         ("vaswani (fp32)", "vaswani (int8)"),
         ("vaswani (fp32)", "vaswani (int8) fbgemm output"),
         ("CTranslate2 float32", "CTranslate2 int8"),
+        ("transformers generate (fp32)", "vaswani (fp32)"),
+        ("CTranslate2 float32", "vaswani (fp32)"),
     ):
         if a not in engines or b not in engines:
             continue

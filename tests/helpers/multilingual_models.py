@@ -91,8 +91,11 @@ def _model(kind: str, vocab_size: int, d_model: int):
     )
     if kind in ("nllb", "m2m100"):
         return transformers.M2M100ForConditionalGeneration(transformers.M2M100Config(**common))
+    hub = dict(  # in the hub's config.json
+        normalize_before=True, add_final_layer_norm=True, normalize_embedding=True, tokenizer_class="MBart50Tokenizer"
+    )
     return transformers.MBartForConditionalGeneration(
-        transformers.MBartConfig(**common, activation_function="gelu", forced_eos_token_id=2)
+        transformers.MBartConfig(**common, **hub, activation_function="gelu", forced_eos_token_id=2)
     )
 
 
@@ -104,7 +107,10 @@ def save_multilingual(out: Path, kind: str = "nllb", steps: int = 240, d_model: 
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = _tokenizer(kind, out.parent / f"{out.name}.spm")
     # M2M-100's language tokens and its 8 "madeup" words come after vocab.json's pieces (not in len(tokenizer))
-    size = len(tokenizer) if kind != "m2m100" else len(tokenizer.encoder) + len(tokenizer.lang_token_to_id) + 8
+    # NLLB-200's embedding has two rows past its tokenizer's 256,204 tokens (256,206), as here
+    size = len(tokenizer) + (2 if kind == "nllb" else 0)
+    if kind == "m2m100":
+        size = len(tokenizer.encoder) + len(tokenizer.lang_token_to_id) + 8
     model = _model(kind, size, d_model)
     with torch.no_grad():  # what training leaves: LayerNorms and biases away from 1 and 0
         for name, p in model.named_parameters():
@@ -124,6 +130,9 @@ def save_multilingual(out: Path, kind: str = "nllb", steps: int = 240, d_model: 
     )
     model.save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))
+    if kind == "mbart50":  # the hub's tokenizer_config.json names <s> (transformers 5 leaves it out)
+        config_path = out / "tokenizer_config.json"
+        config_path.write_text(json.dumps({**json.loads(config_path.read_text("utf-8")), "bos_token": "<s>"}))
     if not (out / "sentencepiece.bpe.model").is_file():
         shutil.copyfile(out.parent / f"{out.name}.spm" / "sentencepiece.bpe.model", out / "sentencepiece.bpe.model")
     return out

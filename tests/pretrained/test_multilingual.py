@@ -5,6 +5,7 @@ one line where they cannot be."""
 import json
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -228,6 +229,40 @@ def test_ctranslate2_engine_gives_our_greedy_tokens(imported, lines):
     codes = dict(target_language=CODES[kind]["fr"], source_language=CODES[kind]["de"], beam_size=1)
     expected = [t.candidates[0].tokens for t in ours.translate_with_details(lines, **codes)]
     assert [t.candidates[0].tokens for t in theirs.translate_with_details(lines, **codes)] == expected
+
+
+@pytest.mark.parametrize("beams", [1, 4])
+def test_our_ctranslate2_export_translates_as_ctranslate2_s_own_converter(
+    imported, lines, beams, tmp_path, monkeypatch
+):
+    """`vaswani export --to ctranslate2` against ct2-transformers-converter on the checkpoint itself (whose model
+    reads the sources as transformers' tokenizer writes them, EOS and code included; ours appends EOS itself):
+    the same tokens on every line, with NLLB's rows past the tokenizer named as CTranslate2 names them."""
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    kind, src, model_dir, _, tokenizer = imported
+    if kind == "m2m100":  # transformers 5's M2M100Tokenizer leaves the language tokens out of get_vocab, which
+        # CTranslate2's converter numbers the embedding's rows by: its vocabulary as transformers 4 gave it
+        def get_vocab(self):
+            return {self.convert_ids_to_tokens(i): i for i in range(len(self.encoder) + len(self.lang_token_to_id))}
+
+        monkeypatch.setattr(transformers.M2M100Tokenizer, "get_vocab", get_vocab)
+    ours = tmp_path / "ours"
+    assert main(["export", str(model_dir), str(ours), "--to", "ctranslate2"]) == 0
+    theirs = ctranslate2.converters.TransformersConverter(str(src)).convert(str(tmp_path / "theirs"))
+    source, target = CODES[kind]["de"], CODES[kind]["en"]
+    tokenizer.src_lang = source
+    numbered = json.loads((Path(theirs) / "shared_vocabulary.json").read_text("utf-8"))  # CTranslate2's own
+    their_sources = [[numbered[i] for i in ids] for ids in tokenizer(lines)["input_ids"]]
+    ids = Translator.load(model_dir, "cpu").encode_sources(lines, target, source)
+    vocabulary = Tokenizer.load(model_dir)
+    our_sources = [[vocabulary.src.id_to_piece(i) for i in x] for x in ids]
+    prefix = [[numbered[code_id(tokenizer, kind, "en")]]] * len(lines)
+    options = dict(target_prefix=prefix, beam_size=beams, max_decoding_length=40, return_scores=True)
+    expected = ctranslate2.Translator(theirs).translate_batch(their_sources, **options)
+    got = ctranslate2.Translator(str(ours)).translate_batch(our_sources, **options)
+    assert [r.hypotheses[0] for r in got] == [r.hypotheses[0] for r in expected]
+    scores = [r.scores[0] for r in got]  # every weight counts in them, and each source's differ
+    assert scores == pytest.approx([r.scores[0] for r in expected], abs=1e-4) and len(set(scores)) > len(lines) // 2
 
 
 @pytest.mark.parametrize("beams", [1, 4])

@@ -126,7 +126,8 @@ def build_spec(model: Transformer, tokenizer: Tokenizer):
         _norm(spec.encoder.layernorm_embedding, encoder.embed.norm)
         _norm(spec.decoder.layernorm_embedding, decoder.embed.norm)
 
-    src_vocab, tgt_vocab = pieces(tokenizer.src), pieces(tokenizer.tgt)
+    src_vocab = _rows(pieces(tokenizer.src), c.src_vocab_size)
+    tgt_vocab = _rows(pieces(tokenizer.tgt), c.tgt_vocab_size)
     for name, vocab in (("source", src_vocab), ("target", tgt_vocab)):
         # A decoder starting from PAD (Marian's) has no BOS of its own.
         expected = {c.bos_id: BOS, c.pad_id: PAD, c.eos_id: EOS}
@@ -139,6 +140,14 @@ def build_spec(model: Transformer, tokenizer: Tokenizer):
     spec.config.decoder_start_token = tgt_vocab[c.bos_id]
     spec.config.layer_norm_epsilon = c.layer_norm_eps
     return spec
+
+
+def _rows(vocab: list[str], rows: int) -> list[str]:
+    """One piece per embedding row: where the model has more rows than its tokenizer has pieces (NLLB-200: 256,206
+    rows, 256,204 tokens), the rest are named as CTranslate2's own converter names them (madeupword0, ...)."""
+    taken = set(vocab)
+    extra = (f"madeupword{i}" for i in range(rows))
+    return vocab + [name for name in extra if name not in taken][: max(0, rows - len(vocab))]
 
 
 def export_ctranslate2(model_dir: str | Path, out_dir: str | Path, quantization: str | None = None) -> Path:
