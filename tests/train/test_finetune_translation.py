@@ -145,6 +145,12 @@ def test_a_translation_fine_tuning_config_keeps_the_model_s_text_settings(pretra
     (tmp_path / "text.yaml").write_text(yaml.safe_dump({"data": {"text": "notes.txt"}}))
     assert main(["finetune", str(model_dir), str(tmp_path / "text.yaml"), str(tmp_path / "out3")]) == 2
     assert "a translation model is fine-tuned on parallel text" in capsys.readouterr().err
+    recipe = yaml.safe_load(_recipe(root, tmp_path / "ft.yaml").read_text())
+    recipe["data"]["target_language"] = "fra_Latn"  # a model of one pair has no codes to ask for
+    (tmp_path / "pair.yaml").write_text(yaml.safe_dump(recipe))
+    assert main(["finetune", str(model_dir), str(tmp_path / "pair.yaml"), str(tmp_path / "out4")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "are for a many-to-many model" in err and len(err.splitlines()) == 1
 
 
 def _load(root, model_dir, tmp_path, **finetune_values) -> Config:

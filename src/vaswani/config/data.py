@@ -30,6 +30,11 @@ class DataConfig:
     invalid_utf8: Literal["error", "replace"] = "error"
     lowercase: bool = False  # lowercase both sides (training, validation, and sentences to translate)
     max_tokens: int = 4000  # padded positions per batch (the larger of source and target)
+    # The pair a many-to-many model (NLLB-200, M2M-100, mBART-50) is fine-tuned on, in its codes (deu_Latn,
+    # de_DE, de): each source starts with source_language's code and each target with target_language's, forced
+    # at validation as in translation; the fine-tuned model then translates this pair when none is asked for.
+    source_language: str = ""
+    target_language: str = ""
     # Subword sampling of the training text, drawn afresh each epoch (validation and translation stay
     # deterministic). bpe: BPE-dropout, the probability of skipping each merge (Provilkov et al., 2020);
     # unigram: the smoothing alpha of subword regularization (Kudo, 2018). 0: off, the paper's setting.
@@ -164,6 +169,8 @@ _PARALLEL = frozenset(
         "src_sampling_alpha",
         "tgt_sampling_alpha",
         "valid_max_sentences",
+        "source_language",
+        "target_language",
     }
 )
 _BLOCKS = frozenset({"block_size", "batch_size"})

@@ -43,7 +43,7 @@ class ParallelRecipe:
 
     noun: ClassVar[str] = "data"  # "prepared data: DIR (...)"
     inputs_by_path: ClassVar[bool] = False  # corpora are known by name and content: moved files still match
-    absent: ClassVar[dict] = {}
+    absent: ClassVar[dict] = {"languages": None}  # prepared before a many-to-many pair could be asked for
 
     corpora: tuple[Corpus, ...] = ()
     valid: tuple[str, str] | None = None
@@ -56,6 +56,7 @@ class ParallelRecipe:
     lowercase: bool = False
     invalid_utf8: str = "error"
     keep_text: bool = False  # store the training text too (subword sampling segments it per batch)
+    languages: tuple[str, str] | None = None  # a many-to-many model's pair: its codes start each side's ids
 
     @classmethod
     def from_config(cls, data: DataConfig, joint: bool, seed: int) -> ParallelRecipe:
@@ -83,6 +84,7 @@ class ParallelRecipe:
             lowercase=data.lowercase,
             invalid_utf8=data.invalid_utf8,
             keep_text=bool(data.src_sampling_alpha or data.tgt_sampling_alpha),
+            languages=(data.source_language, data.target_language) if data.source_language else None,
         )
 
     def key(self) -> dict:
@@ -91,6 +93,7 @@ class ParallelRecipe:
         values["corpora"] = [c.name for c in self.corpora]
         values["valid"] = self.valid is not None
         values["toy"] = {k: v for k, v in (self.toy or {}).items() if k not in ("train", "valid")} or None
+        values["languages"] = None if self.languages is None else list(self.languages)  # as JSON holds it
         return values
 
     def input_files(self) -> list[Path]:
@@ -126,6 +129,21 @@ def _flat(ids: list[list[int]], dtype) -> tuple[np.ndarray, np.ndarray]:
     return flat, lengths
 
 
+def _with_codes(tokenizer: Tokenizer, recipe: ParallelRecipe, src: list, tgt: list) -> tuple[list, list]:
+    """The ids of both sides with a many-to-many pair's language codes first (recipe.languages), as the model
+    reads a source and writes a target (data/languages.py); as they are otherwise."""
+    if recipe.languages is None:
+        return src, tgt
+    if tokenizer.languages is None:
+        raise DataError(
+            "data.source_language and data.target_language are for fine-tuning a many-to-many model (NLLB-200, "
+            "M2M-100, mBART-50), whose tokenizer has language codes: leave them out"
+        )
+    source = tokenizer.languages.id(recipe.languages[0], "source")
+    target = tokenizer.languages.id(recipe.languages[1], "target")
+    return [[source, *ids] if ids else [] for ids in src], [[target, *ids] if ids else [] for ids in tgt]
+
+
 def _encode_chunk(job: tuple) -> dict:
     """Decode, normalise, encode and filter one chunk; returns arrays of the kept pairs, in order."""
     split, paths, first, raw_src, raw_tgt = job
@@ -136,13 +154,14 @@ def _encode_chunk(job: tuple) -> dict:
     )
     if split == "valid":  # the dev set: pairs with an empty side removed, the rest cut to max_len, as before
         kept = [i for i, (s, t) in enumerate(zip(src_text, tgt_text, strict=True)) if s and t]
-        src = [ids[: r.max_len] for ids in tokenizer.encode_src([src_text[i] for i in kept])]
-        tgt = [ids[: r.max_len] for ids in tokenizer.encode_tgt([tgt_text[i] for i in kept])]
+        src = tokenizer.encode_src([src_text[i] for i in kept])
+        src, tgt = _with_codes(tokenizer, r, src, tokenizer.encode_tgt([tgt_text[i] for i in kept]))
+        src, tgt = [ids[: r.max_len] for ids in src], [ids[: r.max_len] for ids in tgt]
         report = FilterReport(total=len(src_text), kept=len(kept))
         if len(kept) < len(src_text):
             report.removed["empty source or target"] = len(src_text) - len(kept)
     else:
-        src, tgt = tokenizer.encode_src(src_text), tokenizer.encode_tgt(tgt_text)
+        src, tgt = _with_codes(tokenizer, r, tokenizer.encode_src(src_text), tokenizer.encode_tgt(tgt_text))
         kept, report = filter_pairs(list(zip(src, tgt, strict=True)), r.max_len, r.max_len_ratio)
         src, tgt = [src[i] for i in kept], [tgt[i] for i in kept]
     dtype = store.id_dtype(max(tokenizer.src_vocab_size, tokenizer.tgt_vocab_size))

@@ -16,12 +16,16 @@ Everything else (architecture, vocabulary and tokenizer, text settings, decoding
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from pathlib import Path
 
 import yaml
 
-from vaswani.config import Config, ConfigError, apply_overrides
+from vaswani import atomic
+from vaswani.config import Config, ConfigError, DataConfig, apply_overrides
 from vaswani.data.labelled import read_labelled
+from vaswani.data.languages import LANGUAGES_FILE, Languages
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.families import FAMILIES, family
 from vaswani.model_dir import CheckpointError
@@ -35,6 +39,7 @@ _MODEL_KEYS = ("dropout", "attention_dropout", "pool")  # what a fine-tuning con
 _TRANSLATION_DATA_KEYS = (
     "train_src", "train_tgt", "valid_src", "valid_tgt", "corpora", "prepared", "max_tokens", "max_len",
     "max_len_ratio", "invalid_utf8", "valid_max_sentences", "src_sampling_alpha", "tgt_sampling_alpha",
+    "source_language", "target_language",
 )  # fmt: skip
 
 
@@ -157,6 +162,29 @@ def _translation_config(pretrained: Config, values: dict) -> Config:
     return config
 
 
+def _pair(data: DataConfig, languages: Languages | None, pretrained_dir: Path) -> Languages | None:
+    """A many-to-many model's languages with the fine-tuned pair as the defaults; a ConfigError in one line where
+    the pair is missing, unknown (the model's codes listed) or given to a model of one pair."""
+    pair = (data.source_language, data.target_language)
+    if languages is None:
+        if any(pair):
+            raise ConfigError(
+                "data.source_language and data.target_language are for a many-to-many model (NLLB-200, M2M-100, "
+                f"mBART-50); {pretrained_dir} has no language codes: leave them out"
+            )
+        return None
+    for key, code in zip(("data.source_language", "data.target_language"), pair, strict=True):
+        if not code:
+            raise ConfigError(
+                f"{pretrained_dir} translates between many languages: give {key}, one of {languages.listed()}"
+            )
+        if code not in languages.codes:
+            raise ConfigError(f"{key} {code!r} is not one of this model's codes: {languages.listed()}")
+    if data.src_sampling_alpha or data.tgt_sampling_alpha:
+        raise ConfigError("subword sampling (data.*_sampling_alpha) is not supported with a many-to-many pair: set 0")
+    return dataclasses.replace(languages, default_source=pair[0], default_target=pair[1])
+
+
 def finetune(
     pretrained_dir: str | Path, config_path: str | Path, out_dir: str | Path, overrides: list[str] = (), console=None
 ):
@@ -170,9 +198,13 @@ def finetune(
     except FileNotFoundError:
         raise ConfigError(f"config file {config_path} not found") from None
     config = finetune_config(Config.load(pretrained_dir / "config.yaml"), apply_overrides(values, list(overrides)))
+    tokenizer = Tokenizer.load(pretrained_dir)
+    languages = _pair(config.data, tokenizer.languages, pretrained_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if not Tokenizer.present(out_dir):  # the pretrained model's tokenizer, whatever its layout
-        Tokenizer.load(pretrained_dir).save(out_dir)
+        tokenizer.save(out_dir)
+        if languages is not None:  # the fine-tuned pair is what it translates when asked for none
+            atomic.write_bytes(out_dir / LANGUAGES_FILE, json.dumps(languages.to_dict(), ensure_ascii=False).encode())
     init = pretrained_dir if config.finetune.init == "pretrained" else None
     origin = {"finetuned_from": str(pretrained_dir.resolve()), "init": config.finetune.init}
     return Trainer(config, out_dir, console, init_from=init, origin=origin).train()

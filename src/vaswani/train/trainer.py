@@ -127,7 +127,16 @@ class Trainer:
             raise ConfigError(f"{self.model_dir} holds a run with a different model; use a new model directory")
 
     def _build(self, data) -> None:
-        self._set_config(self.task.run_config(data))
+        run = self.task.run_config(data)
+        if self.init_from is not None:  # the pretrained embeddings' rows, those past its tokenizer too (NLLB-200's)
+            m, pretrained = run.model, self.config.model
+            model = dataclasses.replace(
+                m,
+                src_vocab_size=max(m.src_vocab_size, pretrained.src_vocab_size),
+                tgt_vocab_size=max(m.tgt_vocab_size, pretrained.tgt_vocab_size),
+            )
+            run = dataclasses.replace(run, model=model)
+        self._set_config(run)
         c = self.config
         torch.manual_seed(c.train.seed)
         self.model = self.task.build_model(c.model).to(self.device)

@@ -20,7 +20,7 @@ from vaswani.data.parallel import ParallelRecipe
 from vaswani.data.prepare import check_manifest, install_tokenizer, open_or_prepare, write_report
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.decode.request import DecodeRequest
-from vaswani.decode.search import search_ids
+from vaswani.decode.search import PerSource, search_ids
 from vaswani.evaluate import bleu
 from vaswani.runtime.allocator import release_freed_memory
 from vaswani.runtime.flops import lengths, training_flops
@@ -229,16 +229,18 @@ class Translation(Task):
             total, tokens = total + loss.item(), tokens + n.item()
         result = {"loss": total / tokens, "ppl": math.exp(min(total / tokens, 50))}
         n = min(len(data.valid), c.data.valid_max_sentences)
-        hypotheses = self.translate_ids(model, [s for s, _ in data.valid[:n]])
+        hypotheses = self.translate_ids(model, [s for s, _ in data.valid[:n]], data.tokenizer)
         texts, references = data.tokenizer.decode_tgt(hypotheses), [t for _, t in data.valid_text[:n]]
         result["bleu"] = bleu(texts, references).score
         result["exact"] = sum(h == r for h, r in zip(texts, references, strict=True)) / n
         return result
 
-    def translate_ids(self, model, sources: list[list[int]]) -> list[list[int]]:
+    def translate_ids(self, model, sources: list[list[int]], tokenizer: Tokenizer) -> list[list[int]]:
         """Greedy translations of tokenized sources, in input order (the same code as `vaswani translate`;
-        in the precision of the trainer's autocast, which it runs under)."""
-        found = search_ids(
-            model, sources, DecodeRequest.of(self.config.decode, scores=False, beam_size=1, sampling=False)
-        )
+        in the precision of the trainer's autocast, which it runs under); into data.target_language where a
+        many-to-many pair is trained (its code the first output token, as translation forces it)."""
+        request = DecodeRequest.of(self.config.decode, scores=False, beam_size=1, sampling=False)
+        target = self.config.data.target_language  # a many-to-many pair's: the first output token (its code)
+        forced = [tokenizer.languages.id(target, "target")] * len(sources) if target else None
+        found = search_ids(model, sources, request, asked=PerSource(forced=forced))
         return [hyps[0].tokens for hyps in found]
