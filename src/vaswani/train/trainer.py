@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import random
@@ -358,10 +359,7 @@ class Trainer:
         meter = Throughput(self.world, peak_flops(self.device, t.precision))
         per_epoch = self.task.epoch_batches(data) if t.max_epochs else None
         started, elapsed_before, steps_before = time.perf_counter(), state.elapsed, state.step
-
-        def clock() -> float:  # seconds spent over every run of this model, rank 0's where time decides
-            return rank0_clock(elapsed_before + time.perf_counter() - started, self._clock_world)
-
+        clock = functools.partial(self._clock, started, elapsed_before)
         ended = self._limit_reached(state)
         bar = dict(enabled=self.rank == 0, completed=state.step, timed=False, transient=False)
         with progress_bar(self.console, "step", t.max_steps, **bar) as report:
@@ -397,9 +395,8 @@ class Trainer:
                 if validating:
                     if self._validate_and_save(data, state, metrics_path, clock):
                         ended = f"early stopping: no improvement in {t.patience} validations"
-                    state.elapsed = clock()  # the save counts too
-                    # a validation that spent the time left ends the run here: one more update would be validated
-                    # again, past the budget, for the change of one step
+                    # a validation (and its save) that spent the time left ends the run here: one more update
+                    # would be validated again, past the budget, for the change of one step
                     ended = ended or self._limit_reached(state)
                     meter.resume()  # tokens/s counts training steps only
         self.log(f"training ended at step {state.step} after {format_duration(state.elapsed)}: {ended}")
@@ -411,6 +408,10 @@ class Trainer:
             )
         if meter.summary() is not None:
             self.log(meter.summary())
+
+    def _clock(self, started: float, elapsed_before: float) -> float:
+        """Seconds spent over every run of this model (this one began at `started`), rank 0's where time decides."""
+        return rank0_clock(elapsed_before + time.perf_counter() - started, self._clock_world)
 
     @property
     def _clock_world(self) -> int:
@@ -459,6 +460,7 @@ class Trainer:
         self._save(state, score)
         if self.rank == 0:
             plot_metrics(metrics_path, self.model_dir / "curves.png")
+        state.elapsed = clock()  # the save counts too
         return t.patience > 0 and state.bad_validations >= t.patience
 
     @torch.no_grad()
