@@ -46,6 +46,10 @@ class Languages:
             "default_target": self.default_target,
         }
 
+    def encoded(self) -> bytes:
+        """languages.json's bytes, as `load` reads them."""
+        return json.dumps(self.to_dict(), ensure_ascii=False, indent=1).encode()
+
     @classmethod
     def load(cls, path: str | Path) -> Languages:
         path = Path(path)

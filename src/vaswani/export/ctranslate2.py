@@ -145,9 +145,7 @@ def build_spec(model: Transformer, tokenizer: Tokenizer):
 def _rows(vocab: list[str], rows: int) -> list[str]:
     """One piece per embedding row: where the model has more rows than its tokenizer has pieces (NLLB-200: 256,206
     rows, 256,204 tokens), the rest are named as CTranslate2's own converter names them (madeupword0, ...)."""
-    taken = set(vocab)
-    extra = (f"madeupword{i}" for i in range(rows))
-    return vocab + [name for name in extra if name not in taken][: max(0, rows - len(vocab))]
+    return vocab + [f"madeupword{i}" for i in range(rows - len(vocab))]
 
 
 def export_ctranslate2(model_dir: str | Path, out_dir: str | Path, quantization: str | None = None) -> Path:

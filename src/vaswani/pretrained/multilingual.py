@@ -176,7 +176,7 @@ def convert(src: Path, hf: dict) -> tuple[Config, dict[str, torch.Tensor], dict[
         languages.default_target = next((code for code, i in languages.codes.items() if i == forced), None)
     config = base_config(model, decode)
     weights = convert_weights(read_weights(src), config, kind, src)
-    files[LANGUAGES_FILE] = json.dumps(languages.to_dict(), ensure_ascii=False, indent=1).encode()
+    files[LANGUAGES_FILE] = languages.encoded()
     return config, weights, files
 
 

@@ -17,7 +17,6 @@ Everything else (architecture, vocabulary and tokenizer, text settings, decoding
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 
 import yaml
@@ -204,7 +203,7 @@ def finetune(
     if not Tokenizer.present(out_dir):  # the pretrained model's tokenizer, whatever its layout
         tokenizer.save(out_dir)
         if languages is not None:  # the fine-tuned pair is what it translates when asked for none
-            atomic.write_bytes(out_dir / LANGUAGES_FILE, json.dumps(languages.to_dict(), ensure_ascii=False).encode())
+            atomic.write_bytes(out_dir / LANGUAGES_FILE, languages.encoded())
     init = pretrained_dir if config.finetune.init == "pretrained" else None
     origin = {"finetuned_from": str(pretrained_dir.resolve()), "init": config.finetune.init}
     return Trainer(config, out_dir, console, init_from=init, origin=origin).train()
