@@ -3,15 +3,17 @@ each model test_2016_flickr sacreBLEU and chrF, source words/s in float32 and in
 the ratios to the teacher (int8, beam 4) and to CTranslate2 int8 running the teacher (beam 4), and each phase's
 wall time. Prints a Markdown table; writes benchmarks/results/distill.json.
 
-    python benchmarks/distill.py --teacher runs/quick                  # a trained teacher
-    python benchmarks/distill.py                                       # trains the quick recipe's teacher first
+    python benchmarks/distill.py --teacher runs/multi30k_de_en         # a trained teacher
+    python benchmarks/distill.py                                       # trains the full recipe's teacher first
     python benchmarks/distill.py --students 2-1 4-1 --max-time 5m --skip-training   # measure students already made
 
-Phases: the teacher (trained here when --teacher is missing), the teacher's pass over the 29,000 training sources
+Phases: the teacher (the full de→en recipe trained here when --teacher is missing, its last 10 checkpoints
+averaged), the teacher's pass over the 29,000 training sources
 (beam 4, `vaswani distill`'s own code; once, shared by every student), and each student's training
 (`vaswani distill` in a process of its own, reusing that pass). Speed: a process per measurement translates the
-1,000 test sentences three times (batch 64, the model loaded and warmed on 64 of them first; the median time);
-words/s counts the source's words; peak memory is the process's VmHWM.
+1,000 test sentences three times (batch 64, the model loaded and warmed on 64 of them first; the median time, and
+the first's apart: what a process translating a file once sees); words/s counts the source's words; peak memory
+is the process's VmHWM.
 Models go to runs/distill/ (not committed).
 """
 
@@ -35,8 +37,10 @@ REPEATS = 3  # translations of the test set per measurement: the median is kept 
 STUDENTS = {  # name: the recipe's model overrides (layers encoder-decoder, width)
     "2-1": [],
     "4-1": ["model.n_layers=4"],
+    "6-1": ["model.n_layers=6"],
     "2-1 d64": ["model.d_model=64", "model.d_ff=128", "model.n_heads=2"],
 }
+DEFAULT_STUDENTS = ["2-1", "4-1", "6-1"]
 
 
 def measure(model_dir: str, precision: str, beam: int, engine: str) -> dict:
@@ -64,6 +68,7 @@ def measure(model_dir: str, precision: str, beam: int, engine: str) -> dict:
     seconds = statistics.median(runs)
     words = sum(len(s.split()) for s in sources)
     return {
+        "first_words_per_s": round(words / runs[0], 1),
         "bleu": round(sacrebleu.corpus_bleu(outputs, [references]).score, 2),
         "chrf": round(sacrebleu.corpus_chrf(outputs, [references]).score, 2),
         "seconds": round(seconds, 3),
@@ -121,8 +126,8 @@ def teacher_pass(teacher: Path, work: Path, overrides: list[str]) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--teacher", help="a trained de→en model directory (default: the quick recipe's, trained)")
-    parser.add_argument("--students", nargs="+", default=list(STUDENTS), choices=list(STUDENTS))
+    parser.add_argument("--teacher", help="a trained de→en model directory (default: the full recipe's, trained)")
+    parser.add_argument("--students", nargs="+", default=DEFAULT_STUDENTS, choices=list(STUDENTS))
     parser.add_argument("--max-time", default="9m20s", help="each student's training budget (train.max_time)")
     parser.add_argument("--runs", default="runs/distill")
     parser.add_argument("--skip-training", action="store_true", help="measure the students already in --runs")
@@ -139,7 +144,8 @@ def main() -> None:
     phases: dict[str, float] = {}
     teacher = Path(args.teacher) if args.teacher else runs / "teacher"
     if not (teacher / "model.safetensors").is_file():
-        phases["teacher training"] = run("vaswani", "train", "configs/multi30k_de_en_quick.yaml", str(teacher))
+        phases["teacher training"] = run("vaswani", "train", "configs/multi30k_de_en.yaml", str(teacher))
+        phases["teacher training"] += run("vaswani", "average", str(teacher), "--last", "10")
     shared = runs / "teacher_pass"
     phases["teacher's pass (29,000 sources, beam 4)"] = teacher_pass(teacher.resolve(), shared, [])
     students = {}
@@ -172,14 +178,16 @@ def main() -> None:
     print(f"\n{cpu_name()}, {rows[0]['threads']} threads; phases: "
           + ", ".join(f"{k} {v / 60:.1f} min" for k, v in phases.items()))  # fmt: skip
     print(
-        "| model | precision | search | BLEU | chrF | words/s | vs teacher int8 beam 4 | vs CT2 int8 beam 4 | peak MB |"
+        "| model | precision | search | BLEU | chrF | words/s (first) | vs teacher int8 beam 4 | vs CT2 int8 beam 4 "
+        "| peak MB |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         search = "greedy" if r["beam"] == 1 else f"beam {r['beam']}"
         versus = f"{r['words_per_s'] / ct2['words_per_s']:.2f}x" if ct2 else ""
         print(f"| {r['model']} | {r['precision']} | {search} | {r['bleu']:.1f} | {r['chrf']:.1f} | "
-              f"{r['words_per_s']:,.0f} | {r['words_per_s'] / base['words_per_s']:.2f}x | {versus} | "
+              f"{r['words_per_s']:,.0f} ({r['first_words_per_s']:,.0f}) | "
+              f"{r['words_per_s'] / base['words_per_s']:.2f}x | {versus} | "
               f"{r['peak_rss_mb']:,.0f} |")  # fmt: skip
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps({"cpu": cpu_name(), "teacher": str(teacher), "phases_s": phases, "rows": rows},

@@ -9,6 +9,8 @@ nn/cpu_linear/int8.py's own layers (FbgemmWeight, OnednnWeight), the others writ
 
     python benchmarks/int8_kernels.py
     python benchmarks/int8_kernels.py --quick          # float32 and the fbgemm and oneDNN products only
+    python benchmarks/int8_kernels.py --small          # a small model's layers, float32 packed against int8:
+                                                       # where int8.FLOAT32_BELOW was chosen
     ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 FBGEMM_ENABLE_INSTRUCTIONS=AVX2 python benchmarks/int8_kernels.py
 """
 
@@ -22,9 +24,12 @@ import torch
 import torch.nn.functional as F
 
 from vaswani.nn.cpu_linear.int8 import FbgemmWeight, OnednnWeight
+from vaswani.nn.cpu_linear.onednn_fp32 import PackedLinear, packed_available
 from vaswani.runtime.machine import cpu_name
 
 SHAPES = [(512, 2048), (2048, 512), (512, 1536), (512, 58101)]  # (in, out): d_ff, back, W^Q W^K W^V, the output
+# a d_model 128 model's W^O, W^Q W^K W^V, d_ff and back, a d_model 256 one's W^O, 512 x 512, its output projection
+SMALL_SHAPES = [(128, 128), (128, 384), (128, 512), (512, 128), (256, 256), (512, 512), (128, 6000)]
 
 
 def timed(run, n: int = 20) -> float:
@@ -40,6 +45,9 @@ def candidates(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, quick: bool = 
     scale = w.abs().amax(1) / 127
     wq = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8)
     runs = {"float32": lambda: F.linear(x, w, b)}
+    if packed_available():
+        packed_fp32 = PackedLinear(w, b)
+        runs["float32, oneDNN packed"] = lambda: packed_fp32(x)
     if not quick:
         _slow_candidates(runs, x, w, b, scale, wq)
     with warnings.catch_warnings():
@@ -89,16 +97,17 @@ def _slow_candidates(runs: dict, x, w, b, scale, wq) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="float32, fbgemm and oneDNN only")
+    parser.add_argument("--small", action="store_true", help="a small model's layers at 16, 64 and 256 rows")
     args = parser.parse_args()
     torch.manual_seed(0)
     capability = torch.backends.cpu.get_cpu_capability()
     print(f"# {cpu_name()} ({capability}), torch {torch.__version__}, {torch.get_num_threads()} threads\n")
     rows = {}
-    for m in (32, 128):
-        for k, n in SHAPES:
+    for m in (16, 64, 256) if args.small else (32, 128):
+        for k, n in SMALL_SHAPES if args.small else SHAPES:
             x = torch.randn(m, k) * torch.exp(0.5 * torch.randn(m, 1))  # rows of different magnitudes
             w, b = torch.randn(n, k) * k**-0.5, torch.randn(n) * 0.1
-            rows[(m, k, n)] = candidates(x, w, b, args.quick)
+            rows[(m, k, n)] = candidates(x, w, b, args.quick or args.small)
     names = list(next(iter(rows.values())))
     print("| rows x in -> out | " + " | ".join(names) + " |")
     print("|---|" + "---|" * len(names))
@@ -106,7 +115,7 @@ def main() -> None:
         cells = []
         for name in names:
             ms, error = result[name]
-            cells.append(f"{ms:.2f} ms ({error:.1%})" if ms is not None else f"fails: {error}")
+            cells.append(f"{ms:.3f} ms ({error:.1%})" if ms is not None else f"fails: {error}")
         print(f"| {m} x {k} -> {n} | " + " | ".join(cells) + " |")
 
 

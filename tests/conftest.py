@@ -34,6 +34,15 @@ def _seed():
     torch.manual_seed(0)
 
 
+@pytest.fixture(autouse=True)
+def _int8_everywhere(monkeypatch):
+    """The suite's tiny models run every product in int8 under --precision int8, as models of real size do (a
+    layer under int8.FLOAT32_BELOW weights stays float32: tests/nn/test_int8.py checks that rule apart)."""
+    from vaswani.nn.cpu_linear import int8
+
+    monkeypatch.setattr(int8, "FLOAT32_BELOW", 0)
+
+
 @pytest.fixture(scope="session")
 def model_dir(tmp_path_factory):
     """A model directory with a real BPE tokenizer and an untrained tiny model (write_tiny_model_directory), built

@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from vaswani.decode.top_words import CHUNK, row_argmax, row_topk
+from vaswani.decode.top_words import CHUNK, SMALL_CHUNK, row_argmax, row_topk
 
 
-@pytest.mark.parametrize("V", [58101, 40 * CHUNK, 4 * CHUNK + 3, 100])
+@pytest.mark.parametrize("V", [58101, 40 * CHUNK, 4 * CHUNK + 3, 6000, 32 * SMALL_CHUNK, 100])
 @pytest.mark.parametrize("ties", [False, True])
 def test_the_best_words_are_topk_and_argmax(V, ties):
     torch.manual_seed(V)

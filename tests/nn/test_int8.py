@@ -21,6 +21,7 @@ from vaswani.nn.cpu_linear.int8 import (
     output_kernel,
     quantize_int8,
 )
+from vaswani.nn.cpu_linear.onednn_fp32 import PackedLinear, packed_available
 
 pytestmark = pytest.mark.skipif(int8_available() is not None, reason=str(int8_available()))
 
@@ -142,6 +143,9 @@ def test_the_kernels_follow_the_cpu_and_its_limits(monkeypatch, flags, limit, ke
     monkeypatch.setattr(int8, "OUTPUT_KERNEL", "fbgemm")
     monkeypatch.setattr(int8, "LAYER_KERNEL", "fbgemm")
     assert output_kernel() == layer_kernel() == "fbgemm" and int8.kernels() == int8.KERNEL
+    monkeypatch.setattr(int8, "FLOAT32_BELOW", 512 * 512)
+    if packed_available():
+        assert int8.kernels() == f"{int8.KERNEL}; layers under 262,144 weights float32"
 
 
 @pytest.mark.skipif(not ONEDNN, reason="this torch has no oneDNN int8 product")
@@ -198,3 +202,22 @@ def test_int8_is_refused_where_it_cannot_run(monkeypatch):
     monkeypatch.setattr("vaswani.nn.cpu_linear.int8._engines", lambda: ["qnnpack", "none"])
     with pytest.raises(ValueError, match=r"cannot run here: .*quantized engines: qnnpack"):
         quantize_int8(Transformer(tiny_config()))
+
+
+@pytest.mark.skipif(not packed_available(), reason="this torch has no oneDNN packed float32 product")
+def test_a_layer_too_small_for_int8_to_pay_stays_float32(monkeypatch):
+    monkeypatch.setattr(int8, "FLOAT32_BELOW", 512 * 512)  # the default (the suite's fixture sets 0)
+    assert isinstance(int8.layer(torch.randn(512, 512), None), Int8Linear)
+    assert isinstance(int8.layer(torch.randn(511, 512), None), PackedLinear)
+    assert isinstance(int8.output_layer(torch.randn(2048, 128), None), Int8Linear)
+    torch.manual_seed(3)
+    model = Transformer(tiny_config(src_vocab_size=4096, tgt_vocab_size=4096, d_model=64, d_ff=128)).eval()
+    q = quantize_int8(copy.deepcopy(model))
+    products = [m for m in q.modules() if isinstance(m, (Int8Linear, PackedLinear))]
+    assert [m for m in products if isinstance(m, Int8Linear)] == [q.output_projection]  # 4096 x 64: int8
+    assert all(isinstance(p, PackedLinear) for m in products for p in m._parts.values())
+    src = random_ids([9, 4, 12, 7], vocab=200)
+    with torch.inference_mode():
+        assert relative_error(q(src, src), model(src, src)) < 0.05
+        request = DecodeRequest.of(beam_size=4, max_len_a=0, max_len_b=8)
+        assert search.beam_search(q, src, request)[0][0].tokens  # it translates

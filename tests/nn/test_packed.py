@@ -10,7 +10,7 @@ from tests.helpers.common import random_ids, tiny_config
 from vaswani import Transformer
 from vaswani.decode import search
 from vaswani.decode.request import DecodeRequest
-from vaswani.nn.cpu_linear.onednn_fp32 import PackedLinear, covers, pack_fp32, packed_available
+from vaswani.nn.cpu_linear.onednn_fp32 import PackedLinear, covers, pack_fp32, packed_available, row_bucket
 
 pytestmark = pytest.mark.skipif(not packed_available(), reason="this torch has no oneDNN prepacked linear")
 
@@ -27,6 +27,22 @@ def test_a_packed_linear_is_the_float_product():
             torch.testing.assert_close(packed(x), linear(x), rtol=1e-5, atol=1e-5)
             if parts:
                 torch.testing.assert_close(packed.part(16, 48)(x), linear(x)[..., 16:], rtol=1e-5, atol=1e-5)
+
+
+def test_a_product_s_rows_are_padded_to_few_counts_and_its_rows_come_back_alone():
+    buckets = [row_bucket(rows) for rows in range(1, 257)]
+    assert buckets[:16] == list(range(1, 17)) and row_bucket(17) == 18 and row_bucket(33) == 36
+    assert all(rows <= b <= rows * 9 / 8 for rows, b in enumerate(buckets, 1))  # at most 1/8 more
+    assert buckets == sorted(buckets) and len(set(buckets)) == 16 + 8 * 4  # 48 kernels where there were 256
+    torch.manual_seed(0)
+    linear = nn.Linear(64, 24)
+    packed = PackedLinear(linear.weight, linear.bias)
+    for rows in (17, 37, 130, 0):  # padded to 18, 40, 144; none
+        x = torch.randn(rows, 64)
+        with torch.no_grad():
+            y = packed(x)
+            assert y.shape == (rows, 24)
+            torch.testing.assert_close(y, linear(x), rtol=1e-5, atol=1e-5)
 
 
 def test_parts_cover_the_rows_only_side_by_side_in_order():

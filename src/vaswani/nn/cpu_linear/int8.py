@@ -1,5 +1,8 @@
 """int8 decoding on the CPU (`--precision int8`): every linear layer, the output projection included, with int8
-weights and one scale per output row, made once when the model is loaded.
+weights and one scale per output row, made once when the model is loaded; a layer of fewer than FLOAT32_BELOW
+weights stays float32 (oneDNN's packed product, nn/cpu_linear/onednn_fp32.py), where quantizing its activations
+costs more than its int8 product saves (a d_model 128 model's layers: 2x as slow in int8, a distilled student's
+greedy search 2x as fast with them in float32; docs/benchmarks.md, "Distillation").
 
 The products run through fbgemm's dynamically quantized linear kernel, which torch maintains for x86 CPUs
 (`torch.ops.quantized.linear_dynamic`): the activations are quantized per call (7 bits, as fbgemm needs on CPUs
@@ -28,11 +31,21 @@ import warnings
 import torch
 from torch import Tensor, nn
 
-from vaswani.nn.cpu_linear.onednn_fp32 import Parts, covers, replace_linears
+from vaswani.nn.cpu_linear.onednn_fp32 import (
+    PackedLinear,
+    Parts,
+    covers,
+    packed_available,
+    padded,
+    replace_linears,
+)
 
 KERNEL = "fbgemm's dynamic int8 linear (per-channel weights, 7-bit activations per row)"
 OUTPUT_KERNEL: str | None = None  # the output projection's kernel, "fbgemm" or "onednn"; None: output_kernel() picks
 LAYER_KERNEL: str | None = None  # the other layers' kernel; None: layer_kernel() picks
+# Weights below which a layer stays float32: 512 x 512 is where int8 starts to pay at a decoding step's rows
+# (python benchmarks/int8_kernels.py --small; docs/benchmarks.md, "Distillation")
+FLOAT32_BELOW = 512 * 512
 
 
 def int8_available() -> str | None:
@@ -66,14 +79,25 @@ def _by_cpu() -> str:
     return "onednn" if _onednn_exact() and hasattr(torch.ops.onednn, "qlinear_pointwise") else "fbgemm"
 
 
-def layer(weight: Tensor, bias: Tensor | None, parts: Parts = ()) -> Int8Linear:
-    """A linear layer (its parts too), through `layer_kernel()`'s kernel."""
+def layer(weight: Tensor, bias: Tensor | None, parts: Parts = ()) -> Int8Linear | PackedLinear:
+    """A linear layer (its parts too), through `layer_kernel()`'s kernel, or float32 where it is small (`small`)."""
+    if small(weight):
+        return PackedLinear(weight, bias, parts)
     return Int8Linear(weight, bias, parts, kernel=layer_kernel())
 
 
-def output_layer(weight: Tensor, bias: Tensor | None, parts: Parts = ()) -> Int8Linear:
-    """A model's output projection (or a shortlist's rows of it), through `output_kernel()`'s kernel."""
+def output_layer(weight: Tensor, bias: Tensor | None, parts: Parts = ()) -> Int8Linear | PackedLinear:
+    """A model's output projection (or a shortlist's rows of it), through `output_kernel()`'s kernel, or float32
+    where it is small (`small`)."""
+    if small(weight):
+        return PackedLinear(weight, bias, parts)
     return Int8Linear(weight, bias, parts, kernel=output_kernel())
+
+
+def small(weight: Tensor) -> bool:
+    """Whether a layer of this weight stays float32: fewer than FLOAT32_BELOW weights, where oneDNN's packed
+    float32 product runs on this torch."""
+    return weight.numel() < FLOAT32_BELOW and packed_available()
 
 
 def kernels() -> str:
@@ -81,10 +105,14 @@ def kernels() -> str:
     onednn = "oneDNN's quantized product (per-channel weights, 8-bit activations per row)"
     layers, output = layer_kernel(), output_kernel()
     if layers == output:
-        return onednn if layers == "onednn" else KERNEL
-    if output == "onednn":
-        return f"{KERNEL}; the output projection through {onednn}"
-    return f"{onednn}; the output projection through {KERNEL}"
+        words = onednn if layers == "onednn" else KERNEL
+    elif output == "onednn":
+        words = f"{KERNEL}; the output projection through {onednn}"
+    else:
+        words = f"{onednn}; the output projection through {KERNEL}"
+    if FLOAT32_BELOW > 0 and packed_available():
+        words += f"; layers under {FLOAT32_BELOW:,} weights float32"
+    return words
 
 
 def _onednn_exact() -> bool:
@@ -205,8 +233,10 @@ class OnednnWeight:
         self.bias = None if bias is None else bias.detach().float().cpu().contiguous()
 
     def __call__(self, x: Tensor) -> Tensor:
-        run = onednn_int8_linear if torch.compiler.is_compiling() else _onednn_int8_linear  # compiled: one opaque call
-        return run(x, self.weight, self.scales, self.zeros, self.bias)
+        if torch.compiler.is_compiling():  # compiled: one opaque call
+            return onednn_int8_linear(x, self.weight, self.scales, self.zeros, self.bias)
+        # a few row counts (onednn_fp32.row_bucket): oneDNN makes a kernel for each
+        return _onednn_int8_linear(padded(x), self.weight, self.scales, self.zeros, self.bias)[: x.size(0)]
 
 
 def _onednn_int8_linear(x: Tensor, weight: Tensor, scales: Tensor, zeros: Tensor, bias: Tensor | None) -> Tensor:

@@ -3,6 +3,11 @@ layout (the layout torch.compile's CPU code uses): a decoding step's products ru
 an AVX2 CPU (docs/benchmarks.md, "CPU decoding"). The same float32 arithmetic as `F.linear`, summed in
 another order. `replace_linears` is the one place a model's nn.Linear layers are swapped for such a layer
 (nn/cpu_linear/int8.py does it too).
+
+oneDNN makes a kernel for each number of rows it is given (about 1 ms each, kept in its cache), and a decoding
+step's rows change as sentences end: a product's rows are padded to one of 8 counts per octave above 16
+(`row_bucket`), so that a process makes a few dozen kernels per layer where it made hundreds (a distilled
+student's first translation of Multi30k's test set 1.9x as fast; docs/benchmarks.md, "Distillation").
 """
 
 from __future__ import annotations
@@ -48,8 +53,24 @@ class PackedLinear(nn.Module):
         if torch.compiler.is_compiling():  # decode.compile: Inductor's own lowering takes frozen weights alone
             y = packed_linear(flat, self._weight, self._bias)
         else:
-            y = torch.ops.mkldnn._linear_pointwise(flat, self._weight, self._bias, "none", [], "")
+            rows = flat.size(0)
+            y = torch.ops.mkldnn._linear_pointwise(padded(flat), self._weight, self._bias, "none", [], "")[:rows]
         return y.view(*x.shape[:-1], self.out_features)
+
+
+def row_bucket(rows: int) -> int:
+    """`rows` rounded up to one of 8 counts per octave above 16 (17-32 by 2, 33-64 by 4, ...): at most 1/8 more."""
+    if rows <= 16:
+        return rows
+    step = 1 << ((rows - 1).bit_length() - 4)
+    return -(-rows // step) * step
+
+
+def padded(flat: Tensor) -> Tensor:
+    """`flat`'s rows and rows of zeros up to `row_bucket` of its rows. Shape: (rows, in) -> (row_bucket(rows), in)"""
+    rows = flat.size(0)
+    more = row_bucket(rows) - rows
+    return flat if more == 0 else torch.cat([flat, flat.new_zeros(more, flat.size(1))])
 
 
 @torch.library.custom_op("vaswani::packed_linear", mutates_args=())
