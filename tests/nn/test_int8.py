@@ -209,7 +209,6 @@ def test_a_layer_too_small_for_int8_to_pay_stays_float32(monkeypatch):
     monkeypatch.setattr(int8, "FLOAT32_BELOW", 512 * 512)  # the default (the suite's fixture sets 0)
     assert isinstance(int8.layer(torch.randn(512, 512), None), Int8Linear)
     assert isinstance(int8.layer(torch.randn(511, 512), None), PackedLinear)
-    assert isinstance(int8.output_layer(torch.randn(2048, 128), None), Int8Linear)
     torch.manual_seed(3)
     model = Transformer(tiny_config(src_vocab_size=4096, tgt_vocab_size=4096, d_model=64, d_ff=128)).eval()
     q = quantize_int8(copy.deepcopy(model))
@@ -221,3 +220,8 @@ def test_a_layer_too_small_for_int8_to_pay_stays_float32(monkeypatch):
         assert relative_error(q(src, src), model(src, src)) < 0.05
         request = DecodeRequest.of(beam_size=4, max_len_a=0, max_len_b=8)
         assert search.beam_search(q, src, request)[0][0].tokens  # it translates
+    # a shortlist's rows of the output projection are of the whole one's kind, however many a batch takes
+    assert q.output_kind(torch.randn(8, 64), None, ()).__class__ is Int8Linear
+    small = quantize_int8(Transformer(tiny_config(src_vocab_size=4000, tgt_vocab_size=4000, d_model=32)).eval())
+    assert isinstance(small.output_projection, PackedLinear)  # 4000 x 32
+    assert small.output_kind(torch.randn(8, 32), None, ()).__class__ is PackedLinear

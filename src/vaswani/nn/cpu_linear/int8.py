@@ -86,11 +86,8 @@ def layer(weight: Tensor, bias: Tensor | None, parts: Parts = ()) -> Int8Linear 
     return Int8Linear(weight, bias, parts, kernel=layer_kernel())
 
 
-def output_layer(weight: Tensor, bias: Tensor | None, parts: Parts = ()) -> Int8Linear | PackedLinear:
-    """A model's output projection (or a shortlist's rows of it), through `output_kernel()`'s kernel, or float32
-    where it is small (`small`)."""
-    if small(weight):
-        return PackedLinear(weight, bias, parts)
+def output_layer(weight: Tensor, bias: Tensor | None, parts: Parts = ()) -> Int8Linear:
+    """A model's output projection (or a shortlist's rows of it), through `output_kernel()`'s kernel."""
     return Int8Linear(weight, bias, parts, kernel=output_kernel())
 
 
@@ -266,8 +263,10 @@ def row_scales(weight: Tensor) -> Tensor:
 
 
 def quantize_int8(model: nn.Module, whole_output: bool = True) -> nn.Module:
-    """`model` with every nn.Linear replaced by an Int8Linear and its output projection (`logits`) by one too, in
-    place (`whole_output`: see replace_linears); returns it. For decoding only: the int8 layers have no gradients
+    """`model` with every nn.Linear replaced by an Int8Linear (float32 where it is `small`) and its output projection
+    (`logits`) by one too, in place (`whole_output`: see replace_linears); returns it. The output projection's kind
+    follows the whole matrix, so that a shortlist's rows of it (as many as a batch's words) are of that one kind
+    whatever the batch. For decoding only: the int8 layers have no gradients
     and no state dict. A one-line ValueError where int8 cannot run (a GPU, a CPU without x86 int8 kernels)."""
     device = next(model.parameters()).device
     if device.type != "cpu":
@@ -275,4 +274,6 @@ def quantize_int8(model: nn.Module, whole_output: bool = True) -> nn.Module:
     why = int8_available()
     if why is not None:
         raise ValueError(f"--precision int8 cannot run here: {why}; use --precision fp32")
-    return replace_linears(model, layer, whole_output, output=output_layer)
+    weight = getattr(model, "output_weight", None)
+    output = PackedLinear if weight is not None and small(weight) else output_layer
+    return replace_linears(model, layer, whole_output, output=output)
