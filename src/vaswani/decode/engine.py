@@ -74,10 +74,10 @@ class TorchEngine:
     """Our own search (greedy, beam, sampling on the KV cache) on a model in memory.
 
     `precision`: "auto" (fp32: runtime/precision.py), "fp32", "bf16" (autocast) or "int8" (on a CPU: the model's linear
-    layers made int8 in place, the small ones kept float32, nn/cpu_linear/int8.py). `owned`: the model is the engine's alone (Translator.load's),
-    so in fp32 on a CPU its linear layers are packed for oneDNN in place (nn/cpu_linear/onednn_fp32.py); a model passed
-    in by its owner is left as it is. With decode.compile the decoder's step runs through torch.compile
-    (search.compiled_step), compiled once for the engine's life.
+    layers made int8 in place, the small ones kept float32, nn/cpu_linear/int8.py). `owned`: the model is the
+    engine's alone (Translator.load's), so in fp32 on a CPU its linear layers are packed for oneDNN in place
+    (nn/cpu_linear/onednn_fp32.py); a model passed in by its owner is left as it is. With decode.compile the
+    decoder's step runs through torch.compile (search.compiled_step), compiled once for the engine's life.
     `shortlist` (decode/shortlist.py): each batch's output layer covers the words its sources may produce; it runs
     on the model's own eager step, so not with decode.compile or decode.static_cache true."""
 
