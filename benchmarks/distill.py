@@ -38,9 +38,10 @@ STUDENTS = {  # name: the recipe's model overrides (layers encoder-decoder, widt
     "2-1": [],
     "4-1": ["model.n_layers=4"],
     "6-1": ["model.n_layers=6"],
+    "2-1, 14 epochs": ["train.max_epochs=14", "train.max_time=20m"],
     "2-1 d64": ["model.d_model=64", "model.d_ff=128", "model.n_heads=2"],
 }
-DEFAULT_STUDENTS = ["2-1", "4-1", "6-1"]
+DEFAULT_STUDENTS = ["2-1", "4-1", "6-1", "2-1, 14 epochs"]
 
 
 def measure(model_dir: str, precision: str, beam: int, engine: str) -> dict:
@@ -150,7 +151,7 @@ def main() -> None:
     phases["teacher's pass (29,000 sources, beam 4)"] = teacher_pass(teacher.resolve(), shared, [])
     students = {}
     for name in args.students:
-        student = runs / f"student {name}".replace(" ", "_")
+        student = runs / f"student {name}".replace(",", "").replace(" ", "_")
         if not args.skip_training:
             if not (student / "distill").is_dir():
                 shutil.copytree(shared, student / "distill")  # the pass reused: its stamp matches
