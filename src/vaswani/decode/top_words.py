@@ -5,8 +5,7 @@ values and argmax's index (its first maximum) exactly (tests/decode/test_top_wor
 A row's m largest values lie in the m chunks of CHUNK words whose maxima are largest: any chunk holding one of them
 has a maximum at least as large, and fewer than m chunks can have a larger one. So the maxima (one pass over the
 row, the fastest reduction torch has) pick m chunks, and only those m * CHUNK words are searched. A vocabulary too
-small for 4m chunks of CHUNK words is cut in chunks of SMALL_CHUNK (a beam of 4 over 6,000 target words: top-k
-1.7x as fast).
+small for 4m chunks of CHUNK words is cut in chunks of SMALL_CHUNK (a beam over a small model's target words).
 """
 
 from __future__ import annotations

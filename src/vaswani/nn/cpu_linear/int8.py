@@ -1,8 +1,7 @@
 """int8 decoding on the CPU (`--precision int8`): every linear layer, the output projection included, with int8
 weights and one scale per output row, made once when the model is loaded; a layer of fewer than FLOAT32_BELOW
 weights stays float32 (oneDNN's packed product, nn/cpu_linear/onednn_fp32.py), where quantizing its activations
-costs more than its int8 product saves (a d_model 128 model's layers: 2x as slow in int8, a distilled student's
-greedy search 2x as fast with them in float32; docs/benchmarks.md, "Distillation").
+costs more than its int8 product saves (a d_model 128 model's layers; docs/benchmarks.md, "Distillation").
 
 The products run through fbgemm's dynamically quantized linear kernel, which torch maintains for x86 CPUs
 (`torch.ops.quantized.linear_dynamic`): the activations are quantized per call (7 bits, as fbgemm needs on CPUs

@@ -4,10 +4,9 @@ an AVX2 CPU (docs/benchmarks.md, "CPU decoding"). The same float32 arithmetic as
 another order. `replace_linears` is the one place a model's nn.Linear layers are swapped for such a layer
 (nn/cpu_linear/int8.py does it too).
 
-oneDNN makes a kernel for each number of rows it is given (about 1 ms each, kept in its cache), and a decoding
-step's rows change as sentences end: a product's rows are padded to one of 8 counts per octave above 16
-(`row_bucket`), so that a process makes a few dozen kernels per layer where it made hundreds (a distilled
-student's first translation of Multi30k's test set 1.9x as fast; docs/benchmarks.md, "Distillation").
+oneDNN makes a kernel for each number of rows it is given (kept in its cache), and a decoding step's rows change
+as sentences end: a product's rows are padded to one of 8 counts per octave above 16 (`row_bucket`), so that a
+process makes a few dozen kernels per layer where it made hundreds (docs/benchmarks.md, "Distillation").
 """
 
 from __future__ import annotations
