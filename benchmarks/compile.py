@@ -9,11 +9,12 @@ Reports the compile time (the first round of shapes) and the mean step time afte
     python benchmarks/compile.py --precision bf16 --rounds 5
     python benchmarks/compile.py --device cuda --preset base --scale 13 --precision bf16   # ~25k-token batches
     python benchmarks/compile.py --device cuda --preset base --scale 13 --profile          # where a step's time goes
+    python benchmarks/compile.py --device cuda --preset base --scale 13 --attention sdpa,composed --compile-best
 
 `--profile` runs one more round of shapes under torch.profiler and reports, on a GPU, the device time by kind of
 kernel (matrix products, attention, the optimizer, compiled (Triton) and other element-wise kernels), the ten
 longest kernels and the share of the wall time the device sat idle (a step bound by launching, not computing); on
-a CPU, the ten operators with the most time of their own. (Not yet run on a GPU: issue 62's MFU work.)
+a CPU, the ten operators with the most time of their own.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import time
 
 import torch
 
+import vaswani.nn.attention
 from vaswani.config import Config, ModelConfig
 from vaswani.nn import build_model
 from vaswani.runtime.device import autocast
@@ -35,9 +37,9 @@ from vaswani.train.tasks.base import HiddenStates
 SHAPES = [(120, 14, 16), (100, 18, 17), (80, 22, 24), (150, 11, 12)]  # (sentences, source, target length)
 
 
-KINDS = (  # a kernel's kind by its name, first match
-    ("matrix products", ("gemm", "cutlass", "nvjet", "sm90_", "sm80_", "cublas", "matmul", "mm_")),
+KINDS = (  # a kernel's kind by its name, first match (cuDNN's attention kernels are named sm90_ too)
     ("attention", ("flash", "fmha", "attention", "sdpa", "efficient")),
+    ("matrix products", ("gemm", "cutlass", "nvjet", "sm90_", "sm80_", "cublas", "matmul", "mm_")),
     ("optimizer", ("adam", "multi_tensor", "foreach")),
     ("compiled element-wise", ("triton",)),
 )
@@ -130,6 +132,9 @@ def main() -> None:
     parser.add_argument("--scale", type=int, default=1, help="sentences per batch times this")
     parser.add_argument("--profile", action="store_true", help="where a step's time goes (module docstring)")
     parser.add_argument("--modes", default="eager,compiled")
+    parser.add_argument("--attention", default="sdpa", help="on a GPU, comma-separated: sdpa, no-cudnn, composed "
+                        "(vaswani/nn/attention.py CUDA_ATTENTION)")  # fmt: skip
+    parser.add_argument("--compile-best", action="store_true", help="compile only the fastest eager attention")
     args = parser.parse_args()
     device = torch.device(args.device)
     config = Config.load("configs/multi30k_de_en_quick.yaml").model
@@ -142,11 +147,24 @@ def main() -> None:
     flops = sum(training_flops(config, [S] * B * args.scale, [T] * B * args.scale, B * T * args.scale)
                 for B, S, T in SHAPES) / len(SHAPES)  # fmt: skip
     tokens = sum(B * T * args.scale for B, _, T in SHAPES) / len(SHAPES)
-    for name in args.modes.split(","):
-        first, seconds = run(config, name == "compiled", args.precision, args.rounds, device, args.scale, args.profile)
-        share = mfu(flops / seconds, device, args.precision)
-        print(f"{name}: first round {first:.1f} s, then {seconds * 1e3:.1f} ms a step, {tokens / seconds:,.0f} "
-              f"target tokens/s" + (f", MFU {share:.1%}" if share is not None else ""), flush=True)  # fmt: skip
+    steps: dict[tuple[str, str], float] = {}
+    for name in args.modes.split(","):  # every attention's eager step first
+        for attention in args.attention.split(","):
+            if (
+                name == "compiled"
+                and args.compile_best
+                and attention != min((a for a, mode in steps if mode == "eager"), key=lambda a: steps[a, "eager"])
+            ):
+                continue  # only the attention whose eager step was fastest is compiled
+            vaswani.nn.attention.CUDA_ATTENTION = attention
+            first, seconds = run(
+                config, name == "compiled", args.precision, args.rounds, device, args.scale, args.profile
+            )
+            steps[attention, name] = seconds
+            share = mfu(flops / seconds, device, args.precision)
+            print(f"{name}, attention {attention}: first round {first:.1f} s, then {seconds * 1e3:.1f} ms a step, "
+                  f"{tokens / seconds:,.0f} target tokens/s" + (f", MFU {share:.1%}" if share is not None else ""),
+                  flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -20,6 +20,22 @@ def test_fused_equals_reference(case):
     torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:-1]))
 
 
+@pytest.mark.parametrize("kind", ["no-cudnn", "composed"])
+@pytest.mark.parametrize("case", ["padding", "causal", "causal_cached"])
+def test_the_gpu_s_other_attention_kernels_equal_the_reference(monkeypatch, kind, case):
+    """CUDA_ATTENTION's choices (benchmarks/compile.py --attention), run here on the CPU: the same function."""
+    import vaswani.nn.attention as attention
+
+    monkeypatch.setattr(attention, "CUDA_ATTENTION", kind)
+    T, S = (3, 7) if case == "causal_cached" else (7, 7)
+    q, k, v = qkv(T=T, S=S)
+    mask = padding_mask(torch.tensor([[1] * 7, [0] * 7, [1] * 6 + [0]]), 0) if case == "padding" else None
+    expected, _ = reference_attention(q, k, v, mask, case != "padding")
+    found = attention._cuda_attention(q, k, v, mask, case != "padding", 0.0)
+    torch.testing.assert_close(found, expected, atol=1e-6, rtol=1e-5)
+    assert torch.count_nonzero(found[1]) == (0 if case == "padding" else found[1].numel())
+
+
 def test_reference_attention_is_softmax_of_scaled_scores():
     q, k, v = qkv(B=1, H=1, T=2, S=3, Dh=4)
     scores = torch.einsum("bhtd,bhsd->bhts", q, k) / 2.0  # sqrt(d_k) = 2

@@ -142,6 +142,36 @@ def test_greedy_and_beam_give_generate_s_tokens_on_every_line_into_each_language
     assert [t.candidates[0].tokens for t in found] == expected
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs and the compiled step on a GPU need one")
+@pytest.mark.parametrize("beams", [1, 4])
+def test_on_a_gpu_the_graphs_and_the_compiled_step_give_generate_s_tokens(imported, lines, beams):
+    """On a GPU a translation runs as CUDA graphs over the static cache (decode.static_cache auto), or, with that
+    off and decode.compile on, through torch.compile: both give transformers' tokens (its generate on the same
+    GPU), two languages in one batch included."""
+    kind, _, model_dir, hf, tokenizer = imported
+    translator = Translator.load(model_dir, "cuda")
+    on_gpu = hf.to("cuda")
+    tokenizer.src_lang = CODES[kind]["de"]
+    batch = tokenizer(lines, return_tensors="pt", padding=True).to("cuda")
+    expected = {}
+    for target in ("en", "fr"):
+        with torch.no_grad():
+            generated = on_gpu.generate(
+                **batch, num_beams=beams, max_length=64, forced_bos_token_id=code_id(tokenizer, kind, target)
+            )
+        expected[target] = [[i for i in row[1:] if i not in (1, 2)] for row in generated.tolist()]
+    hf.to("cpu")
+    mixed = [expected["en" if i % 2 else "fr"][i] for i in range(len(lines))]
+    per_sentence = [CODES[kind]["en" if i % 2 else "fr"] for i in range(len(lines))]
+    for options in ({}, {"static_cache": False, "compile": True}):
+        for target, tokens in [("en", expected["en"]), (per_sentence, mixed)]:
+            code = CODES[kind][target] if isinstance(target, str) else target
+            found = translator.translate_with_details(
+                lines, target_language=code, source_language=CODES[kind]["de"], beam_size=beams, **options
+            )
+            assert [t.candidates[0].tokens for t in found] == tokens, options
+
+
 def test_languages_are_named_or_refused_in_one_line(imported, lines):
     kind, _, model_dir, _, _ = imported
     translator = Translator.load(model_dir, "cpu")

@@ -64,6 +64,13 @@ def _causal_flag(q: Tensor, k: Tensor, mask: Tensor | None, causal: bool) -> boo
     return same
 
 
+# How attention runs on a CUDA GPU (benchmarks/compile.py --attention measures each): "sdpa" is torch's choice of
+# fused kernel; "no-cudnn" the same without cuDNN's; "composed" the reference's products and softmax (scores
+# materialized, fused by torch.compile), for keys of at most CUDA_COMPOSED_KEYS positions.
+CUDA_ATTENTION = "sdpa"
+CUDA_COMPOSED_KEYS = 128
+
+
 def fused_attention(
     q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causal: bool = False, dropout_p: float = 0.0
 ) -> Tensor:
@@ -71,6 +78,8 @@ def fused_attention(
 
     Shape: q (B, H, T, Dh), k and v (B, H, S, Dh) -> output (B, H, T, Dh)
     """
+    if q.device.type == "cuda" and CUDA_ATTENTION != "sdpa":
+        return _cuda_attention(q, k, v, mask, causal, dropout_p)
     use_flag = _causal_flag(q, k, mask, causal)
     if not use_flag:
         mask = _full_mask(mask, causal, q.size(-2), k.size(-2), q.device)
@@ -84,6 +93,17 @@ def fused_attention(
         with sdpa_kernel(SDPBackend.MATH):
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=use_flag)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=use_flag)
+
+
+def _cuda_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, dropout_p: float) -> Tensor:
+    """fused_attention on a CUDA GPU as CUDA_ATTENTION says. Shape: as fused_attention"""
+    if CUDA_ATTENTION == "composed" and k.size(-2) <= CUDA_COMPOSED_KEYS:
+        return reference_attention(q, k, v, mask, causal, dropout_p)[0]
+    use_flag = _causal_flag(q, k, mask, causal)
+    if not use_flag:
+        mask = _full_mask(mask, causal, q.size(-2), k.size(-2), q.device)
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=use_flag)
 
 
 def fused_backend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causal: bool = False) -> str:
