@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import sentencepiece as spm
 import torch
 
 from tests.helpers.hf_models import multi30k
@@ -172,6 +173,57 @@ def test_on_a_gpu_the_graphs_and_the_compiled_step_give_generate_s_tokens(import
             assert [t.candidates[0].tokens for t in found] == tokens, options
 
 
+@pytest.mark.parametrize("listed", ["tokenizer_config", "special_tokens_map", "added_tokens_decoder", "nowhere"])
+def test_without_tokenizer_json_the_sentencepiece_model_gives_the_same_ids_and_translations(
+    imported, lines, tmp_path, listed
+):
+    """The hub's mBART-50 has no tokenizer.json (sentencepiece.bpe.model, tokenizer_config.json and
+    special_tokens_map.json): the SentencePiece model, numbered as fairseq's dictionary, with the codes listed in
+    one of those files (by id in transformers 4's added_tokens_decoder) or nowhere (the family's list)."""
+    kind, src, model_dir, _, tokenizer = imported
+    if kind == "m2m100":
+        pytest.skip("M2M-100 has no tokenizer.json on the hub: every test reads its vocab.json")
+    added = json.loads((src / "tokenizer.json").read_text())["added_tokens"]
+    # transformers 5 numbers NLLB's <mask> before the codes; fairseq, the hub's tokenizer.json and transformers 4
+    # after them (eng_Latn 256,047 = 256,000 pieces + 1 + its place in the list): the codes listed without ids
+    # are numbered as the hub's, one more than this fixture's
+    shift = 1 if kind == "nllb" and listed != "added_tokens_decoder" else 0
+    hub = tmp_path / "hub"
+    shutil.copytree(src, hub)
+    (hub / "tokenizer.json").unlink()
+    settings = json.loads((hub / "tokenizer_config.json").read_text())
+    codes = [t for t in settings.pop("extra_special_tokens") if t not in ("<s>", "</s>")]
+    if listed == "tokenizer_config":
+        settings["additional_special_tokens"] = codes
+    elif listed == "special_tokens_map":
+        (hub / "special_tokens_map.json").write_text(json.dumps({"additional_special_tokens": codes}))
+    elif listed == "added_tokens_decoder":
+        settings["added_tokens_decoder"] = {str(t["id"]): {"content": t["content"], "special": True} for t in added}
+    (hub / "tokenizer_config.json").write_text(json.dumps(settings))
+    out = tmp_path / "vaswani"
+    assert main(["import", str(hub), str(out)]) == 0
+    assert not (out / "tokenizer.json").exists()
+    sample = [*lines, "Ein ☃ unbekanntes Zeichen", "Zwei  Leerzeichen", "Ｆｕｌｌ ｗｉｄｔｈ"]
+    tokenizer.src_lang = CODES[kind]["de"]
+    theirs = tokenizer(sample)["input_ids"]
+    ours = Translator.load(out, "cpu")
+    found_ids = [[*ids, 2] for ids in ours.encode_sources(sample, CODES[kind]["en"], CODES[kind]["de"])]
+    assert found_ids == [[ids[0] - shift, *ids[1:]] for ids in theirs]
+    if shift:  # the hub's numbering: the codes right after SentencePiece's pieces + 1
+        pieces = spm.SentencePieceProcessor(model_file=str(src / "sentencepiece.bpe.model")).get_piece_size()
+        assert ours.tokenizer.languages.codes["eng_Latn"] == pieces + 1 + 46
+        return  # the weights' rows of the codes are this fixture's
+    tokenizer.tgt_lang = CODES[kind]["en"]
+    targets = tokenizer(text_target=multi30k("val", "en", 50))["input_ids"]
+    expected = tokenizer.batch_decode([t[1:] for t in targets], skip_special_tokens=True)
+    assert ours.tokenizer.decode_tgt([t[:-1] for t in targets]) == expected
+    asked = dict(target_language=CODES[kind]["fr"], source_language=CODES[kind]["de"], beam_size=4)
+    found = ours.translate_with_details(lines, **asked)
+    reference = Translator.load(model_dir, "cpu").translate_with_details(lines, **asked)
+    assert [t.candidates[0].tokens for t in found] == [t.candidates[0].tokens for t in reference]
+    assert [t.text for t in found] == [t.text for t in reference]
+
+
 def test_languages_are_named_or_refused_in_one_line(imported, lines):
     kind, _, model_dir, _, _ = imported
     translator = Translator.load(model_dir, "cpu")
@@ -200,8 +252,11 @@ def test_what_cannot_be_imported_is_refused_in_one_line_and_nothing_written(impo
     assert not (tmp_path / "out").exists()
     (copy / "tokenizer_config.json").write_text(json.dumps(settings))
     (copy / "tokenizer.json").unlink()
-    with pytest.raises(PretrainedError, match=r"tokenizer\.json not found"):
+    (copy / "sentencepiece.bpe.model").unlink()
+    with pytest.raises(PretrainedError, match=r"neither tokenizer\.json nor sentencepiece\.bpe\.model found"):
         import_pretrained(copy, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    shutil.copyfile(src / "sentencepiece.bpe.model", copy / "sentencepiece.bpe.model")
     config = json.loads((src / "config.json").read_text())
     shutil.copyfile(src / "tokenizer.json", copy / "tokenizer.json")
     (copy / "config.json").write_text(json.dumps({**config, "decoder_ffn_dim": 96}))

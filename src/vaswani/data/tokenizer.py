@@ -55,6 +55,7 @@ class VocabPieces:
         self._unk = vocab["<unk>"]
         self._known = {p for p in vocab if processor.piece_to_id(p) != processor.unk_id() or p == "<unk>"}
         self.hidden: frozenset[int] = frozenset()  # ids never written on decoding (a many-to-many model's codes)
+        self.leading_codes = True  # a line's leading >>lang<< is one piece (Marian's; a many-to-many model's: text)
 
     def get_piece_size(self) -> int:
         return len(self.pieces)
@@ -72,7 +73,7 @@ class VocabPieces:
         sampling.pop("num_threads", None)
         codes, texts = [], []
         for line in lines:  # MarianTokenizer.remove_language_code: a leading >>lang<< is one piece
-            end = line.find("<<") if line.startswith(">>") else -1
+            end = line.find("<<") if self.leading_codes and line.startswith(">>") else -1
             codes.append([line[: end + 2]] if end != -1 else [])
             texts.append(line[end + 2 :] if end != -1 else line)
         pieces = self.processor.encode(texts, out_type=str, **sampling)  # one call for the whole batch
@@ -243,6 +244,7 @@ class Tokenizer:
             if (directory / LANGUAGES_FILE).is_file():  # M2M-100's (pretrained/multilingual.py): its codes unwritten
                 tokenizer.languages = Languages.load(directory / LANGUAGES_FILE)
                 tokenizer.tgt.hidden = frozenset(tokenizer.languages.codes.values())
+                tokenizer.src.leading_codes = tokenizer.tgt.leading_codes = False
             return tokenizer
         for joint in (True, False):
             paths = [directory / name for name in cls.files(joint)]
