@@ -51,11 +51,16 @@ def test_parts_cover_the_rows_only_side_by_side_in_order():
     assert not covers(((0, 4), (3, 12)), 12) and not covers(((0, 0), (0, 12)), 12)
 
 
-def test_a_packed_model_translates_as_the_model_does():
+@pytest.mark.parametrize("capability", ["AVX512", "AVX2"])
+def test_a_packed_model_translates_as_the_model_does(monkeypatch, capability):
+    """With AVX2 alone the output projection stays torch's product on the model's own matrix (no second copy)."""
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
     torch.manual_seed(3)
     model = Transformer(tiny_config(src_vocab_size=120, tgt_vocab_size=120)).eval()
     packed = pack_fp32(copy.deepcopy(model))
-    assert not [m for m in packed.modules() if isinstance(m, nn.Linear)] and packed.output_projection is not None
+    assert not [m for m in packed.modules() if isinstance(m, nn.Linear)]
+    assert (packed.output_projection is not None) == (capability == "AVX512")
+    assert (packed.output_kind is PackedLinear) == (capability == "AVX512")
     src = random_ids([9, 4, 12, 7, 1], vocab=120)
     with torch.inference_mode():
         torch.testing.assert_close(packed(src, src), model(src, src), rtol=1e-4, atol=1e-4)

@@ -100,6 +100,7 @@ def replace_linears(
     make: Callable[[Tensor, Tensor | None, Parts], nn.Module],
     whole_output: bool = True,
     output: Callable[[Tensor, Tensor | None, Parts], nn.Module] | None = None,
+    output_too: bool = True,
 ) -> nn.Module:
     """Every nn.Linear of `model` replaced, in place, by `make(weight, bias, parts)`, and its output projection
     (`logits`) by `output(output_weight, logit_bias, ())` (`make` by default; output_bias where the model has no
@@ -108,7 +109,8 @@ def replace_linears(
     of them). `model.output_kind` becomes `output` (or `make`), the kind of layer a shortlist's rows are made into
     (OutputRows), so that they give the whole layer's logits; without `whole_output` (decoding with a shortlist)
     the whole output projection is not made: its copy of the output matrix (119 MB at 58k words and d_model 512 in
-    float32) would never run. Returns `model`."""
+    float32) would never run. Without `output_too` the output projection is left as it is (torch's product on the
+    model's own matrix, for a shortlist's rows too). Returns `model`."""
     from vaswani.nn.attention import MultiHeadAttention
 
     self_attention = {id(m.self_attn) for m in model.modules() if isinstance(getattr(m, "self_attn", None), nn.Module)}
@@ -123,16 +125,24 @@ def replace_linears(
                 )
                 parts = ((0, d), (d, 3 * d)) if apart else ()
                 setattr(module, name, make(child.weight, child.bias, parts))
-        if hasattr(model, "output_weight"):
+        if output_too and hasattr(model, "output_weight"):
             bias = getattr(model, "logit_bias", model.output_bias)
             model.output_kind = output or make
             model.output_projection = (output or make)(model.output_weight, bias, ()) if whole_output else None
     return model
 
 
+def output_packed() -> bool:
+    """Whether a float32 output projection runs packed: on a CPU with AVX-512. With AVX2 alone torch's own product
+    on the model's matrix ran faster on output matrices of 8,000 to 256,206 words at 128 rows (a beam of 4 over 32
+    sentences) and as fast at 32, and a packed copy would hold the largest matrix twice (1 GB at NLLB's 256,206 x
+    1,024): docs/benchmarks.md, "Many-to-many at NLLB-200's size"."""
+    return torch.backends.cpu.get_cpu_capability().startswith("AVX512")
+
+
 def pack_fp32(model: nn.Module, whole_output: bool = True) -> nn.Module:
-    """`model`'s linear layers as PackedLinear, in place, where it is on a CPU and this torch has them; else
-    `model` as it is. `whole_output`: see replace_linears."""
+    """`model`'s linear layers as PackedLinear, in place, where it is on a CPU and this torch has them (the output
+    projection where `output_packed`); else `model` as it is. `whole_output`: see replace_linears."""
     if next(model.parameters()).device.type != "cpu" or not packed_available():
         return model
-    return replace_linears(model, PackedLinear, whole_output)
+    return replace_linears(model, PackedLinear, whole_output, output_too=output_packed())
