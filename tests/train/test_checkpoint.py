@@ -30,6 +30,31 @@ def test_average_is_the_elementwise_mean(tmp_path):
         torch.testing.assert_close(value, sum(w[name] for w in each) / 3)
 
 
+def test_average_keeps_the_output_words_mask_and_the_averaged_model_loads(tmp_path):
+    """A model of the targets' words (output_words: target, a distilled student's) averaged by `vaswani average`:
+    its bool mask is the run's, not a weight to average into floats that no model then reads."""
+    config = tiny_config(output_words="target")
+    paths = []
+    for i in range(2):
+        torch.manual_seed(i)
+        model = Transformer(config)
+        model.output_words[5:9] = False
+        path = tmp_path / f"step_{i}"
+        path.mkdir()
+        ckpt.save_weights(ckpt.weights_of(model), path / ckpt.WEIGHTS)
+        paths.append(path)
+    average = ckpt.average_checkpoints(paths)
+    assert average["output_words"].dtype == torch.bool and not average["output_words"][5:9].any()
+    ckpt.save_weights(average, tmp_path / "averaged.safetensors")  # as `vaswani average` writes them
+    loaded = Transformer(config)
+    ckpt.read_weights_into(loaded, tmp_path / "averaged.safetensors")  # as load_model reads them
+    assert torch.equal(loaded.output_words, average["output_words"])
+    model.output_words[5] = True
+    ckpt.save_weights(ckpt.weights_of(model), paths[1] / ckpt.WEIGHTS)
+    with pytest.raises(ckpt.CheckpointError, match="output_words differs"):
+        ckpt.average_checkpoints(paths)
+
+
 def test_corrupt_weights_give_a_clear_error(tmp_path):
     path = tmp_path / "model.safetensors"
     path.write_bytes(b"\x00garbage")

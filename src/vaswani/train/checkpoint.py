@@ -88,7 +88,9 @@ def prune_checkpoints(directory: Path, keep_last: int, keep_best: int) -> None:
 
 
 def average_checkpoints(paths: list[Path]) -> dict[str, torch.Tensor]:
-    """Element-wise mean of the weights in float32 (§6.1: the final model averages the last checkpoints)."""
+    """Element-wise mean of the weights in float32 (§6.1: the final model averages the last checkpoints). A
+    tensor that is not floating point (the bool mask of output_words) is no weight: it is the run's, equal in
+    every checkpoint, and kept as it is."""
     if not paths:
         raise CheckpointError("no checkpoints to average")
     total: dict[str, torch.Tensor] = {}
@@ -97,5 +99,10 @@ def average_checkpoints(paths: list[Path]) -> dict[str, torch.Tensor]:
         if total and weights.keys() != total.keys():
             raise CheckpointError(f"{path} holds a different model than {paths[0]}; average checkpoints of one run")
         for name, tensor in weights.items():
+            if not tensor.is_floating_point():
+                if name in total and not torch.equal(total[name], tensor):
+                    raise CheckpointError(f"{path}: {name} differs from {paths[0]}'s; average checkpoints of one run")
+                total.setdefault(name, tensor)
+                continue
             total[name] = total[name] + tensor.float() if name in total else tensor.float().clone()
-    return {name: tensor / len(paths) for name, tensor in total.items()}
+    return {name: tensor / len(paths) if tensor.is_floating_point() else tensor for name, tensor in total.items()}
