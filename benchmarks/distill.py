@@ -129,7 +129,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--teacher", help="a trained de→en model directory (default: the full recipe's, trained)")
     parser.add_argument("--students", nargs="+", default=DEFAULT_STUDENTS, choices=list(STUDENTS))
-    parser.add_argument("--max-time", default="9m20s", help="each student's training budget (train.max_time)")
+    parser.add_argument("--max-time", default="25m", help="each student's training budget (train.max_time)")
     parser.add_argument("--runs", default="runs/distill")
     parser.add_argument("--skip-training", action="store_true", help="measure the students already in --runs")
     parser.add_argument("--no-ctranslate2", action="store_true")
