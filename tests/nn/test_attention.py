@@ -27,11 +27,12 @@ def test_the_gpu_s_other_attention_kernels_equal_the_reference(monkeypatch, kind
     import vaswani.nn.attention as attention
 
     monkeypatch.setattr(attention, "CUDA_ATTENTION", kind)
+    monkeypatch.setattr(attention, "_on_gpu", lambda q: True)  # the GPU's choices, run here on the CPU
     T, S = (3, 7) if case == "causal_cached" else (7, 7)
     q, k, v = qkv(T=T, S=S)
     mask = padding_mask(torch.tensor([[1] * 7, [0] * 7, [1] * 6 + [0]]), 0) if case == "padding" else None
     expected, _ = reference_attention(q, k, v, mask, case != "padding")
-    found = attention._cuda_attention(q, k, v, mask, case != "padding", 0.0)
+    found = fused_attention(q, k, v, mask, case != "padding")
     torch.testing.assert_close(found, expected, atol=1e-6, rtol=1e-5)
     assert torch.count_nonzero(found[1]) == (0 if case == "padding" else found[1].numel())
 

@@ -7,6 +7,7 @@ and the fused `scaled_dot_product_attention`, and are tested equal.
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -78,8 +79,8 @@ def fused_attention(
 
     Shape: q (B, H, T, Dh), k and v (B, H, S, Dh) -> output (B, H, T, Dh)
     """
-    if q.device.type == "cuda" and CUDA_ATTENTION != "sdpa":
-        return _cuda_attention(q, k, v, mask, causal, dropout_p)
+    if _on_gpu(q) and CUDA_ATTENTION == "composed" and k.size(-2) <= CUDA_COMPOSED_KEYS:
+        return reference_attention(q, k, v, mask, causal, dropout_p)[0]
     use_flag = _causal_flag(q, k, mask, causal)
     if not use_flag:
         mask = _full_mask(mask, causal, q.size(-2), k.size(-2), q.device)
@@ -87,23 +88,24 @@ def fused_attention(
         # A decoding step's (B, H, 1, Dh) query is a strided view of the projection; the CPU kernel is
         # faster on a contiguous one (benchmarks/race.py).
         q = q.contiguous()
+    backends = _backends(q)
+    with sdpa_kernel(backends) if backends else contextlib.nullcontext():
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=use_flag)
+
+
+def _on_gpu(q: Tensor) -> bool:
+    return q.device.type == "cuda"
+
+
+def _backends(q: Tensor) -> list[SDPBackend] | None:
+    """The kernels fused_attention lets torch choose among for `q` (None: any)."""
     if q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16):
         # torch's CPU flash kernel is several times slower than the math kernel in bf16 (forward + backward
         # at sentence lengths; benchmarks/attention_kernels.py), while faster in fp32.
-        with sdpa_kernel(SDPBackend.MATH):
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=use_flag)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=use_flag)
-
-
-def _cuda_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, dropout_p: float) -> Tensor:
-    """fused_attention on a CUDA GPU as CUDA_ATTENTION says. Shape: as fused_attention"""
-    if CUDA_ATTENTION == "composed" and k.size(-2) <= CUDA_COMPOSED_KEYS:
-        return reference_attention(q, k, v, mask, causal, dropout_p)[0]
-    use_flag = _causal_flag(q, k, mask, causal)
-    if not use_flag:
-        mask = _full_mask(mask, causal, q.size(-2), k.size(-2), q.device)
-    with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]):
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=use_flag)
+        return [SDPBackend.MATH]
+    if _on_gpu(q) and CUDA_ATTENTION == "no-cudnn":
+        return [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+    return None
 
 
 def fused_backend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causal: bool = False) -> str:
@@ -114,7 +116,7 @@ def fused_backend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, c
     use_flag = _causal_flag(q, k, mask, causal)
     if not use_flag:
         mask = _full_mask(mask, causal, q.size(-2), k.size(-2), q.device)
-    if q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16):
+    if _backends(q) == [SDPBackend.MATH]:
         return "math"
     choose = getattr(torch, "_fused_sdp_choice", None)  # the dispatcher's own choice (a private function)
     if choose is None:

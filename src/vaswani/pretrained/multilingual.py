@@ -173,10 +173,11 @@ def _listed_codes(src: Path, settings: dict, kind: str) -> tuple[dict[str, int],
 
 def _numbered(
     src: Path, vocab: dict[str, int], codes: dict[str, int], vocab_size: int, spm_path: Path
-) -> dict[str, Path | bytes]:
-    """The tokenizer's files as vaswani reads Marian's (data/tokenizer.py, VocabPieces): the SentencePiece model as
-    source.spm and target.spm, vocab.json numbering every embedding row (the pieces, the language tokens, then
-    fairseq's "madeup" words that fill the last rows, never produced: an export writes one piece per row)."""
+) -> tuple[Languages, dict[str, Path | bytes]]:
+    """The languages of `codes` (tokens by id), and the tokenizer's files as vaswani reads Marian's
+    (data/tokenizer.py, VocabPieces): the SentencePiece model as source.spm and target.spm, vocab.json numbering
+    every embedding row (the pieces, the language tokens, then fairseq's "madeup" words that fill the last rows,
+    never produced: an export writes one piece per row)."""
     if max(codes.values()) >= vocab_size:
         raise PretrainedError(
             f"{src}: its {len(vocab)} pieces and {len(codes)} language tokens do not fit the model's {vocab_size} "
@@ -187,11 +188,9 @@ def _numbered(
     free = (i for i in range(vocab_size) if i not in taken)
     numbered |= {f"madeupword{j:04d}": i for j, i in zip(range(vocab_size - len(taken)), free, strict=False)}
     spm_bytes = spm_path.read_bytes()
-    return {
-        "source.spm": spm_bytes,
-        "target.spm": spm_bytes,
-        "vocab.json": json.dumps(numbered, ensure_ascii=False).encode(),
-    }
+    files: dict[str, Path | bytes] = {"source.spm": spm_bytes, "target.spm": spm_bytes}
+    files["vocab.json"] = json.dumps(numbered, ensure_ascii=False).encode()
+    return Languages({token.strip("_"): i for token, i in codes.items()}, source="prefix"), files
 
 
 def spm_tokenizer(src: Path, kind: str, vocab_size: int) -> tuple[Languages, dict[str, Path | bytes]]:
@@ -229,9 +228,7 @@ def spm_tokenizer(src: Path, kind: str, vocab_size: int) -> tuple[Languages, dic
             )
         ids = {token: size + 1 + i for i, token in enumerate(tokens)}
     vocab["<mask>"] = max(ids.values()) + 1
-    codes = {token.strip("_"): i for token, i in ids.items()}
-    files = _numbered(src, vocab, ids, vocab_size, path)
-    return Languages(codes, source="prefix"), files
+    return _numbered(src, vocab, ids, vocab_size, path)
 
 
 def m2m_tokenizer(src: Path, vocab_size: int) -> tuple[Languages, dict[str, Path | bytes]]:
@@ -253,8 +250,7 @@ def m2m_tokenizer(src: Path, vocab_size: int) -> tuple[Languages, dict[str, Path
                 raise PretrainedError(f"{src / 'tokenizer_config.json'}: language_codes {family!r} is not known")
             tokens = [f"__{code}__" for code in M2M_LANGUAGES[family].split()]
         ids = {token: len(vocab) + i for i, token in enumerate(tokens)}
-    codes = {token.strip("_"): i for token, i in ids.items()}
-    return Languages(codes, source="prefix"), _numbered(src, vocab, ids, vocab_size, src / Path(spm_name).name)
+    return _numbered(src, vocab, ids, vocab_size, src / Path(spm_name).name)
 
 
 def convert(src: Path, hf: dict) -> tuple[Config, dict[str, torch.Tensor], dict[str, Path | bytes]]:

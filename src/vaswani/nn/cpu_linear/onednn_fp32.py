@@ -134,9 +134,8 @@ def replace_linears(
 
 def output_packed() -> bool:
     """Whether a float32 output projection runs packed: on a CPU with AVX-512. With AVX2 alone torch's own product
-    on the model's matrix ran faster on output matrices of 8,000 to 256,206 words at 128 rows (a beam of 4 over 32
-    sentences) and as fast at 32, and a packed copy would hold the largest matrix twice (1 GB at NLLB's 256,206 x
-    1,024): docs/benchmarks.md, "Many-to-many at NLLB-200's size"."""
+    on the model's matrix was as fast or faster on wide output matrices, and a packed copy would hold the largest
+    matrix twice (docs/benchmarks.md, "Many-to-many at NLLB-200's size")."""
     return torch.backends.cpu.get_cpu_capability().startswith("AVX512")
 
 
