@@ -30,6 +30,13 @@ def test_d_model_not_divisible_by_heads_is_explained():
         ModelConfig(d_model=100, n_heads=8)
 
 
+def test_source_eos_is_an_encoder_decoder_s_option_and_says_what_a_source_ends_with():
+    assert ModelConfig().source_end == (ModelConfig().eos_id,)  # every source gets </s> appended
+    assert ModelConfig(source_eos=False).source_end == ()  # NLLB's legacy layout: the tokenizer wrote it
+    with pytest.raises(ConfigError, match="model.source_eos applies to an encoder_decoder's sources"):
+        ModelConfig(type="decoder_only", source_eos=False, share_embeddings=True)
+
+
 def test_unknown_key_suggests_the_closest():
     with pytest.raises(ConfigError, match=r"unknown key 'model\.n_head'.*did you mean 'n_heads'"):
         ModelConfig.from_dict({"n_head": 4})

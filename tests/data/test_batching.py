@@ -66,3 +66,7 @@ def test_collate_shifts_the_target_right_and_appends_eos():
     assert batch.tgt_in.tolist() == [[1, 7, 0], [1, 9, 10]]
     assert batch.tgt_out.tolist() == [[7, 2, 0], [9, 10, 2]]
     assert batch.tgt_tokens == 5
+    # model.source_eos false (NLLB's legacy layout: the tokenizer wrote `text </s> code`): the source as it is
+    legacy = collate([([5, 2, 30], [7]), ([8, 2, 31, 6], [9, 10])], pad_id=0, bos_id=1, eos_id=2, source_eos=False)
+    assert legacy.src.tolist() == [[5, 2, 30, 0], [8, 2, 31, 6]]
+    assert legacy.tgt_out.tolist() == batch.tgt_out.tolist()

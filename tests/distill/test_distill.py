@@ -20,6 +20,7 @@ from vaswani.config.distill import DistillConfig
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.distill import distill
 from vaswani.distill import teacher as passes
+from vaswani.distill.start import spread
 from vaswani.model_dir import load_weights
 from vaswani.train import checkpoint as ckpt
 from vaswani.translate.translator import Translator
@@ -147,17 +148,47 @@ def test_what_a_teacher_gets_wrong_is_not_taught():
         ("distill.beam=4", "unknown key 'distill.beam' (did you mean 'beam_size'?)"),
         ("distill.n_best=5", "distill.n_best (5) cannot exceed distill.beam_size (2); raise the beam"),
         ("distill.tokenizer=mine", "distill.tokenizer must be teacher or own, got 'mine'"),
+        ("distill.init=teacher --set distill.tokenizer=own", "distill.init: teacher copies the teacher's embeddings"),
+        ("distill.init=teacher --set model.d_ff=48", "the student's model.d_ff is 48 and the teacher's 64"),
+        ("distill.init=teacher --set model.n_layers=3", "the student's model.n_layers (3) is deeper than the"),
         ("finetune.aux_weight=1", "a distillation config has the sections model, data, train, decode and distill"),
     ],
 )
 def test_a_wrong_setting_is_one_line_naming_it(corpus, tmp_path, capsys, setting, message):
     root, teacher = corpus
     recipe = _recipe(root, tmp_path / "s.yaml")
-    assert main(["distill", str(teacher), str(recipe), str(tmp_path / "s"), "--set", setting]) == 2
+    settings = [x for one in setting.split(" --set ") for x in ("--set", one)]
+    assert main(["distill", str(teacher), str(recipe), str(tmp_path / "s"), *settings]) == 2
     err = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("vaswani: threads:")]
     assert len(err) == 1 and message in err[0], err
     assert main(["distill", str(tmp_path / "nothing"), str(recipe), str(tmp_path / "s")]) == 2
     assert "is not a model directory (no config.yaml): give the teacher's directory" in capsys.readouterr().err
+    assert not (tmp_path / "s" / "distill" / "chunks").exists()  # refused before the teacher's pass
+
+
+def test_layers_are_spread_over_the_teacher_s_stack_first_and_last_kept():
+    assert spread(4, 2) == [0, 3] and spread(6, 3) == [0, 2, 5] and spread(12, 1) == [0] and spread(3, 3) == [0, 1, 2]
+
+
+def test_a_student_started_from_its_teacher_holds_its_embeddings_and_spread_layers(corpus, tmp_path):
+    """distill.init: teacher (Shleifer & Rush's shrink and fine-tune): the 2-1 student's first weights are the
+    teacher's embeddings, its two encoder layers and its first decoder layer; trained, it stays near them."""
+    root, teacher = corpus
+    student = tmp_path / "student"
+    steps = ["train.lr_schedule=constant", "train.peak_lr=1e-3"]  # Adam: each weight moves about 1e-3 a step
+    distill(teacher, _recipe(root, tmp_path / "s.yaml", init="teacher"), student, steps)
+    theirs = load_weights(teacher / "model.safetensors")
+    start = load_weights(student / "distill" / "start" / "model.safetensors")
+    assert set(start) == set(load_weights(student / "model.safetensors"))  # every weight of the student, no other
+    for name, tensor in start.items():
+        if name != "output_words":
+            assert torch.equal(tensor, theirs[name]), name  # 2-1 of 2-2: the same names, decoder layer 1 left
+    assert not any(name.startswith("decoder.layers.1.") for name in start)
+    trained = load_weights(student / "model.safetensors")
+    moved = max((trained[n] - start[n]).abs().max().item() for n in start if n != "output_words")
+    assert 0 < moved < 0.01  # two steps from the teacher's weights, not from random ones
+    origin = json.loads((student / "vaswani.json").read_text())["origin"]
+    assert origin["distill"]["init"] == "teacher"
 
 
 @pytest.mark.slow

@@ -32,6 +32,11 @@ class DistillConfig:
     # teacher: the student reads and writes with the teacher's tokenizer (its vocabulary sizes and text
     # settings too); own: a tokenizer trained here on the distilled corpus, as `vaswani train` does.
     tokenizer: Literal["teacher", "own"] = "teacher"
+    # random: the student starts from random weights (Kim & Rush). teacher: from the teacher's (Shleifer & Rush
+    # 2020's shrink and fine-tune): its embeddings and, for each of the student's layers, one of the teacher's
+    # spread evenly over its stack, first and last kept (4 -> 2: layers 0 and 3; -> 1: layer 0); needs the
+    # teacher's tokenizer and layer shape (d_model, heads, d_ff, activation, norm placement, positions).
+    init: Literal["random", "teacher"] = "random"
     chunk_lines: int = 2000  # source lines per chunk of the teacher's pass: what a rerun or another process skips
 
     @classmethod
@@ -61,6 +66,12 @@ class DistillConfig:
             raise ConfigError(f"distill.original_weight must be 0 or more, got {self.original_weight!r}")
         if self.tokenizer not in ("teacher", "own"):
             raise ConfigError(f"distill.tokenizer must be teacher or own, got {self.tokenizer!r}")
+        if self.init not in ("random", "teacher"):
+            raise ConfigError(f"distill.init must be random or teacher, got {self.init!r}")
+        if self.init == "teacher" and self.tokenizer != "teacher":
+            raise ConfigError(
+                "distill.init: teacher copies the teacher's embeddings: it needs distill.tokenizer: teacher"
+            )
         if self.precision not in ("auto", "fp32", "bf16", "int8"):
             raise ConfigError(f"distill.precision must be auto, fp32, bf16 or int8, got {self.precision!r}")
 

@@ -68,6 +68,10 @@ class ModelConfig:
     pad_id: int = PAD_ID  # vaswani/special.py: the ids every vocabulary trained here gives its special tokens
     bos_id: int = BOS_ID  # the decoder's first input; may be pad_id (Marian's decoders start from PAD)
     eos_id: int = EOS_ID  # decoder_only: may equal pad_id and bos_id (GPT-2's one special token; see _validate)
+    # Every path that feeds the encoder appends eos_id to a source (the search, training's batches, alignment,
+    # CTranslate2's add_source_eos). false: a source ends as its tokenizer wrote it (NLLB's legacy layout,
+    # `tokens </s> code`: data/languages.py); an encoder_decoder's option.
+    source_eos: bool = True
     # Fine-tuning (decoder_only / encoder_only): a linear classifier over one pooled position, with this many
     # classes; 0: none. pool: the last real token (GPT; auto for decoder_only), the first (BERT's [CLS]
     # position; auto for encoder_only), or the mean of every real token's state (special tokens included).
@@ -85,6 +89,11 @@ class ModelConfig:
     @property
     def decoder_layers(self) -> int:
         return self.n_layers if self.n_decoder_layers is None else self.n_decoder_layers
+
+    @property
+    def source_end(self) -> tuple[int, ...]:
+        """What is appended to every source before the encoder reads it: (eos_id,), or nothing (source_eos)."""
+        return (self.eos_id,) if self.source_eos else ()
 
     @property
     def d_head(self) -> int:
@@ -149,6 +158,8 @@ class ModelConfig:
                 "model.pairs needs an encoder_only model with model.segments >= 2 (segment A and segment B), "
                 f"got type {self.type} with segments {self.segments}"
             )
+        if not self.source_eos and self.type != "encoder_decoder":
+            raise ConfigError(f"model.source_eos applies to an encoder_decoder's sources; remove it for {self.type}")
         if self.pool not in ("auto", "first", "last", "mean"):
             raise ConfigError(f"model.pool must be auto, first, last or mean, got {self.pool!r}")
 

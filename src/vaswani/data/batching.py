@@ -72,10 +72,11 @@ def collate(
     pad_id: int = PAD_ID,
     bos_id: int = BOS_ID,
     eos_id: int = EOS_ID,
+    source_eos: bool = True,
 ) -> Batch:
-    """Source gets EOS appended; the target becomes BOS + y (decoder input) and y + EOS (prediction).
-    Sides may be lists or numpy arrays of any integer type."""
-    S = max(len(s) for s, _ in pairs) + 1
+    """Source gets EOS appended (unless `source_eos` is False: model.source_eos); the target becomes BOS + y
+    (decoder input) and y + EOS (prediction). Sides may be lists or numpy arrays of any integer type."""
+    S = max(len(s) for s, _ in pairs) + source_eos
     T = max(len(t) for _, t in pairs) + 1
     src = np.full((len(pairs), S), pad_id, dtype=np.int64)
     tgt_in = np.full((len(pairs), T), pad_id, dtype=np.int64)
@@ -83,7 +84,8 @@ def collate(
     tokens = 0
     for row, (s, t) in enumerate(pairs):
         src[row, : len(s)] = s
-        src[row, len(s)] = eos_id
+        if source_eos:
+            src[row, len(s)] = eos_id
         tgt_in[row, 0] = bos_id
         tgt_in[row, 1 : len(t) + 1] = t
         tgt_out[row, : len(t)] = t

@@ -1,9 +1,11 @@
 """The languages of a many-to-many model (NLLB-200, M2M-100, mBART-50: pretrained/multilingual.py): each one's code
 token, and where the codes go.
 
-A source carries its own language's code before its text (`[deu_Latn] Ein Hund . </s>`); the decoder starts from its
-start token and its first output is forced to the target language's code (transformers' forced_bos_token_id), so
-that every row of a batch may ask for a pair of its own. Stored beside the tokenizer as `languages.json`.
+A source carries its own language's code before its text (`[deu_Latn] Ein Hund . </s>`), or, in NLLB's legacy
+layout (its tokenizer_config.json's `legacy_behaviour: true`), after its end (`Ein Hund . </s> [deu_Latn]`: the
+tokenizer writes that `</s>` and the model appends none, model.source_eos false); the decoder starts from its start
+token and its first output is forced to the target language's code (transformers' forced_bos_token_id), so that
+every row of a batch may ask for a pair of its own. Stored beside the tokenizer as `languages.json`.
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vaswani.data.corpus import DataError
+from vaswani.special import EOS_ID
 
 LANGUAGES_FILE = "languages.json"
+LAYOUTS = ("prefix", "suffix")  # where a source's code goes (Languages.source)
 # ISO 639-3 codes (NLLB's deu_Latn) of the languages the sentence splitter knows by their ISO 639-1 code
 _ISO_639_1 = {"eng": "en", "deu": "de", "fra": "fr", "spa": "es", "ita": "it", "nld": "nl", "dan": "da", "pol": "pl",
               "rus": "ru", "bul": "bg", "ell": "el", "hin": "hi", "mar": "mr", "zho": "zh", "amh": "am", "arb": "ar",
@@ -31,7 +35,8 @@ def iso_language(code: str) -> str:
 @dataclass
 class Languages:
     """`codes`: each language code and its token id; `source`: where a source's code goes (prefix: before its
-    text); `default_source`, `default_target`: the codes a request without one gets (None: it must name one)."""
+    text; suffix: after its text and </s>, NLLB's legacy layout); `default_source`, `default_target`: the codes a
+    request without one gets (None: it must name one)."""
 
     codes: dict[str, int]
     source: str = "prefix"
@@ -63,9 +68,21 @@ class Languages:
             )
         except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as error:
             raise DataError(f"{path} is not a languages file ({type(error).__name__}: {error}); import again") from None
-        if languages.source != "prefix":
-            raise DataError(f"{path}: source {languages.source!r} is not supported (prefix is)")
+        if languages.source not in LAYOUTS:
+            raise DataError(f"{path}: source {languages.source!r} is not a layout (prefix or suffix); import again")
         return languages
+
+    def coded(self, ids: list[int], code: int) -> list[int]:
+        """A source's ids with its language's `code` where the model reads it: `[code, *ids]`, or (suffix)
+        `[*ids, </s>, code]` (fairseq's </s>, EOS_ID). An empty source stays empty (it is not translated)."""
+        if not ids:
+            return []
+        return [*ids, EOS_ID, code] if self.source == "suffix" else [code, *ids]
+
+    def cut(self, ids: list[int], limit: int) -> list[int]:
+        """A coded source cut to `limit` ids: its end, where the suffix layout's </s> and code are, kept."""
+        tail = 2 if self.source == "suffix" and len(ids) > limit else 0
+        return [*ids[: limit - tail], *ids[len(ids) - tail :]]
 
     def listed(self) -> str:
         """Every code, sorted, for a one-line message (NLLB's 202 make a long line: the one that says it all)."""

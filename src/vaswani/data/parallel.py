@@ -130,8 +130,9 @@ def _flat(ids: list[list[int]], dtype) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _with_codes(tokenizer: Tokenizer, recipe: ParallelRecipe, src: list, tgt: list) -> tuple[list, list]:
-    """The ids of both sides with a many-to-many pair's language codes first (recipe.languages), as the model
-    reads a source and writes a target (data/languages.py); as they are otherwise."""
+    """The ids of both sides with a many-to-many pair's language codes (recipe.languages), as the model reads a
+    source (its code first, or after its end: data/languages.py) and writes a target (its code first); as they are
+    otherwise."""
     if recipe.languages is None:
         return src, tgt
     if tokenizer.languages is None:
@@ -139,9 +140,14 @@ def _with_codes(tokenizer: Tokenizer, recipe: ParallelRecipe, src: list, tgt: li
             "data.source_language and data.target_language are for fine-tuning a many-to-many model (NLLB-200, "
             "M2M-100, mBART-50), whose tokenizer has language codes: leave them out"
         )
-    source = tokenizer.languages.id(recipe.languages[0], "source")
-    target = tokenizer.languages.id(recipe.languages[1], "target")
-    return [[source, *ids] if ids else [] for ids in src], [[target, *ids] if ids else [] for ids in tgt]
+    languages = tokenizer.languages
+    source, target = languages.id(recipe.languages[0], "source"), languages.id(recipe.languages[1], "target")
+    return [languages.coded(ids, source) for ids in src], [[target, *ids] if ids else [] for ids in tgt]
+
+
+def _cut(tokenizer: Tokenizer, ids: list, limit: int) -> list:
+    """A source cut to `limit` ids, a many-to-many model's code kept where it is (data/languages.py)."""
+    return ids[:limit] if tokenizer.languages is None else tokenizer.languages.cut(ids, limit)
 
 
 def _encode_chunk(job: tuple) -> dict:
@@ -156,7 +162,7 @@ def _encode_chunk(job: tuple) -> dict:
         kept = [i for i, (s, t) in enumerate(zip(src_text, tgt_text, strict=True)) if s and t]
         src = tokenizer.encode_src([src_text[i] for i in kept])
         src, tgt = _with_codes(tokenizer, r, src, tokenizer.encode_tgt([tgt_text[i] for i in kept]))
-        src, tgt = [ids[: r.max_len] for ids in src], [ids[: r.max_len] for ids in tgt]
+        src, tgt = [_cut(tokenizer, ids, r.max_len) for ids in src], [ids[: r.max_len] for ids in tgt]
         report = FilterReport(total=len(src_text), kept=len(kept))
         if len(kept) < len(src_text):
             report.removed["empty source or target"] = len(src_text) - len(kept)

@@ -175,10 +175,12 @@ class Tokenizer:
 
     @functools.cached_property
     def code_pieces(self) -> frozenset[str]:
-        """A many-to-many model's language code pieces (no word of the text: translate/align.py); empty otherwise."""
+        """A many-to-many model's language code pieces, and the </s> before a code in NLLB's legacy layout (no word
+        of the text: translate/align.py); empty otherwise."""
         if self.languages is None:
             return frozenset()
-        return frozenset(self.src.id_to_piece(i) for i in self.languages.codes.values())
+        ends = [EOS_ID] if self.languages.source == "suffix" else []
+        return frozenset(self.src.id_to_piece(i) for i in [*self.languages.codes.values(), *ends])
 
     @property
     def mask_id(self) -> int | None:

@@ -130,7 +130,7 @@ class CTranslate2Engine:
         # length_penalty of 1 would average it per token).
         alpha = 0.0 if decode.sampling or decode.beam_size == 1 else decode.length_penalty
         for chunk in length_batches(sources, decode.batch_size):
-            lengths = torch.tensor([len(sources[i]) + 1 for i in chunk])  # with EOS, as our search counts
+            lengths = torch.tensor([len(sources[i]) + len(c.source_end) for i in chunk])  # as our search counts
             limit = int(length_limits(lengths, c, decode.max_len_a, decode.max_len_b).max())
             options = dict(
                 max_batch_size=0,

@@ -186,8 +186,10 @@ class TorchEngine:
 
         c, device = self.model.config, next(self.model.parameters()).device
         word = next(i for i in range(c.src_vocab_size) if i not in (c.pad_id, c.bos_id, c.eos_id))  # any word
-        sentences = collate([([word] * 3, []), ([word], [])], c.pad_id, c.bos_id, c.eos_id).src.to(device)  # padded
-        empty = collate([([], [])] * 2, c.pad_id, c.bos_id, c.eos_id).src.to(device)  # EOS alone: one-token sources
+        special = (c.pad_id, c.bos_id, c.eos_id, c.source_eos)
+        sentences = collate([([word] * 3, []), ([word], [])], *special).src.to(device)  # padded
+        shortest = [] if c.source_eos else [word]  # EOS alone, or one word: one-token sources
+        empty = collate([(shortest, [])] * 2, *special).src.to(device)
         precision = self.choose_precision(request).precision
         three = DecodeRequest.of(max_len_a=0.0, max_len_b=3, min_len=3)
         beam = three.replace(beam_size=max(2, beam_size, request.decode.beam_size))

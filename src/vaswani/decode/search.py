@@ -166,7 +166,7 @@ class _Batches:
 
     def _src(self, sources: Sequence[Sequence[int]]) -> Tensor:
         c = self.model.config
-        return collate([(s, []) for s in sources], c.pad_id, c.bos_id, c.eos_id).src.to(self.device)
+        return collate([(s, []) for s in sources], c.pad_id, c.bos_id, c.eos_id, c.source_eos).src.to(self.device)
 
     def _step(self, src: Tensor, terms: Sequence[Sequence[int]] = ()) -> DecodeStep | None:
         if self.shortlist is None:

@@ -2,7 +2,8 @@
 (any translation model directory: trained here or imported, OPUS-MT too) translates the training sources of CONFIG
 (distill/teacher.py: chunked, resumable, sharded over torchrun's processes); its translations that pass the filters
 are the student's targets, optionally mixed with the original pairs; the student (CONFIG's model section: a preset
-such as student-6-1, or any shape) is trained on them by the trainer, as `vaswani train` trains, resumable too.
+such as student-6-1, or any shape), from random weights or from some of the teacher's layers (distill/start.py),
+is trained on them by the trainer, as `vaswani train` trains, resumable too.
 
 The student's directory is a model directory like any other; its vaswani.json records the teacher, the
 distillation settings and what the filters kept; STUDENT/distill/ holds the teacher's translations and the
@@ -19,6 +20,7 @@ from vaswani import atomic
 from vaswani.config import Config, ConfigError, apply_overrides
 from vaswani.config.distill import DistillConfig
 from vaswani.config.recipe import load_values
+from vaswani.distill import start
 from vaswani.distill import teacher as passes
 from vaswani.model_dir import CheckpointError
 
@@ -97,6 +99,8 @@ def distill(
     teacher_config = Config.load(teacher_dir / "config.yaml")
     work = student_dir / WORK
     config = student_config(values, teacher_config, settings, work)
+    if settings.init == "teacher":  # before the teacher's pass: a student that cannot start from it is told now
+        start.check_shape(teacher_config.model, config.model)
     rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
     console = console or stderr_console()
 
@@ -129,8 +133,14 @@ def distill(
     if rank == 0 and settings.tokenizer == "teacher" and not Tokenizer.present(student_dir):
         Tokenizer.load(teacher_dir).save(student_dir)
     barrier(world)
+    init_from = None
+    if settings.init == "teacher":
+        if rank == 0:
+            start.write_start(teacher_dir, teacher_config, config, work)
+        barrier(world)
+        init_from = work / start.START
     origin = {"distilled_from": str(teacher_dir.resolve()), "distill": settings.to_dict(), "distilled_pairs": report}
-    return Trainer(config, student_dir, console, origin=origin).train()
+    return Trainer(config, student_dir, console, init_from=init_from, origin=origin).train()
 
 
 def _start_pass(student_dir: Path, stamp: dict, rank: int, world: int, log) -> None:

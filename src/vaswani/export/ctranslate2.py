@@ -136,7 +136,7 @@ def build_spec(model: Transformer, tokenizer: Tokenizer):
             raise ExportError(f"the {name} vocabulary has {wrong} where CTranslate2 needs {expected}")
     spec.register_source_vocabulary(src_vocab)
     spec.register_target_vocabulary(tgt_vocab)
-    spec.config.add_source_eos = True  # our encoder reads every source with EOS appended
+    spec.config.add_source_eos = c.source_eos  # as our encoder reads a source: EOS appended (or written: legacy NLLB)
     spec.config.decoder_start_token = tgt_vocab[c.bos_id]
     spec.config.layer_norm_epsilon = c.layer_norm_eps
     return spec

@@ -8,14 +8,14 @@ and mBART-50 (MBartForConditionalGeneration, mbart). What they do differently fr
 - mBART: a LayerNorm on the embeddings (model.embedding_norm) and a bias on the logits (model.output_bias).
 - The decoder starts from EOS (decoder_start_token_id) and its first output is forced to the target language's
   code (generate's forced_bos_token_id): `languages.json` (data/languages.py) names every code and how a source
-  carries its own (NLLB and mBART-50: `[code] text </s>`).
+  carries its own (NLLB and mBART-50: `[code] text </s>`; NLLB's legacy layout, tokenizer_config.json's
+  `legacy_behaviour: true`: `text </s> [code]`, with model.source_eos false: the tokenizer writes the </s>).
 - The tokenizer is the checkpoint's tokenizer.json, read by `tokenizers` (data/hf_tokenizer.py): the pieces
   transformers gives, token for token, without transformers. Without one (the hub's mBART-50, M2M-100): its
   SentencePiece model numbered as fairseq's dictionary (vocab.json, as Marian's: data/tokenizer.py VocabPieces).
 
-Refused, in one line: unequal encoder/decoder widths or heads, an activation we do not have, NLLB's legacy source
-layout (`legacy_behaviour: true`: the code after `</s>`), a checkpoint without a tokenizer, the generation
-settings our search does not follow (pretrained/__init__.py, GENERATION_UNSUPPORTED).
+Refused, in one line: unequal encoder/decoder widths or heads, an activation we do not have, a checkpoint without a
+tokenizer, the generation settings our search does not follow (pretrained/__init__.py, GENERATION_UNSUPPORTED).
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from vaswani.pretrained import (
     same_tensor,
 )
 from vaswani.pretrained.marian import decode_section, stacks
+from vaswani.special import EOS_ID
 
 EPS = 1e-5  # nn.LayerNorm's default, fixed in modeling_m2m_100.py and modeling_mbart.py
 OFFSET = 2  # positions start at padding_idx + 1 (fairseq's make_positions; mBART's learned table's offset)
@@ -128,19 +129,16 @@ def model_section(hf: dict, kind: str, path: Path) -> dict:
         raise PretrainedError(f"{path} has no {missing.args[0]}; is it this model's config.json?") from None
 
 
-def _refuse_legacy(src: Path, settings: dict) -> None:
-    if settings.get("legacy_behaviour"):
-        raise PretrainedError(
-            f"{src / 'tokenizer_config.json'}: legacy_behaviour: true (the language code after </s>) is not "
-            "supported; set it to false (transformers' default) to import"
-        )
+def source_layout(src: Path) -> str:
+    """Where a source's code goes (Languages.source): NllbTokenizer's `legacy_behaviour: true` puts it after the
+    text and </s> (suffix), else before the text (prefix)."""
+    return "suffix" if read_json(src / "tokenizer_config.json", {}).get("legacy_behaviour") is True else "prefix"
 
 
 def languages_of(src: Path, kind: str, vocab_size: int) -> Languages:
     """The language codes the tokenizer holds (tokenizer.json's added tokens that look like one), by id, and how a
     source carries its language (tokenizer_config.json)."""
     path = src / "tokenizer.json"
-    _refuse_legacy(src, read_json(src / "tokenizer_config.json", {}))
     added = read_json(path).get("added_tokens", [])
     codes = {
         t["content"].strip("_"): t["id"] for t in added if CODE[kind].fullmatch(t["content"]) and t["id"] < vocab_size
@@ -148,7 +146,7 @@ def languages_of(src: Path, kind: str, vocab_size: int) -> Languages:
     if not codes:
         raise PretrainedError(f"{path} holds no language codes; is it this model's tokenizer?")
     # tokenizer_config.json's src_lang is whatever the tokenizer was last set to, not the model's: no default source
-    return Languages(codes, source="prefix")
+    return Languages(codes, source=source_layout(src))
 
 
 def _listed_codes(src: Path, settings: dict, kind: str) -> tuple[dict[str, int], list[str]]:
@@ -190,7 +188,7 @@ def _numbered(
     spm_bytes = spm_path.read_bytes()
     files: dict[str, Path | bytes] = {"source.spm": spm_bytes, "target.spm": spm_bytes}
     files["vocab.json"] = json.dumps(numbered, ensure_ascii=False).encode()
-    return Languages({token.strip("_"): i for token, i in codes.items()}, source="prefix"), files
+    return Languages({token.strip("_"): i for token, i in codes.items()}, source=source_layout(src)), files
 
 
 def spm_tokenizer(src: Path, kind: str, vocab_size: int) -> tuple[Languages, dict[str, Path | bytes]]:
@@ -201,7 +199,6 @@ def spm_tokenizer(src: Path, kind: str, vocab_size: int) -> tuple[Languages, dic
     import sentencepiece as spm
 
     settings = read_json(src / "tokenizer_config.json", {})
-    _refuse_legacy(src, settings)
     path = src / Path(str(settings.get("vocab_file") or SPM)).name
     if not path.is_file():
         path = src / SPM
@@ -267,6 +264,10 @@ def convert(src: Path, hf: dict) -> tuple[Config, dict[str, torch.Tensor], dict[
         files = {"tokenizer.json": src / "tokenizer.json"}
         if (src / "tokenizer_config.json").is_file():  # how transformers decodes (clean_up_tokenization_spaces)
             files["tokenizer_config.json"] = src / "tokenizer_config.json"
+    if languages.source == "suffix":  # the tokenizer writes `</s> code` after the text: the search appends nothing
+        if model["eos_id"] != EOS_ID:
+            raise PretrainedError(f"{src / 'config.json'}: eos_token_id {model['eos_id']} is not fairseq's {EOS_ID}")
+        model["source_eos"] = False
     generation = generation_settings(src, hf, allowed=("forced_bos_token_id",))
     decode = decode_section(generation, model["max_positions"], model["pad_id"], model["bos_id"], model["eos_id"], src)
     forced = generation.get("forced_bos_token_id")

@@ -98,7 +98,7 @@ class EpochBatches(torch.utils.data.Dataset):
         epoch: int,
         seed: int,
         config: DataConfig,
-        special: tuple[int, int, int] = (PAD_ID, BOS_ID, EOS_ID),
+        special: tuple[int, int, int, bool] = (PAD_ID, BOS_ID, EOS_ID, True),
     ) -> None:
         self.split, self.tokenizer, self.special = data.prepared.train, data.tokenizer, special
         self.directory = data.prepared.directory
@@ -160,10 +160,10 @@ def batch_stream(
     epoch: int,
     position: int,
     reader: Reader,
-    special: tuple[int, int, int] = (PAD_ID, BOS_ID, EOS_ID),
+    special: tuple[int, int, int, bool] = (PAD_ID, BOS_ID, EOS_ID, True),
 ):
     """(epoch, position after this batch, Batch) of this rank, from (epoch, position) on, for ever.
-    `special`: the model's (pad_id, bos_id, eos_id), which collating writes (an imported model's differ).
+    `special`: the model's (pad_id, bos_id, eos_id, source_eos), which collating writes (an imported model's differ).
 
     The global order of an epoch's batches is fixed by (seed, epoch); rank r takes batch
     order[p + r] at positions p = position, position + world, ...; an epoch's last batches that

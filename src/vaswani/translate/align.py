@@ -131,17 +131,17 @@ def alignments(
     pairs = []
     for translation, src_ids in zip(translations, encoded, strict=True):
         tokens = translation.candidates[0].tokens if translation.candidates and src_ids else []
-        pairs.append((src_ids[: c.max_positions - 1], tokens[: c.max_positions - 1]))
+        pairs.append((src_ids[: c.max_positions - len(c.source_end)], tokens[: c.max_positions - 1]))
     crosses: list[torch.Tensor | None] = [None] * len(pairs)
     todo = sorted((i for i, (s, t) in enumerate(pairs) if s and t), key=lambda i: len(pairs[i][0]))
     for first in range(0, len(todo), batch):
         chosen = todo[first : first + batch]
-        src = _padded([[*pairs[i][0], c.eos_id] for i in chosen], c.pad_id, device)  # (B, S + 1)
+        src = _padded([[*pairs[i][0], *c.source_end] for i in chosen], c.pad_id, device)  # (B, S + 1)
         tgt_in = _padded([[c.bos_id, *pairs[i][1]] for i in chosen], c.pad_id, device)  # (B, T + 1)
         weights = model.attention_weights(src, tgt_in).cross
         cross = torch.stack([weights[i] for i in layers]).float().mean(dim=(0, 2)).cpu()  # (B, T + 1, S + 1)
         for row, i in enumerate(chosen):
-            s, t = len(pairs[i][0]) + 1, len(pairs[i][1]) + 1
+            s, t = len(pairs[i][0]) + len(c.source_end), len(pairs[i][1]) + 1
             crosses[i] = cross[row, :t, :s]
     out = []
     for translation, (src_ids, tgt_ids), cross in zip(translations, pairs, crosses, strict=True):
@@ -153,7 +153,7 @@ def alignments(
         tgt_pieces = [tokenizer.tgt.id_to_piece(i) for i in tgt_ids]
         links = align(
             cross,
-            [*piece_words(src_pieces, len(source), tokenizer.code_pieces), None],
+            [*piece_words(src_pieces, len(source), tokenizer.code_pieces), *(None for _ in c.source_end)],
             [*piece_words(tgt_pieces, len(target), tokenizer.code_pieces), None],
             len(source),
         )

@@ -166,7 +166,7 @@ def forced_log_probs(model, src_ids: list[int], candidates: list[list[int]], aft
     it), the whole vocabulary's (n, T + 1, V) or, with `pick`, each token's, EOS last (n, T + 1), on the host."""
     c, device = model.config, next(model.parameters()).device
     longest = max(len(t) for t in candidates) + 1
-    src = torch.tensor([[*src_ids, c.eos_id]] * len(candidates), device=device)  # (n, S + 1)
+    src = torch.tensor([[*src_ids, *c.source_end]] * len(candidates), device=device)  # (n, S + 1)
     tgt_in = torch.full((len(candidates), longest), c.pad_id, dtype=torch.long, device=device)
     tgt_out = torch.full_like(tgt_in, c.pad_id)
     for row, tokens in enumerate(candidates):

@@ -183,8 +183,8 @@ class Translator:
 
     @property
     def max_source_tokens(self) -> int:
-        """Longest source the model takes, in tokens, before the EOS it appends."""
-        return self.model.config.max_positions - 1
+        """Longest source the model takes, in tokens, before the EOS it appends (model.source_end)."""
+        return self.model.config.max_positions - len(self.model.config.source_end)
 
     def request(
         self,
@@ -255,7 +255,7 @@ class Translator:
         if languages is not None:
             self.forced(target_language, len(sentences))
             code = languages.id(source_language, "source")
-            return [[code, *ids] if ids else [] for ids in self.tokenizer.encode_src(texts)]
+            return [languages.coded(ids, code) for ids in self.tokenizer.encode_src(texts)]
         if target_language is not None and not isinstance(target_language, str):
             raise ValueError("a target language per sentence needs a many-to-many model (NLLB, M2M-100, mBART-50)")
         piece = self.language_token(target_language)
@@ -356,8 +356,13 @@ class Translator:
                 truncated.add(i)
                 if warn is not None:
                     warn(i, f"{len(x)} tokens, more than the model's {limit}: translated the first {limit}")
-                ids[i] = x[:limit]
+                ids[i] = self._source_cut(x)
         return truncated
+
+    def _source_cut(self, ids: list[int]) -> list[int]:
+        """Source ids cut to `max_source_tokens` (a many-to-many model's code kept where it is)."""
+        limit, languages = self.max_source_tokens, self.tokenizer.languages
+        return ids[:limit] if languages is None else languages.cut(ids, limit)
 
     def check_languages(self, target_language: str | None, source_language: str | None) -> None:
         """The languages a request names, checked before any input is read (one line listing the model's): a
@@ -476,7 +481,7 @@ class Translator:
         tgt_ids = self.tokenizer.encode_tgt([self._normalise(target)])[0]
         limit = self.max_source_tokens
         truncated = len(src_ids) > limit or len(tgt_ids) > limit
-        src_ids, tgt_ids = src_ids[:limit], tgt_ids[:limit]
+        src_ids, tgt_ids = self._source_cut(src_ids), tgt_ids[:limit]
         log_prob = self._log_prob(src_ids, tgt_ids)
         candidate = Candidate(target, tgt_ids, log_prob, log_prob)
         return self._with_attention(Translation(source, [candidate], truncated=truncated), src_ids, tgt_ids)
@@ -484,7 +489,7 @@ class Translator:
     def _pair(self, src_ids: list[int], tgt_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         c, device = self.model.config, next(self.model.parameters()).device
         return (
-            torch.tensor([[*src_ids, c.eos_id]], device=device),
+            torch.tensor([[*src_ids, *c.source_end]], device=device),
             torch.tensor([[c.bos_id, *tgt_ids]], device=device),
         )
 
@@ -504,7 +509,7 @@ class Translator:
         groups = (weights.encoder, weights.decoder_self, weights.cross)
         weights = AttentionWeights(*([w[0].float().cpu() for w in group] for group in groups))
         pieces = self.tokenizer
-        src_pieces = [pieces.src.id_to_piece(i) for i in src_ids] + ["</s>"]
+        src_pieces = [pieces.src.id_to_piece(i) for i in [*src_ids, *self.model.config.source_end]]
         tgt_pieces = [pieces.tgt.id_to_piece(i) for i in tgt_ids] + ["</s>"]
         return dataclasses.replace(translation, attention=weights, src_pieces=src_pieces, tgt_pieces=tgt_pieces)
 

@@ -90,9 +90,10 @@ class Translation(Task):
         original = load_run_data(prepared, tokenizer, d)
         return original, EpochPlan(original, d.max_tokens, c.train.seed + 1)
 
-    def _special(self) -> tuple[int, int, int]:
+    def _special(self) -> tuple[int, int, int, bool]:
+        """collate's ids and its source_eos, as the model reads a batch."""
         m = self.config.model
-        return m.pad_id, m.bos_id, m.eos_id
+        return m.pad_id, m.bos_id, m.eos_id, m.source_eos
 
     def model_config(self, data: RunData) -> ModelConfig:
         return dataclasses.replace(
@@ -215,7 +216,7 @@ class Translation(Task):
         total = tokens = 0.0
         words = model.output_ids()
         for indices in token_batches(lengths, c.data.max_tokens, seed=0):
-            batch = collate([data.valid[i] for i in indices], c.model.pad_id, c.model.bos_id, c.model.eos_id)
+            batch = collate([data.valid[i] for i in indices], *self._special())
             batch = batch.to(device)
             loss, n = label_smoothed_cross_entropy(
                 model.hidden_states(batch.src, batch.tgt_in),
