@@ -33,10 +33,11 @@ from vaswani.decode.shortlist import FILE as SHORTLIST_FILE
 from vaswani.decode.shortlist import FREQUENT, TOP, Shortlist, Vocabularies, check_sizes
 from vaswani.decode.shortlist import learn as learn_shortlist
 from vaswani.families import TRANSLATE, family
-from vaswani.model_dir import load_model, load_tokenizer
+from vaswani.model_dir import WEIGHTS, load_model, load_tokenizer
 from vaswani.nn import Transformer
 from vaswani.nn.transformer import AttentionWeights
 from vaswani.runtime.device import pick_device
+from vaswani.runtime.mapped import map_lookups
 from vaswani.runtime.precision import Choice, check
 from vaswani.translate.align import Alignment, alignments
 from vaswani.translate.term_placement import continuations, forced_log_probs, with_terms
@@ -173,7 +174,11 @@ class Translator:
         if engine == "torch":
             if words is not None:
                 words.check(config.model.src_vocab_size, config.model.tgt_vocab_size, str(where))
-            return cls(model, tokenizer, config, TorchEngine(model, precision, owned=True, shortlist=words))
+            translator = cls(model, tokenizer, config, TorchEngine(model, precision, owned=True, shortlist=words))
+            # the embeddings read a row a token: from the weights file, mapped (the output matrix too where its
+            # projection runs on a packed or int8 copy, or on a shortlist's rows)
+            map_lookups(model, Path(model_dir) / WEIGHTS, model.output_projection is not None or words is not None)
+            return translator
         ct2 = CTranslate2Engine(model_dir, config.model, tokenizer, device, compute_type)
         return cls(model, tokenizer, config, ct2)
 
