@@ -33,7 +33,7 @@ def test_d_model_not_divisible_by_heads_is_explained():
 def test_source_eos_is_an_encoder_decoder_s_option_and_says_what_a_source_ends_with():
     assert ModelConfig().source_end == (ModelConfig().eos_id,)  # every source gets </s> appended
     assert ModelConfig(source_eos=False).source_end == ()  # NLLB's legacy layout: the tokenizer wrote it
-    with pytest.raises(ConfigError, match="model.source_eos applies to an encoder_decoder's sources"):
+    with pytest.raises(ConfigError, match=r"model\.source_eos applies to an encoder_decoder's sources"):
         ModelConfig(type="decoder_only", source_eos=False, share_embeddings=True)
 
 

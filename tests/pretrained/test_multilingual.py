@@ -354,15 +354,23 @@ def test_our_ctranslate2_export_translates_as_ctranslate2_s_own_converter(
 def test_a_glossary_s_terms_come_out_as_written_in_the_language_asked_for(imported, lines, beams):
     kind, _, model_dir, _, _ = imported
     translator = Translator.load(model_dir, "cpu")
-    codes = dict(target_language=CODES[kind]["fr"], source_language=CODES[kind]["de"])
+    found = terms_as_written(
+        translator, lines, beams, target_language=CODES[kind]["fr"], source_language=CODES[kind]["de"]
+    )
+    assert all(t.candidates[0].tokens[0] == found[0].candidates[0].tokens[0] for t in found)  # the code first
+
+
+def terms_as_written(translator, lines, beams: int, **codes):
+    """A glossary's terms that the model would never choose come out as whole words, written as given; sentences
+    without terms translate as without the glossary. Returns the translations with it."""
     sample = ["Ein Mann und ein Hund laufen.", "Zwei Frauen sitzen auf einer Bank.", *lines[:6]]
     plain = translator.translate_with_details(sample, beam_size=beams, **codes)
     request = translator.request(beam_size=beams, glossary={"Hund": "Zebrastreifen", "Bank": "Quittung"})
     found = translator.translate_with_details(sample, request, **codes)
     words = [re.findall(r"\w+", t.text) for t in found]  # whole words, not substrings
     assert "Zebrastreifen" in words[0] and "Quittung" in words[1], [t.text for t in found[:2]]
-    assert all(t.candidates[0].tokens[0] == found[0].candidates[0].tokens[0] for t in found)  # the code first
     assert [t.text for t in found[2:]] == [t.text for t in plain[2:]]  # sentences without terms: as without
+    return found
 
 
 def test_n_best_and_int8_keep_the_language_asked_for(imported, lines):

@@ -4,7 +4,6 @@ transformers' tokenizer and `generate` with that layout, and carried through eve
 (glossaries, alignment and markup, CTranslate2, fine-tuning)."""
 
 import json
-import re
 import shutil
 
 import pytest
@@ -12,7 +11,7 @@ import torch
 
 from tests.helpers.hf_models import multi30k
 from tests.helpers.multilingual_models import CODES, save_multilingual
-from tests.pretrained.test_multilingual import _pair_recipe
+from tests.pretrained.test_multilingual import _pair_recipe, terms_as_written
 from vaswani.cli import main
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.decode.search import PerSource, search_ids
@@ -125,13 +124,8 @@ def test_glossaries_alignment_and_markup_read_the_text_not_the_code(legacy, line
     _, model_dir, _, _ = legacy
     translator = Translator.load(model_dir, "cpu")
     codes = dict(target_language=FR, source_language=DE)
+    terms_as_written(translator, lines, beams, **codes)
     sample = ["Ein Mann und ein Hund laufen.", "Zwei Frauen sitzen auf einer Bank.", *lines[:6]]
-    plain = translator.translate_with_details(sample, beam_size=beams, **codes)
-    request = translator.request(beam_size=beams, glossary={"Hund": "Zebrastreifen", "Bank": "Quittung"})
-    found = translator.translate_with_details(sample, request, **codes)
-    words = [re.findall(r"\w+", t.text) for t in found]  # whole words, not substrings
-    assert "Zebrastreifen" in words[0] and "Quittung" in words[1], [t.text for t in found[:2]]
-    assert [t.text for t in found[2:]] == [t.text for t in plain[2:]]
     aligned = translator.translate_with_details(sample, translator.request(beam_size=beams, alignment=True), **codes)
     for translation in aligned:  # every source word's links are target words: the code and </s> are no word
         targets = len(translation.alignment.target)
