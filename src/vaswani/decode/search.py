@@ -94,7 +94,8 @@ def search_ids(
     shortlist: Shortlist | None = None,
     asked: PerSource | None = None,
 ) -> list[list[Hypothesis]]:
-    """Translate tokenized sources (without EOS) in batches of similar length; results in input order.
+    """Translate tokenized sources (without the EOS appended to each: model.source_end) in batches of similar length;
+    results in input order.
 
     Greedy search where the request is greedy (DecodeRequest.greedy), else beam search; with decode.sampling,
     `n_best` samples per sentence. `asked`: what each source asks of its output besides the request (PerSource: a

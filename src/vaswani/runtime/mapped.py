@@ -40,10 +40,13 @@ def map_lookups(model: nn.Module, path: Path, output_on_copy: bool) -> list[str]
     found = lookup_parameters(model, output_on_copy)
     if not found or next(iter(found.values()))[0].device.type != "cpu":
         return []
-    with open(path, "rb") as f:
-        size = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(size))
-        mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+    try:
+        with open(path, "rb") as f:
+            size = struct.unpack("<Q", f.read(8))[0]
+            header = json.loads(f.read(size))
+            mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+    except (OSError, ValueError, struct.error):  # a file system without mappings: the memory of their own is kept
+        return []
     mapped = []
     for parameter, names in found.values():
         name = next((n for n in names if n in header), None)
