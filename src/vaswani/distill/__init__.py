@@ -33,7 +33,7 @@ _TOKENIZER_DATA_KEYS = ("tokenizer", "vocab_size", "lowercase")
 def student_config(values: dict, teacher: Config, settings: DistillConfig, work: Path) -> Config:
     """The student's recipe: CONFIG's sections, its training data the distilled corpus (and the original pairs,
     weighted, when distill.original_weight is above 0); with the teacher's tokenizer, the teacher's vocabulary and
-    text settings."""
+    text settings. A ConfigError where the student cannot start from the teacher as distill.init asks."""
     unknown = set(values) - {"model", "data", "train", "decode"}
     if unknown:
         raise ConfigError(
@@ -55,7 +55,10 @@ def student_config(values: dict, teacher: Config, settings: DistillConfig, work:
         model.pop("vocab_size", None)
         for key in _TOKENIZER_DATA_KEYS:
             data[key] = getattr(teacher.data, key)
-    return Config.from_dict({**values, "model": model, "data": data})
+    config = Config.from_dict({**values, "model": model, "data": data})
+    if settings.init == "teacher":  # before the teacher's pass: a student that cannot start from it is told now
+        start.check_shape(teacher.model, config.model)
+    return config
 
 
 def original_pairs(values: dict) -> tuple[list[str], list[str]]:
@@ -99,8 +102,6 @@ def distill(
     teacher_config = Config.load(teacher_dir / "config.yaml")
     work = student_dir / WORK
     config = student_config(values, teacher_config, settings, work)
-    if settings.init == "teacher":  # before the teacher's pass: a student that cannot start from it is told now
-        start.check_shape(teacher_config.model, config.model)
     rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
     console = console or stderr_console()
 
@@ -133,14 +134,23 @@ def distill(
     if rank == 0 and settings.tokenizer == "teacher" and not Tokenizer.present(student_dir):
         Tokenizer.load(teacher_dir).save(student_dir)
     barrier(world)
-    init_from = None
-    if settings.init == "teacher":
-        if rank == 0:
-            start.write_start(teacher_dir, teacher_config, config, work)
-        barrier(world)
-        init_from = work / start.START
+    init_from = _first_weights(teacher_dir, teacher_config, config, settings, work, rank, world)
     origin = {"distilled_from": str(teacher_dir.resolve()), "distill": settings.to_dict(), "distilled_pairs": report}
     return Trainer(config, student_dir, console, init_from=init_from, origin=origin).train()
+
+
+def _first_weights(
+    teacher_dir: Path, teacher: Config, config: Config, settings: DistillConfig, work: Path, rank: int, world: int
+) -> Path | None:
+    """Where the student's first weights are (distill.init teacher: written by the first process), or None: random."""
+    from vaswani.train.distributed import barrier
+
+    if settings.init != "teacher":
+        return None
+    if rank == 0:
+        start.write_start(teacher_dir, teacher, config, work)
+    barrier(world)
+    return work / start.START
 
 
 def _start_pass(student_dir: Path, stamp: dict, rank: int, world: int, log) -> None:
