@@ -145,11 +145,6 @@ def _with_codes(tokenizer: Tokenizer, recipe: ParallelRecipe, src: list, tgt: li
     return [languages.coded(ids, source) for ids in src], [[target, *ids] if ids else [] for ids in tgt]
 
 
-def _cut(tokenizer: Tokenizer, ids: list, limit: int) -> list:
-    """A source cut to `limit` ids, a many-to-many model's code kept where it is (data/languages.py)."""
-    return ids[:limit] if tokenizer.languages is None else tokenizer.languages.cut(ids, limit)
-
-
 def _encode_chunk(job: tuple) -> dict:
     """Decode, normalise, encode and filter one chunk; returns arrays of the kept pairs, in order."""
     split, paths, first, raw_src, raw_tgt = job
@@ -162,7 +157,7 @@ def _encode_chunk(job: tuple) -> dict:
         kept = [i for i, (s, t) in enumerate(zip(src_text, tgt_text, strict=True)) if s and t]
         src = tokenizer.encode_src([src_text[i] for i in kept])
         src, tgt = _with_codes(tokenizer, r, src, tokenizer.encode_tgt([tgt_text[i] for i in kept]))
-        src, tgt = [_cut(tokenizer, ids, r.max_len) for ids in src], [ids[: r.max_len] for ids in tgt]
+        src, tgt = [tokenizer.cut_source(ids, r.max_len) for ids in src], [ids[: r.max_len] for ids in tgt]
         report = FilterReport(total=len(src_text), kept=len(kept))
         if len(kept) < len(src_text):
             report.removed["empty source or target"] = len(src_text) - len(kept)

@@ -154,6 +154,10 @@ class Tokenizer:
     def tgt_vocab_size(self) -> int:
         return self.tgt.get_piece_size()
 
+    def cut_source(self, ids: list[int], limit: int) -> list[int]:
+        """Source ids cut to `limit`, a many-to-many model's code kept where it is (data/languages.py)."""
+        return ids[:limit] if self.languages is None else self.languages.cut(ids, limit)
+
     def encode_src(self, lines: Sequence[str], alpha: float = 0.0, seed: int = 0) -> list[list[int]]:
         return _encode(self.src, lines, alpha, seed)
 

@@ -77,7 +77,6 @@ def write_start(teacher_dir: Path, teacher: Config, student: Config, work: Path)
     """STUDENT/distill/start/ with the student's first weights (written once, atomically); its path."""
     directory = work / START
     if not (directory / WEIGHTS).is_file():
-        check_shape(teacher.model, student.model)
         weights = start_weights(load_weights(teacher_dir / WEIGHTS), teacher.model, student.model)
         directory.mkdir(parents=True, exist_ok=True)
         save_weights(weights, directory / WEIGHTS)

@@ -361,13 +361,8 @@ class Translator:
                 truncated.add(i)
                 if warn is not None:
                     warn(i, f"{len(x)} tokens, more than the model's {limit}: translated the first {limit}")
-                ids[i] = self._source_cut(x)
+                ids[i] = self.tokenizer.cut_source(x, limit)
         return truncated
-
-    def _source_cut(self, ids: list[int]) -> list[int]:
-        """Source ids cut to `max_source_tokens` (a many-to-many model's code kept where it is)."""
-        limit, languages = self.max_source_tokens, self.tokenizer.languages
-        return ids[:limit] if languages is None else languages.cut(ids, limit)
 
     def check_languages(self, target_language: str | None, source_language: str | None) -> None:
         """The languages a request names, checked before any input is read (one line listing the model's): a
@@ -486,7 +481,7 @@ class Translator:
         tgt_ids = self.tokenizer.encode_tgt([self._normalise(target)])[0]
         limit = self.max_source_tokens
         truncated = len(src_ids) > limit or len(tgt_ids) > limit
-        src_ids, tgt_ids = self._source_cut(src_ids), tgt_ids[:limit]
+        src_ids, tgt_ids = self.tokenizer.cut_source(src_ids, limit), tgt_ids[:limit]
         log_prob = self._log_prob(src_ids, tgt_ids)
         candidate = Candidate(target, tgt_ids, log_prob, log_prob)
         return self._with_attention(Translation(source, [candidate], truncated=truncated), src_ids, tgt_ids)
