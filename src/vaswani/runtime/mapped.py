@@ -1,8 +1,8 @@
 """Weights that decoding reads a few rows of at a time, read from the model's weights file through a private mapping
 of it instead of memory of their own: the token embeddings, and the output matrix where the output projection runs
 on a copy of it (packed for oneDNN, or int8). A step looks up one row per token, so the pages of the rows never
-read are never loaded: NLLB-200's tied 256,206 x 1,024 embedding is 1 GB of float32 that a process whose output
-projection is packed would otherwise hold twice (docs/benchmarks.md, "Many-to-many at NLLB-200's size").
+read are never loaded: a large tied embedding is otherwise held twice, once as itself and once as the output
+projection's copy (docs/benchmarks.md, "Many-to-many at NLLB-200's size").
 
 The mapping is copy-on-write (nothing is written to the file), and vaswani replaces a weights file by renaming a new
 one onto it (atomic.py), which leaves the mapped one in place for as long as it is mapped.
