@@ -120,7 +120,7 @@ def teacher_pass(teacher: Path, work: Path, overrides: list[str]) -> float:
     if chunks:
         translator = Translator.load(teacher, precision=settings.precision)
         passes.translate_chunks(translator, sources, work, settings, chunks)
-    if not (work / passes.REPORT).is_file():
+    if not passes.corpus_current(work, settings):
         print("distilled corpus:", passes.build_corpus(work, sources, targets, settings))
     return time.perf_counter() - started
 

@@ -12,6 +12,7 @@ import sys
 import pytest
 import torch
 import yaml
+from sacrebleu.metrics import CHRF
 
 from tests.helpers.common import MULTI30K, write_tiny_model_directory
 from vaswani.cli import main
@@ -70,7 +71,8 @@ def test_the_student_learns_the_teacher_s_own_beam_translations_and_records_its_
     assert len(set(expected)) > 1  # the teacher's translations depend on the input
     origin = json.loads((student / "vaswani.json").read_text())["origin"]
     assert origin["distilled_from"] == str(teacher.resolve()) and origin["distill"]["beam_size"] == 2
-    assert origin["distilled_pairs"] == {"sources": 90, "translations": 90, "kept": 90, "dropped": {}}
+    assert origin["distilled_pairs"] == {"sources": 90, "translations": 90, "kept": 90, "dropped": {},
+                                         "settings": DistillConfig(max_len_ratio=0).corpus_settings()}  # fmt: skip
     assert Tokenizer.load(student).encode_src(sources[:3]) == Tokenizer.load(teacher).encode_src(sources[:3])
     assert len(Translator.load(student).translate(sources[:2])) == 2  # a model directory like any other
 
@@ -142,12 +144,54 @@ def test_what_a_teacher_gets_wrong_is_not_taught():
     assert passes.dropped_because(source, good, None, None, DistillConfig()) is None  # the defaults: ratio 3
 
 
+def test_pick_closest_teaches_the_n_best_translation_nearest_the_original_target(corpus, tmp_path, capsys):
+    """distill.pick closest (Kim & Rush's sequence-level interpolation): one pair per source, the candidate of the
+    teacher's n-best with the highest sentence chrF against the original target; a rerun with another pick builds
+    the corpus again from the same chunks, and a student trained on the old corpus is not silently retrained."""
+    root, teacher = corpus
+    student = tmp_path / "student"
+    distill(teacher, _recipe(root, tmp_path / "a.yaml", max_steps=1, n_best=2, max_len_ratio=0), student)
+    work = student / "distill"
+    assert json.loads((work / "report.json").read_text())["kept"] == 180  # pick all: both of the 2-best
+    closest = _recipe(root, tmp_path / "b.yaml", max_steps=1, n_best=2, max_len_ratio=0, pick="closest")
+    with pytest.raises(ConfigError, match="trained on a distilled corpus built with other filters or another pick"):
+        distill(teacher, closest, student)
+    shutil.rmtree(student / "checkpoints")
+    chunks = {p.name: p.stat().st_mtime_ns for p in (work / "chunks").iterdir()}
+    distill(teacher, closest, student)
+    assert {p.name: p.stat().st_mtime_ns for p in (work / "chunks").iterdir()} == chunks  # not translated again
+    report = json.loads((work / "report.json").read_text())
+    assert report["kept"] == 90 and report["dropped"] == {"not the closest": 90}
+    assert report["settings"]["pick"] == "closest"
+    sources = (root / "train.de").read_text(encoding="utf-8").splitlines()
+    originals = (root / "train.en").read_text(encoding="utf-8").splitlines()
+    candidates = [[c[0] for c in json.loads(line)] for i in range(3)
+                  for line in passes.chunk_path(work, i).read_text(encoding="utf-8").splitlines()]  # fmt: skip
+    taught = (work / "distilled.tgt").read_text(encoding="utf-8").splitlines()
+    assert (work / "distilled.src").read_text(encoding="utf-8").splitlines() == sources
+    chrf = CHRF()
+    for pair, target, original in zip(candidates, taught, originals, strict=True):
+        scores = [chrf.sentence_score(c, [original]).score for c in pair]
+        assert target == pair[scores.index(max(scores))]
+    assert sum(t != pair[0] for t, pair in zip(taught, candidates, strict=True)) > 0  # not always the beam's best
+    assert "distilled corpus: 90 of 180 translations kept (dropped: 90 not the closest)" in capsys.readouterr().err
+
+
+def test_closest_is_the_candidate_nearest_the_reference():
+    reference = "A man rides a bike along the street ."
+    assert passes.closest(["A man walks .", "A man rides a bicycle along the street ."], reference).endswith("street .")
+    assert passes.closest(["A man rides .", "A man rides ."], reference) == "A man rides ."
+    with pytest.raises(ConfigError, match=r"set distill\.n_best to 2 or more"):
+        DistillConfig(pick="closest").validate()
+
+
 @pytest.mark.parametrize(
     ("setting", "message"),
     [
         ("distill.beam=4", "unknown key 'distill.beam' (did you mean 'beam_size'?)"),
         ("distill.n_best=5", "distill.n_best (5) cannot exceed distill.beam_size (2); raise the beam"),
         ("distill.tokenizer=mine", "distill.tokenizer must be teacher or own, got 'mine'"),
+        ("distill.pick=best", "distill.pick must be all or closest, got 'best'"),
         ("distill.init=teacher --set distill.tokenizer=own", "distill.init: teacher copies the teacher's embeddings"),
         ("distill.init=teacher --set model.d_ff=48", "the student's model.d_ff is 48 and the teacher's 64"),
         ("distill.init=teacher --set model.n_layers=3", "the student's model.n_layers (3) is deeper than the"),

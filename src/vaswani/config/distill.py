@@ -29,6 +29,10 @@ class DistillConfig:
     # The original pairs mixed in, each drawn this many times per epoch (0: the teacher's targets alone;
     # 1: as many original pairs as distilled ones).
     original_weight: float = 0.0
+    # all: each of the n-best that passes the filters is a training pair (Kim & Rush's n-best variant). closest:
+    # one pair per source, the n-best translation closest to the original target by sentence chrF (Kim & Rush's
+    # sequence-level interpolation: what the teacher finds likely and the reference confirms).
+    pick: Literal["all", "closest"] = "all"
     # teacher: the student reads and writes with the teacher's tokenizer (its vocabulary sizes and text
     # settings too); own: a tokenizer trained here on the distilled corpus, as `vaswani train` does.
     tokenizer: Literal["teacher", "own"] = "teacher"
@@ -64,6 +68,12 @@ class DistillConfig:
             raise ConfigError(f"distill.min_chrf is a chrF score (0 to 100), got {self.min_chrf!r}")
         if self.original_weight < 0:
             raise ConfigError(f"distill.original_weight must be 0 or more, got {self.original_weight!r}")
+        if self.pick not in ("all", "closest"):
+            raise ConfigError(f"distill.pick must be all or closest, got {self.pick!r}")
+        if self.pick == "closest" and self.n_best < 2:
+            raise ConfigError(
+                "distill.pick: closest chooses among the teacher's n-best: set distill.n_best to 2 or more"
+            )
         if self.tokenizer not in ("teacher", "own"):
             raise ConfigError(f"distill.tokenizer must be teacher or own, got {self.tokenizer!r}")
         if self.init not in ("random", "teacher"):
@@ -79,3 +89,14 @@ class DistillConfig:
         """What decides the teacher's translations (a rerun with other values starts the pass again)."""
         return {"beam_size": self.beam_size, "n_best": self.n_best, "length_penalty": self.length_penalty,
                 "precision": self.precision, "chunk_lines": self.chunk_lines}  # fmt: skip
+
+    def corpus_settings(self) -> dict[str, Any]:
+        """What decides the distilled corpus made from the teacher's translations (a rerun with other values builds
+        it again)."""
+        return {"max_len_ratio": self.max_len_ratio, "min_confidence": self.min_confidence,
+                "min_chrf": self.min_chrf, "pick": self.pick}  # fmt: skip
+
+    @property
+    def reads_originals(self) -> bool:
+        """Whether the corpus is built against the original targets."""
+        return bool(self.min_chrf) or self.pick == "closest"

@@ -122,15 +122,7 @@ def distill(
         with progress_bar(console, "teacher translating", todo, enabled=rank == 0) as advance:
             passes.translate_chunks(translator, sources, work, settings, chunks, advance)
         del translator
-    barrier(world)
-    if rank == 0 and not (work / passes.REPORT).is_file():
-        report = passes.build_corpus(work, sources, targets if settings.min_chrf else None, settings)
-        dropped = ", ".join(f"{n:,} {reason}" for reason, n in report["dropped"].items()) or "none"
-        log(
-            f"distilled corpus: {report['kept']:,} of {report['translations']:,} translations kept (dropped: {dropped})"
-        )
-    barrier(world)
-    report = passes.read_report(work)
+    report = _corpus(student_dir, sources, targets, settings, rank, world, log)
     if rank == 0 and settings.tokenizer == "teacher" and not Tokenizer.present(student_dir):
         Tokenizer.load(teacher_dir).save(student_dir)
     barrier(world)
@@ -151,6 +143,38 @@ def _first_weights(
         start.write_start(teacher_dir, teacher, config, work)
     barrier(world)
     return work / start.START
+
+
+def _corpus(student_dir: Path, sources: list, targets: list, settings: DistillConfig, rank: int, world: int, log):
+    """Every rank, after the pass: the distilled corpus's report, the corpus built by the first process where none
+    is there or it was built with other filters or another pick (refused where a student was trained on it)."""
+    from vaswani.train import checkpoint as ckpt
+    from vaswani.train.distributed import barrier
+
+    work = student_dir / WORK
+    barrier(world)
+    rebuild = not passes.corpus_current(work, settings)
+    if rebuild and (work / passes.REPORT).is_file():
+        built = passes.read_report(work).get("settings")
+        if built is None and ckpt.checkpoint_dirs(student_dir):
+            rebuild = False  # built before the settings were recorded, and a student trained on it: kept
+        elif ckpt.checkpoint_dirs(student_dir):
+            raise ConfigError(
+                f"{student_dir} holds a student trained on a distilled corpus built with other filters or another "
+                f"pick ({built}): distil into a new directory, or remove {student_dir / 'checkpoints'} to train it "
+                "again"
+            )
+    barrier(world)  # every rank has read the old report before rank 0 replaces it
+    if rank == 0 and rebuild:
+        if (student_dir / "prepared").is_dir():
+            atomic.remove_directory(student_dir / "prepared")  # made from the old corpus
+        report = passes.build_corpus(work, sources, targets if settings.reads_originals else None, settings)
+        dropped = ", ".join(f"{n:,} {reason}" for reason, n in report["dropped"].items()) or "none"
+        log(
+            f"distilled corpus: {report['kept']:,} of {report['translations']:,} translations kept (dropped: {dropped})"
+        )
+    barrier(world)
+    return passes.read_report(work)
 
 
 def _start_pass(student_dir: Path, stamp: dict, rank: int, world: int, log) -> None:

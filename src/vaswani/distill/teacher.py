@@ -111,7 +111,8 @@ def build_corpus(
     work: Path, sources: Sequence[str], targets: Sequence[str] | None, settings: DistillConfig
 ) -> dict[str, Any]:
     """The distilled corpus from the chunks (every one written): distilled.src and distilled.tgt, one pair per kept
-    translation, and the report (also returned)."""
+    translation (with distill.pick closest, one per source at most), and the report (also returned), which records
+    the settings it was built with (`settings.corpus_settings()`)."""
     kept_src, kept_tgt, dropped = [], [], Counter()
     size = settings.chunk_lines
     for index in range((len(sources) + size - 1) // size):
@@ -122,19 +123,40 @@ def build_corpus(
         for offset, record in enumerate(records):
             source = sources[first + offset]
             original = None if targets is None else targets[first + offset]
+            taught = []
             for text, confidence, _ in json.loads(record):
                 reason = dropped_because(source, text, confidence, original, settings)
                 if reason:
                     dropped[reason] += 1
                 else:
-                    kept_src.append(source)
-                    kept_tgt.append(text)
+                    taught.append(text)
+            if settings.pick == "closest" and len(taught) > 1:
+                dropped["not the closest"] += len(taught) - 1
+                taught = [closest(taught, original)]
+            kept_src += [source] * len(taught)
+            kept_tgt += taught
     atomic.write_text(work / SOURCES, "".join(line + "\n" for line in kept_src))
     atomic.write_text(work / TARGETS, "".join(line + "\n" for line in kept_tgt))
     report = {"sources": len(sources), "translations": len(kept_tgt) + sum(dropped.values()), "kept": len(kept_tgt),
-              "dropped": dict(sorted(dropped.items()))}  # fmt: skip
+              "dropped": dict(sorted(dropped.items())), "settings": settings.corpus_settings()}  # fmt: skip
     atomic.write_text(work / REPORT, json.dumps(report, indent=1) + "\n")
     return report
+
+
+def closest(translations: Sequence[str], original: str) -> str:
+    """Of the teacher's `translations` of one source, the one with the highest sentence chrF against the original
+    target (the first, the teacher's likelier, on a tie): Kim & Rush's sequence-level interpolation, with chrF for
+    their sentence BLEU (defined on every sentence, smooth on short ones)."""
+    scores = [_chrf().sentence_score(t, [original]).score for t in translations]
+    return translations[scores.index(max(scores))]
+
+
+def corpus_current(work: Path, settings: DistillConfig) -> bool:
+    """Whether `work` holds a distilled corpus built with these filters and this pick."""
+    try:
+        return read_report(work).get("settings") == settings.corpus_settings()
+    except (OSError, ValueError):
+        return False
 
 
 def read_report(work: Path) -> dict[str, Any]:
