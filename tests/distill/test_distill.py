@@ -269,6 +269,29 @@ def test_the_multi30k_recipe_is_a_student_of_its_teacher_with_the_teacher_s_voca
     assert [(c["name"], c["weight"]) for c in mixed.data.corpora] == [("distilled", 1.0), ("original train", 0.5)]
 
 
+def test_the_greedy_recipe_starts_from_the_full_recipe_s_teacher_of_its_own_shape(tmp_path):
+    """configs/multi30k_de_en_distill_greedy.yaml: a student of the full de-en recipe's shape, started from its
+    teacher's weights (the shape check passes), taught the closest of the teacher's 4-best, at a fine-tuning rate."""
+    from pathlib import Path
+
+    from vaswani.config import Config
+    from vaswani.config.recipe import load_values
+    from vaswani.distill import student_config
+
+    configs = Path(__file__).resolve().parents[2] / "configs"
+    values = load_values(configs / "multi30k_de_en_distill_greedy.yaml")
+    settings = DistillConfig.from_dict(values.pop("distill"))
+    full = load_values(configs / "multi30k_de_en.yaml")
+    teacher = Config.from_dict({**full, "model": {**full["model"], "src_vocab_size": 8000, "tgt_vocab_size": 8000}})
+    config = student_config(values, teacher, settings, tmp_path / "distill")  # raises where a shape differs
+    m = config.model
+    assert (m.n_layers, m.decoder_layers, m.d_model) == (teacher.model.n_layers, teacher.model.decoder_layers, 128)
+    assert (settings.init, settings.n_best, settings.pick) == ("teacher", 4, "closest")
+    assert config.train.peak_lr < 1e-3 and config.decode.beam_size == 1
+    two = student_config({**values, "model": {**values["model"], "n_decoder_layers": 2}}, teacher, settings, tmp_path)
+    assert two.model.decoder_layers == 2
+
+
 @pytest.mark.slow
 def test_an_imported_opus_mt_teacher_gives_its_tokenizer_and_special_ids_to_its_student(corpus, tmp_path):
     pytest.importorskip("transformers")
