@@ -158,16 +158,11 @@ def _corpus(student_dir: Path, sources: list, targets: list, settings: DistillCo
         built = passes.read_report(work).get("settings")
         if built is None and ckpt.checkpoint_dirs(student_dir):
             rebuild = False  # built before the settings were recorded, and a student trained on it: kept
-        elif ckpt.checkpoint_dirs(student_dir):
-            raise ConfigError(
-                f"{student_dir} holds a student trained on a distilled corpus built with other filters or another "
-                f"pick ({built}): distil into a new directory, or remove {student_dir / 'checkpoints'} to train it "
-                "again"
+        else:
+            _made_anew(
+                student_dir, f"a distilled corpus built with other filters or another pick ({built})", rank, world
             )
-    barrier(world)  # every rank has read the old report before rank 0 replaces it
     if rank == 0 and rebuild:
-        if (student_dir / "prepared").is_dir():
-            atomic.remove_directory(student_dir / "prepared")  # made from the old corpus
         report = passes.build_corpus(work, sources, targets if settings.reads_originals else None, settings)
         dropped = ", ".join(f"{n:,} {reason}" for reason, n in report["dropped"].items()) or "none"
         log(
@@ -177,23 +172,32 @@ def _corpus(student_dir: Path, sources: list, targets: list, settings: DistillCo
     return passes.read_report(work)
 
 
+def _made_anew(student_dir: Path, what: str, rank: int, world: int) -> None:
+    """Every rank, before what a student learns from (`what`: the old one) is made again: refused in one line where a
+    student was trained on it; the student's prepared data, made from it, removed by the first process."""
+    from vaswani.train import checkpoint as ckpt
+    from vaswani.train.distributed import barrier
+
+    if ckpt.checkpoint_dirs(student_dir):
+        raise ConfigError(
+            f"{student_dir} holds a student trained on {what}: distil into a new directory, or remove "
+            f"{student_dir / 'checkpoints'} to train it again"
+        )
+    barrier(world)  # every rank has read the old files before the first process replaces them
+    if rank == 0 and (student_dir / "prepared").is_dir():
+        atomic.remove_directory(student_dir / "prepared")
+
+
 def _start_pass(student_dir: Path, stamp: dict, rank: int, world: int, log) -> None:
     """Every rank: the teacher's pass ready in STUDENT/distill (chunks of another teacher, settings or sources
     removed, with the student's prepared data; refused where a student was trained on them)."""
-    from vaswani.train import checkpoint as ckpt
     from vaswani.train.distributed import barrier
 
     work = student_dir / WORK
     if passes.changed(work, stamp):
-        if ckpt.checkpoint_dirs(student_dir):
-            raise ConfigError(
-                f"{student_dir} holds a student trained on the translations of another teacher, other distill "
-                f"settings or other sources: distil into a new directory, or remove {student_dir / 'checkpoints'} "
-                "to train it again"
-            )
-        barrier(world)  # every rank has read the old stamp before rank 0 replaces it
-        if rank == 0 and (student_dir / "prepared").is_dir():
-            atomic.remove_directory(student_dir / "prepared")  # made from the old corpus
+        _made_anew(
+            student_dir, "the translations of another teacher, other distill settings or other sources", rank, world
+        )
     if rank == 0:
         student_dir.mkdir(parents=True, exist_ok=True)
         passes.start(work, stamp, log)
