@@ -95,8 +95,3 @@ class DistillConfig:
         it again)."""
         return {"max_len_ratio": self.max_len_ratio, "min_confidence": self.min_confidence,
                 "min_chrf": self.min_chrf, "pick": self.pick}  # fmt: skip
-
-    @property
-    def reads_originals(self) -> bool:
-        """Whether the corpus is built against the original targets."""
-        return bool(self.min_chrf) or self.pick == "closest"

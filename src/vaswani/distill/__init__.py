@@ -163,7 +163,7 @@ def _corpus(student_dir: Path, sources: list, targets: list, settings: DistillCo
                 student_dir, f"a distilled corpus built with other filters or another pick ({built})", rank, world
             )
     if rank == 0 and rebuild:
-        report = passes.build_corpus(work, sources, targets if settings.reads_originals else None, settings)
+        report = passes.build_corpus(work, sources, targets, settings)
         dropped = ", ".join(f"{n:,} {reason}" for reason, n in report["dropped"].items()) or "none"
         log(
             f"distilled corpus: {report['kept']:,} of {report['translations']:,} translations kept (dropped: {dropped})"

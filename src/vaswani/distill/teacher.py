@@ -107,9 +107,7 @@ def _rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
 
 
-def build_corpus(
-    work: Path, sources: Sequence[str], targets: Sequence[str] | None, settings: DistillConfig
-) -> dict[str, Any]:
+def build_corpus(work: Path, sources: Sequence[str], targets: Sequence[str], settings: DistillConfig) -> dict[str, Any]:
     """The distilled corpus from the chunks (every one written): distilled.src and distilled.tgt, one pair per kept
     translation (with distill.pick closest, one per source at most), and the report (also returned), which records
     the settings it was built with (`settings.corpus_settings()`)."""
@@ -122,7 +120,7 @@ def build_corpus(
             raise ValueError(f"{chunk_path(work, index)} is incomplete: remove it and run again to translate it")
         for offset, record in enumerate(records):
             source = sources[first + offset]
-            original = None if targets is None else targets[first + offset]
+            original = targets[first + offset]
             taught = []
             for text, confidence, _ in json.loads(record):
                 reason = dropped_because(source, text, confidence, original, settings)
