@@ -6,14 +6,16 @@ wall time. Prints a Markdown table; writes benchmarks/results/distill.json.
     python benchmarks/distill.py --teacher runs/multi30k_de_en         # a trained teacher
     python benchmarks/distill.py                                       # trains the full recipe's teacher first
     python benchmarks/distill.py --students 2-1 4-1 --max-time 5m --skip-training   # measure students already made
+    python benchmarks/distill.py --teacher runs/multi30k_de_en --students "2-1 taught by 4-4"   # with its assistant
 
 Phases: the teacher (the full de→en recipe trained here when --teacher is missing, its last 10 checkpoints
 averaged), the teacher's pass over the 29,000 training sources
-(beam 4, `vaswani distill`'s own code; once, shared by every student), and each student's training
-(`vaswani distill` in a process of its own, reusing that pass). Speed: a process per measurement translates the
-1,000 test sentences three times (batch 64, the model loaded and warmed on 64 of them first; the median time, and
-the first's apart: what a process translating a file once sees); words/s counts the source's words; peak memory
-is the process's VmHWM.
+(beam 4, its 4-best, `vaswani distill`'s own code; once, shared by every student), and each student's training
+(`vaswani distill` in a process of its own, reusing that pass, or making its own where its settings differ or its
+teacher is another student: TAUGHT_BY), the last 3 checkpoints averaged. Speed: a process per measurement
+translates the 1,000 test sentences three times (batch 64, the model loaded and warmed on 64 of them first; the
+median time, and the first's apart: what a process translating a file once sees); words/s counts the source's
+words; peak memory is the process's VmHWM.
 Models go to runs/distill/ (not committed).
 """
 
@@ -34,9 +36,9 @@ DATA = ROOT / "../shared/data/multi30k/raw"
 RECIPE = ROOT / "configs/multi30k_de_en_distill.yaml"
 RESULTS = ROOT / "benchmarks/results/distill.json"
 REPEATS = 3  # translations of the test set per measurement: the median is kept (one takes 1-6 s here)
-# started from the teacher at a fine-tuning rate, taught the closest of its 4-best (the greedy recipe's settings:
-# configs/multi30k_de_en_distill_greedy.yaml; such a student makes a pass of its own)
-FROM_TEACHER = ["distill.init=teacher", "train.peak_lr=5e-4", "distill.n_best=4", "distill.pick=closest"]
+# started from the teacher at a fine-tuning rate, taught the closest of its 4-best alone for 16 min (the greedy
+# recipe's settings: configs/multi30k_de_en_distill_greedy.yaml)
+FROM_TEACHER = ["distill.init=teacher", "train.peak_lr=5e-4", "distill.original_weight=0", "train.max_time=16m"]
 STUDENTS = {  # name: the recipe's model overrides (layers encoder-decoder, width)
     "2-1": [],
     "4-1": ["model.n_layers=4"],
@@ -45,8 +47,12 @@ STUDENTS = {  # name: the recipe's model overrides (layers encoder-decoder, widt
     "2-1 d64": ["model.d_model=64", "model.d_ff=128", "model.n_heads=2"],
     "4-4 from teacher": ["model.n_layers=4", "model.n_decoder_layers=4", *FROM_TEACHER],
     "4-2 from teacher": ["model.n_layers=4", "model.n_decoder_layers=2", *FROM_TEACHER],
+    "2-1 taught by 4-4": [],
 }
-DEFAULT_STUDENTS = ["2-1", "4-1", "6-1", "2-1, 14 epochs"]
+# a student taught by another student (a teacher assistant, Mirzadeh et al. 2020), which is trained first: the
+# assistant's own pass (its 4-best) is its corpus
+TAUGHT_BY = {"2-1 taught by 4-4": "4-4 from teacher"}
+DEFAULT_STUDENTS = ["2-1", "4-4 from teacher", "2-1 taught by 4-4"]
 
 
 def measure(model_dir: str, precision: str, beam: int, engine: str) -> dict:
@@ -130,11 +136,22 @@ def teacher_pass(teacher: Path, work: Path, overrides: list[str]) -> float:
     return time.perf_counter() - started
 
 
+def in_order(names: list[str]) -> list[str]:
+    """The students asked for, each teacher assistant (TAUGHT_BY) before the students it teaches."""
+    ordered: list[str] = []
+    for name in names:
+        if name in TAUGHT_BY and TAUGHT_BY[name] not in ordered:
+            ordered.append(TAUGHT_BY[name])
+        if name not in ordered:
+            ordered.append(name)
+    return ordered
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--teacher", help="a trained de→en model directory (default: the full recipe's, trained)")
     parser.add_argument("--students", nargs="+", default=DEFAULT_STUDENTS, choices=list(STUDENTS))
-    parser.add_argument("--max-time", default="25m", help="each student's training budget (train.max_time)")
+    parser.add_argument("--max-time", help="each student's training budget (train.max_time; default: the recipe's)")
     parser.add_argument("--runs", default="runs/distill")
     parser.add_argument("--skip-training", action="store_true", help="measure the students already in --runs")
     parser.add_argument("--no-ctranslate2", action="store_true")
@@ -155,14 +172,16 @@ def main() -> None:
     shared = runs / "teacher_pass"
     phases["teacher's pass (29,000 sources, beam 4)"] = teacher_pass(teacher.resolve(), shared, [])
     students = {}
-    for name in args.students:
+    for name in in_order(args.students):
         student = runs / f"student {name}".replace(",", "").replace(" ", "_")
         if not args.skip_training:
-            if not (student / "distill").is_dir():
-                shutil.copytree(shared, student / "distill")  # the pass reused: its stamp matches
-            sets = [f"train.max_time={args.max_time}", *STUDENTS[name]]
-            command = ["vaswani", "distill", str(teacher), str(RECIPE), str(student)]
-            phases[f"student {name} training"] = run(*command, *(x for s in sets for x in ("--set", s)))
+            taught_by = students[TAUGHT_BY[name]] if name in TAUGHT_BY else teacher
+            if name not in TAUGHT_BY and not (student / "distill").is_dir():
+                shutil.copytree(shared, student / "distill")  # the pass reused (a student asking for another makes it)
+            sets = [*([f"train.max_time={args.max_time}"] if args.max_time else []), *STUDENTS[name]]
+            command = ["vaswani", "distill", str(taught_by), str(RECIPE), str(student)]
+            phases[f"student {name} (its pass and) training"] = run(*command, *(x for s in sets for x in ("--set", s)))
+            run("vaswani", "average", str(student), "--last", "3")
         students[name] = student
     rows = []
     for name, model_dir in [("teacher", teacher), *students.items()]:

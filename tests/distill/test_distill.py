@@ -264,8 +264,12 @@ def test_the_multi30k_recipe_is_a_student_of_its_teacher_with_the_teacher_s_voca
     config = student_config(values, taught, settings, tmp_path / "distill")
     assert (config.model.n_layers, config.model.n_decoder_layers, config.model.d_model) == (2, 1, 128)
     assert (config.model.src_vocab_size, config.model.tgt_vocab_size) == (taught.model.src_vocab_size,) * 2
-    assert [c["name"] for c in config.data.corpora] == ["distilled"] and settings.beam_size == 4
+    # the closest of the teacher's 4-best, beside the original pairs (docs/benchmarks.md, "Distillation")
+    assert [(c["name"], c["weight"]) for c in config.data.corpora] == [("distilled", 1.0), ("original train", 1.0)]
+    assert (settings.beam_size, settings.n_best, settings.pick) == (4, 4, "closest")
     mixed = student_config(values, taught, DistillConfig(original_weight=0.5), tmp_path / "distill")
+    alone = student_config(values, taught, DistillConfig(), tmp_path / "distill")
+    assert [c["name"] for c in alone.data.corpora] == ["distilled"]
     assert [(c["name"], c["weight"]) for c in mixed.data.corpora] == [("distilled", 1.0), ("original train", 0.5)]
 
 
