@@ -147,7 +147,7 @@ def test_every_hub_layout_gives_generate_s_outputs(tmp_path, lines, layout, beam
 @pytest.mark.parametrize(
     ("layout", "n"),
     [
-        (dict(), 2),  # in generation_config.json
+        (dict(steps=200), 2),  # in generation_config.json
         # In config.json, as older uploads keep it. Trained 400 steps, not 200: at 200 the model's outputs are
         # degenerate enough ("12 12 12 300 3 21 21 21") that on an AMD EPYC two different hypotheses of line 82
         # summed to the same float32 score (-27.000041961669922) at the beam's 4th place, an exact tie that
@@ -160,7 +160,7 @@ def test_no_repeat_ngram_size_is_followed_as_generate_follows_it(tmp_path, lines
     """A checkpoint whose generation settings ban repeated n-grams imports with decode.no_repeat_ngram set, and its
     greedy and beam outputs are generate's with that setting, token for token; the setting changes generate's
     outputs on some of these lines, so a search that ignored it would fail."""
-    src = save_marian(tmp_path / "hf", **{"steps": 200, **layout}, generation={"no_repeat_ngram_size": n})
+    src = save_marian(tmp_path / "hf", **layout, generation={"no_repeat_ngram_size": n})
     model_dir = import_pretrained(src, tmp_path / "model")
     assert load_model(model_dir)[1].decode.no_repeat_ngram == n
     greedy, beam = assert_generate_s_outputs(src, model_dir, lines[:100], beams=4)
