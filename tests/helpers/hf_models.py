@@ -15,6 +15,18 @@ import torch
 MULTI30K = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "multi30k" / "raw"
 
 
+# texts that write a tokenizer's special tokens, as users' texts may (copied from logs, markup, papers): transformers'
+# tokenizers read </s>, <unk> and <pad> (M2M-100's and NLLB's <s> too) in a text as those tokens
+WRITTEN_SPECIALS = [
+    "Ein </s> Hund läuft durch den Park.",
+    "Ein<unk>Mann schläft auf einer Bank.",
+    "<s>Zwei Hunde spielen im Schnee.</s>",
+    "Eine Frau </s></s>  liest ein Buch.",
+    "Kinder <S> spielen </ś> im < /s> Garten.",
+]
+PAD_WRITTEN = "Ein <pad> Hund im <pad>Wasser."  # read as the pad token, which no model attends to (generate does)
+
+
 def multi30k(split: str, language: str, n: int) -> list[str]:
     with gzip.open(MULTI30K / f"{split}.{language}.gz", "rt", encoding="utf-8") as f:
         return [line.strip() for _, line in zip(range(n), f, strict=False)]

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tests.helpers.checks import assert_refused, saved_and_imported, set_config
-from tests.helpers.hf_models import multi30k, save_marian
+from tests.helpers.hf_models import PAD_WRITTEN, WRITTEN_SPECIALS, multi30k, save_marian
 from vaswani.cli import main
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.model_dir import load_model
@@ -48,7 +48,7 @@ def test_the_import_records_its_origin_and_the_checkpoint_s_settings(opus):
 def test_our_tokenizer_gives_marian_tokenizer_s_ids_and_text(opus, lines):
     _, model_dir, _, tokenizer = opus
     ours = Tokenizer.load(model_dir)
-    sample = [*lines, ">>en<< Ein Hund läuft.", "Ein ☃ unbekanntes Zeichen"]
+    sample = [*lines, ">>en<< Ein Hund läuft.", "Ein ☃ unbekanntes Zeichen", *WRITTEN_SPECIALS, PAD_WRITTEN]
     theirs = tokenizer(sample)["input_ids"]
     assert [[*ids, 0] for ids in ours.encode_src(sample)] == theirs
     targets = tokenizer(text_target=multi30k("val", "en", 50))["input_ids"]
@@ -125,6 +125,12 @@ def test_greedy_and_beam_with_the_checkpoint_s_settings_are_generate_s(opus, lin
     src, model_dir, _, _ = opus
     greedy, beam = assert_generate_s_outputs(src, model_dir, lines, beams=4)
     assert len(set(beam)) > 20 and beam != greedy  # real, varied outputs where beam search has choices
+
+
+def test_texts_writing_special_tokens_give_generate_s_outputs(opus, lines):
+    src, model_dir, _, tokenizer = opus
+    assert sum(ids.count(0) for ids in tokenizer(WRITTEN_SPECIALS)["input_ids"]) > len(WRITTEN_SPECIALS)  # read as </s>
+    assert_generate_s_outputs(src, model_dir, [*WRITTEN_SPECIALS, *lines[:11]], beams=4)
 
 
 @pytest.mark.parametrize(

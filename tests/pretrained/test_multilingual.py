@@ -11,7 +11,7 @@ import pytest
 import sentencepiece as spm
 import torch
 
-from tests.helpers.hf_models import multi30k
+from tests.helpers.hf_models import PAD_WRITTEN, WRITTEN_SPECIALS, multi30k
 from tests.helpers.multilingual_models import CODES, save_multilingual
 from vaswani.cli import main
 from vaswani.data.tokenizer import Tokenizer
@@ -75,6 +75,7 @@ def test_our_tokenizer_gives_transformers_ids_and_text(imported, lines):
     kind, _, model_dir, _, tokenizer = imported
     translator = Translator.load(model_dir, "cpu")
     sample = [*lines, "Ein ☃ unbekanntes Zeichen", "  Zwei  Leerzeichen  ", "Ｆｕｌｌ ｗｉｄｔｈ ｅ\u0301"]
+    sample += [*WRITTEN_SPECIALS, PAD_WRITTEN]
     for language in ("de", "en"):
         tokenizer.src_lang = CODES[kind][language]
         theirs = tokenizer(sample)["input_ids"]
@@ -141,6 +142,24 @@ def test_greedy_and_beam_give_generate_s_tokens_on_every_line_into_each_language
         lines, target_language=per_sentence, source_language=CODES[kind]["de"], beam_size=beams
     )
     assert [t.candidates[0].tokens for t in found] == expected
+
+
+@pytest.mark.parametrize("beams", [1, 4])
+def test_texts_writing_special_tokens_give_generate_s_tokens(imported, lines, beams):
+    kind, _, model_dir, hf, tokenizer = imported
+    sample = [*WRITTEN_SPECIALS, *lines[:11]]
+    tokenizer.src_lang = CODES[kind]["de"]
+    batch = tokenizer(sample, return_tensors="pt", padding=True)
+    assert (batch["input_ids"][: len(WRITTEN_SPECIALS), 1:-1] == 2).sum() >= len(WRITTEN_SPECIALS)  # read as </s>
+    forced = code_id(tokenizer, kind, "en")
+    with torch.no_grad():
+        generated = hf.generate(**batch, num_beams=beams, max_length=64, forced_bos_token_id=forced)
+    theirs = [[i for i in row[1:] if i not in (1, 2)] for row in generated.tolist()]
+    translator = Translator.load(model_dir, "cpu")
+    found = translator.translate_with_details(
+        sample, target_language=CODES[kind]["en"], source_language=CODES[kind]["de"], beam_size=beams
+    )
+    assert [t.candidates[0].tokens for t in found] == theirs
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs and the compiled step on a GPU need one")

@@ -34,6 +34,8 @@ _SPECIAL = {"pad_id": PAD_ID, "bos_id": BOS_ID, "eos_id": EOS_ID, "unk_id": UNK_
 MARIAN_FILES = ("source.spm", "target.spm", "vocab.json")  # + target_vocab.json with separate vocabularies
 MARIAN_TARGET_VOCAB = "target_vocab.json"
 LANGUAGE_TOKEN = re.compile(r">>[^<>\s]+<<")  # a multilingual model's target-language token, e.g. >>fra<<
+# the special tokens MarianTokenizer (and M2M100Tokenizer, with <s>) reads as themselves where a text holds them
+MARIAN_SPECIALS = ("</s>", "<unk>", "<pad>")
 
 
 class VocabPieces:
@@ -41,8 +43,8 @@ class VocabPieces:
 
     It answers what vaswani asks of a SentencePieceProcessor (encode, decode, id_to_piece, piece_to_id,
     get_piece_size, unk_id). As MarianTokenizer: a piece missing from the vocabulary is <unk>; a leading
-    `>>lang<<` token is one piece; on decoding, pieces SentencePiece does not know (special tokens, language
-    tokens) are written as text between the decoded runs."""
+    `>>lang<<` token is one piece; </s>, <unk> and <pad> written in a text are those tokens; on decoding, pieces
+    SentencePiece does not know (special tokens, language tokens) are written as text between the decoded runs."""
 
     def __init__(self, processor: spm.SentencePieceProcessor, vocab: dict[str, int], path: Path) -> None:
         self.processor, self.vocab, self.path = processor, vocab, path
@@ -56,6 +58,13 @@ class VocabPieces:
         self._known = {p for p in vocab if processor.piece_to_id(p) != processor.unk_id() or p == "<unk>"}
         self.hidden: frozenset[int] = frozenset()  # ids never written on decoding (a many-to-many model's codes)
         self.leading_codes = True  # a line's leading >>lang<< is one piece (Marian's; a many-to-many model's: text)
+        self.read_as_tokens(MARIAN_SPECIALS)
+
+    def read_as_tokens(self, specials: Iterable[str]) -> None:
+        """The special tokens (of `specials`, those in the vocabulary) that a text holding them is split at, each
+        read as its own id, as transformers' tokenizers read them ("a </s> b": a, </s>, b)."""
+        present = [s for s in specials if s in self.vocab]
+        self._specials = re.compile("(" + "|".join(map(re.escape, present)) + ")") if present else None
 
     def get_piece_size(self) -> int:
         return len(self.pieces)
@@ -76,8 +85,16 @@ class VocabPieces:
             end = line.find("<<") if self.leading_codes and line.startswith(">>") else -1
             codes.append([line[: end + 2]] if end != -1 else [])
             texts.append(line[end + 2 :] if end != -1 else line)
-        pieces = self.processor.encode(texts, out_type=str, **sampling)  # one call for the whole batch
-        return [[self.vocab.get(p, self._unk) for p in code + line] for code, line in zip(codes, pieces, strict=True)]
+        parts = [self._specials.split(t) if self._specials and "<" in t else [t] for t in texts]
+        runs = [run for line in parts for run in line[::2]]  # the text between special tokens
+        pieces = iter(self.processor.encode(runs, out_type=str, **sampling))  # one call for the whole batch
+        encoded = []
+        for code, line in zip(codes, parts, strict=True):
+            ids = [self.vocab.get(p, self._unk) for p in code]
+            for k, part in enumerate(line):
+                ids += [self.vocab.get(p, self._unk) for p in next(pieces)] if k % 2 == 0 else [self.vocab[part]]
+            encoded.append(ids)
+        return encoded
 
     def decode(self, ids: Sequence[int] | Sequence[Sequence[int]]) -> str | list[str]:
         if ids and not isinstance(ids[0], int):
@@ -251,6 +268,8 @@ class Tokenizer:
                 tokenizer.languages = Languages.load(directory / LANGUAGES_FILE)
                 tokenizer.tgt.hidden = frozenset(tokenizer.languages.codes.values())
                 tokenizer.src.leading_codes = tokenizer.tgt.leading_codes = False
+                for pieces in (tokenizer.src, tokenizer.tgt):
+                    pieces.read_as_tokens(("<s>", *MARIAN_SPECIALS))  # M2M100Tokenizer's: its <s> too
             return tokenizer
         for joint in (True, False):
             paths = [directory / name for name in cls.files(joint)]
