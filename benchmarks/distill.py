@@ -41,6 +41,7 @@ REPEATS = 3  # translations of the test set per measurement: the median is kept 
 FROM_TEACHER = ["distill.init=teacher", "train.peak_lr=5e-4", "distill.original_weight=0", "train.max_time=16m"]
 STUDENTS = {  # name: the recipe's model overrides (layers encoder-decoder, width)
     "2-1": [],
+    "3-1": ["model.n_layers=3"],
     "4-1": ["model.n_layers=4"],
     "6-1": ["model.n_layers=6"],
     "2-1, 14 epochs": ["train.max_epochs=14", "train.max_time=20m"],
@@ -52,7 +53,7 @@ STUDENTS = {  # name: the recipe's model overrides (layers encoder-decoder, widt
 # a student taught by another student (a teacher assistant, Mirzadeh et al. 2020), which is trained first: the
 # assistant's own pass (its 4-best) is its corpus
 TAUGHT_BY = {"2-1 taught by 4-4": "4-4 from teacher"}
-DEFAULT_STUDENTS = ["2-1", "4-4 from teacher", "2-1 taught by 4-4"]
+DEFAULT_STUDENTS = ["2-1", "3-1", "4-4 from teacher", "2-1 taught by 4-4"]
 
 
 def measure(model_dir: str, precision: str, beam: int, engine: str) -> dict:

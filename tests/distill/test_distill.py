@@ -267,6 +267,8 @@ def test_the_multi30k_recipe_is_a_student_of_its_teacher_with_the_teacher_s_voca
     # the closest of the teacher's 4-best, beside the original pairs (docs/benchmarks.md, "Distillation")
     assert [(c["name"], c["weight"]) for c in config.data.corpora] == [("distilled", 1.0), ("original train", 1.0)]
     assert (settings.beam_size, settings.n_best, settings.pick) == (4, 4, "closest")
+    # greedy, with no 4-gram twice: a student's runaway repetitions cut (faster, no BLEU lost)
+    assert (config.decode.beam_size, config.decode.no_repeat_ngram) == (1, 4)
     mixed = student_config(values, taught, DistillConfig(original_weight=0.5), tmp_path / "distill")
     alone = student_config(values, taught, DistillConfig(), tmp_path / "distill")
     assert [c["name"] for c in alone.data.corpora] == ["distilled"]
