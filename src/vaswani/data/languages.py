@@ -84,9 +84,11 @@ class Languages:
         tail = 2 if self.source == "suffix" and len(ids) > limit else 0
         return [*ids[: limit - tail], *ids[len(ids) - tail :]]
 
-    def listed(self) -> str:
-        """Every code, sorted, for a one-line message (NLLB's 202 make a long line: the one that says it all)."""
-        return ", ".join(sorted(self.codes))
+    def listed(self, near: str | None = None) -> str:
+        """Every code, sorted, for a one-line message (NLLB's 202 make a long line: the one that says it all); first
+        the ones a mistyped `near` may mean (`Languages.near`), where it has any."""
+        meant = self.near(near) if near else []
+        return (f"did you mean {' or '.join(meant)}? " if meant else "") + ", ".join(sorted(self.codes))
 
     def code(self, language: str | None, role: str) -> str:
         """The code of `language` as the `role` ("source" or "target"), its default where None; a one-line
@@ -97,8 +99,16 @@ class Languages:
         if not language:
             raise ValueError(f"this model translates between many languages: give {option}, one of {self.listed()}")
         if language not in self.codes:
-            raise ValueError(f"{role} language {language!r} is not one of this model's: {self.listed()}")
+            raise ValueError(f"{role} language {language!r} is not one of this model's: {self.listed(near=language)}")
         return language
+
+    def near(self, language: str) -> list[str]:
+        """The codes a mistyped `language` may mean: the same letters in another case or with spaces around
+        (deu_latn: deu_Latn; __de__: de), or the ISO 639 language inside them (de or deu: deu_Latn; zh: zho_Hans,
+        zho_Hant)."""
+        asked = language.strip().strip("_").lower()
+        same = [c for c in self.codes if c.lower() == asked]
+        return same or sorted(c for c in self.codes if asked in (iso_language(c), c.strip("_").split("_")[0].lower()))
 
     def id(self, language: str | None, role: str) -> int:
         return self.codes[self.code(language, role)]

@@ -178,7 +178,7 @@ def _pair(data: DataConfig, languages: Languages | None, pretrained_dir: Path) -
                 f"{pretrained_dir} translates between many languages: give {key}, one of {languages.listed()}"
             )
         if code not in languages.codes:
-            raise ConfigError(f"{key} {code!r} is not one of this model's codes: {languages.listed()}")
+            raise ConfigError(f"{key} {code!r} is not one of this model's codes: {languages.listed(near=code)}")
     if data.src_sampling_alpha or data.tgt_sampling_alpha:
         raise ConfigError("subword sampling (data.*_sampling_alpha) is not supported with a many-to-many pair: set 0")
     return dataclasses.replace(languages, default_source=pair[0], default_target=pair[1])
