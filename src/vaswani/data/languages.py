@@ -28,8 +28,13 @@ _ISO_639_1 = {"eng": "en", "deu": "de", "fra": "fr", "spa": "es", "ita": "it", "
 def iso_language(code: str) -> str:
     """The ISO 639 code inside a model's language code, as the sentence splitter reads it: deu_Latn, de_DE and
     __de__ are "de"."""
-    base = code.strip("_").split("_")[0]
+    base = _base(code)
     return _ISO_639_1.get(base, base)
+
+
+def _base(code: str) -> str:
+    """The language part of a model's code: deu of deu_Latn, de of de_DE and of __de__."""
+    return code.strip("_").split("_")[0]
 
 
 @dataclass
@@ -108,7 +113,7 @@ class Languages:
         zho_Hant)."""
         asked = language.strip().strip("_").lower()
         same = [c for c in self.codes if c.lower() == asked]
-        return same or sorted(c for c in self.codes if asked in (iso_language(c), c.strip("_").split("_")[0].lower()))
+        return same or sorted(c for c in self.codes if asked in (iso_language(c), _base(c).lower()))
 
     def id(self, language: str | None, role: str) -> int:
         return self.codes[self.code(language, role)]
