@@ -6,7 +6,8 @@ import importlib
 
 from tests.fuzz import Surface
 
-MODULES = ("glossary", "markup_html", "markdown", "http_api", "config_yaml", "model_directory", "corpus")
+MODULES = ("glossary", "markup_html", "markdown", "http_api", "multilingual_api", "config_yaml", "model_directory")
+MODULES += ("corpus",)
 
 
 def surfaces() -> list[Surface]:

@@ -307,12 +307,19 @@ def test_the_server_translates_into_two_languages_in_one_batch(imported, lines):
         unknown = client.post(
             "/v1/translate", json={"text": ["Ein Hund."], "source_language": codes["de"], "target_language": "xx_YY"}
         )
+        spaced = client.post(  # as pasted (tests/fuzz/multilingual_api.py): answered with the code, not a pattern
+            "/v1/translate",
+            json={"text": ["Ein Hund."], "source_language": f" {codes['de']}", "target_language": codes["en"]},
+        )
     assert [r.status_code for r in replies] == [200, 200]
     for target, reply in zip(["en", "fr"], replies, strict=True):
         assert [t["text"] for t in reply.json()["translations"]] == expected[target]
     assert batches == 1  # both languages in one decoding batch
     assert missing.status_code == 422 and "source_language" in missing.json()["error"]
     assert unknown.status_code == 422 and "'xx_YY' is not one of this model's" in unknown.json()["error"]
+    said = spaced.json()["error"]
+    assert spaced.status_code == 422 and f"source language ' {codes['de']}'" in said, said
+    assert f"did you mean {codes['de']}?" in said, said
 
 
 def test_ctranslate2_engine_gives_our_greedy_tokens(imported, lines):

@@ -50,7 +50,7 @@ class TranslateRequest(BaseModel):
     )
     source_language: str | None = Field(
         None,
-        pattern=r"^[A-Za-z0-9_]{2,32}$",
+        max_length=64,  # checked against the model's codes, a near miss answered with the code it may mean
         description="an NLLB, M2M-100 or mBART-50 model's code of the text's language, e.g. deu_Latn (needed; "
         "/v1/model lists source_languages); for other models the ISO 639 code whose sentence rules split the text "
         "(default: the model's source language)",
