@@ -7,7 +7,7 @@ import importlib
 from tests.fuzz import Surface
 
 MODULES = ("glossary", "markup_html", "markdown", "http_api", "multilingual_api", "config_yaml", "model_directory")
-MODULES += ("corpus",)
+MODULES += ("corpus", "hub_checkpoint")
 
 
 def surfaces() -> list[Surface]:

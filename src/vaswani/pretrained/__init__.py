@@ -23,9 +23,10 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from vaswani import atomic
-from vaswani.config import Config
+from vaswani.config import Config, ConfigError
 from vaswani.model_dir import WEIGHTS, load_into, save_weights, weights_of, write_model_directory
 from vaswani.nn import build_model
+from vaswani.pretrained.fields import Fields
 
 
 class PretrainedError(ValueError):
@@ -36,10 +37,7 @@ def read_config(src: Path) -> dict:
     path = src / "config.json"
     if not path.is_file():
         raise PretrainedError(f"{path} not found: SRC must be a directory written by save_pretrained")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise PretrainedError(f"{path} is not valid JSON ({error})") from None
+    return Fields(read_json(path), path)
 
 
 def read_json(path: Path, default: dict | None = None) -> dict:
@@ -49,9 +47,12 @@ def read_json(path: Path, default: dict | None = None) -> dict:
             return default
         raise PretrainedError(f"{path} not found")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8-sig"))  # a BOM, as Windows editors write, is no fault
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise PretrainedError(f"{path} is not valid JSON ({error})") from None
+        raise PretrainedError(f"{path} is not valid JSON ({error}); download the file again") from None
+    if not isinstance(data, dict):
+        raise PretrainedError(f"{path} holds a JSON {type(data).__name__}, not an object; download the file again")
+    return data
 
 
 class Checkpoint(dict):
@@ -178,7 +179,7 @@ def generation_settings(src: Path, hf: dict, allowed: tuple[str, ...] = ()) -> d
     path = src / "generation_config.json"
     if not path.is_file():
         path = src / "config.json"
-    settings = read_json(path) if path.name != "config.json" else hf
+    settings = Fields(read_json(path), path) if path.name != "config.json" else hf
     for name, default in GENERATION_UNSUPPORTED.items():
         if name not in allowed and settings.get(name) not in (None, default, []):
             raise PretrainedError(
@@ -196,6 +197,11 @@ def take(weights: dict[str, torch.Tensor], name: str, shape: tuple[int, ...], so
     if name not in weights:
         raise PretrainedError(f"{source}: the weights have no {name}; is config.json this checkpoint's?")
     tensor = weights[name]
+    if not tensor.is_floating_point():
+        raise PretrainedError(
+            f"{source}: {name} holds {str(tensor.dtype).removeprefix('torch.')} numbers, not floats (a quantized or "
+            "damaged checkpoint); import its float32, float16 or bfloat16 weights"
+        )
     if tuple(tensor.shape) != shape:
         raise PretrainedError(
             f"{source}: {name} has shape {tuple(tensor.shape)} where config.json implies {shape}; "
@@ -296,9 +302,28 @@ def import_pretrained(src: str | Path, model_dir: str | Path) -> Path:
                 shutil.copyfile(file, tmp / name)
         save_weights(weights_of(model), tmp / WEIGHTS)
         write_model_directory(tmp, config, origin)
+        _check_tokenizer(tmp, config, source)
     return out
 
 
-def base_config(model: dict, decode: dict) -> Config:
-    """A Config with these model and decode sections (the data and train sections at their defaults)."""
-    return Config.from_dict({"model": model, "decode": decode})
+def _check_tokenizer(directory: Path, config: Config, source: Path) -> None:
+    """The imported tokenizer read back as `vaswani translate` reads it, before the import is done: a tokenizer
+    file of the checkpoint that no layout's check caught (damaged, another model's) refused here, naming it."""
+    from vaswani.model_dir import load_tokenizer
+
+    try:
+        load_tokenizer(directory, config)
+    except ValueError as error:  # DataError, CheckpointError
+        said = str(error).replace(f"{directory}/", "")
+        raise PretrainedError(f"{source}: its tokenizer, as imported, cannot be read ({said})") from None
+
+
+def base_config(model: dict, decode: dict, src: Path) -> Config:
+    """A Config with these model and decode sections (the data and train sections at their defaults); a
+    one-line refusal naming the checkpoint where its settings make none (e.g. d_model not a multiple of the heads)."""
+    try:
+        return Config.from_dict({"model": model, "decode": decode})
+    except ConfigError as error:
+        raise PretrainedError(
+            f"{src}: config.json and generation_config.json describe a model vaswani cannot build ({error})"
+        ) from None

@@ -196,8 +196,6 @@ def spm_tokenizer(src: Path, kind: str, vocab_size: int) -> tuple[Languages, dic
     tokenizer.json), numbered as NllbTokenizer and MBart50Tokenizer number it: fairseq's <s> <pad> </s> <unk>, each
     SentencePiece piece at its own id + 1, the language codes after the pieces, <mask> after them. The codes: the
     ones the tokenizer's files list, else the family's (FAIRSEQ_CODES, by tokenizer_class)."""
-    import sentencepiece as spm
-
     settings = read_json(src / "tokenizer_config.json", {})
     path = src / Path(str(settings.get("vocab_file") or SPM)).name
     if not path.is_file():
@@ -206,10 +204,7 @@ def spm_tokenizer(src: Path, kind: str, vocab_size: int) -> tuple[Languages, dic
         raise PretrainedError(
             f"{src}: neither tokenizer.json nor {SPM} found; this model's tokenizer needs one of them"
         )
-    try:
-        processor = spm.SentencePieceProcessor(model_file=str(path))
-    except (OSError, RuntimeError) as error:
-        raise PretrainedError(f"{path} is not a SentencePiece model ({error})") from None
+    processor = read_spm(path)
     size = processor.get_piece_size()
     vocab = dict(FAIRSEQ_SPECIALS)
     for i in range(3, size):  # SentencePiece's own <unk> <s> </s> are 0-2: fairseq's ids stand for them
@@ -228,6 +223,16 @@ def spm_tokenizer(src: Path, kind: str, vocab_size: int) -> tuple[Languages, dic
     return _numbered(src, vocab, ids, vocab_size, path)
 
 
+def read_spm(path: Path):
+    """The SentencePiece model at `path`; a one-line refusal naming it where it is not one (empty, cut short)."""
+    import sentencepiece as spm
+
+    try:
+        return spm.SentencePieceProcessor(model_file=str(path))
+    except (OSError, RuntimeError) as error:
+        raise PretrainedError(f"{path} is not a SentencePiece model ({error}); download the checkpoint again") from None
+
+
 def m2m_tokenizer(src: Path, vocab_size: int) -> tuple[Languages, dict[str, Path | bytes]]:
     """M2M-100's tokenizer: the SentencePiece model, vocab.json with the language tokens (`__de__`) numbered after
     the pieces, as M2M100Tokenizer numbers them. Its languages: the ones the checkpoint lists, else its
@@ -236,6 +241,7 @@ def m2m_tokenizer(src: Path, vocab_size: int) -> tuple[Languages, dict[str, Path
     spm_name = settings.get("spm_file") if isinstance(settings.get("spm_file"), str) else SPM
     if not (src / Path(spm_name).name).is_file():
         raise PretrainedError(f"{src / Path(spm_name).name} not found: M2M-100's tokenizer needs it and vocab.json")
+    read_spm(src / Path(spm_name).name)
     vocab = read_json(src / "vocab.json")
     if not isinstance(vocab, dict) or "<unk>" not in vocab:
         raise PretrainedError(f"{src / 'vocab.json'} is not M2M-100's vocabulary (no <unk>)")
@@ -273,7 +279,7 @@ def convert(src: Path, hf: dict) -> tuple[Config, dict[str, torch.Tensor], dict[
     forced = generation.get("forced_bos_token_id")
     if forced is not None:  # the checkpoint's own target language (mBART-50's one-to-many models)
         languages.default_target = next((code for code, i in languages.codes.items() if i == forced), None)
-    config = base_config(model, decode)
+    config = base_config(model, decode, src)
     weights = convert_weights(read_weights(src), config, kind, src)
     files[LANGUAGES_FILE] = languages.encoded()
     return config, weights, files
