@@ -1,18 +1,19 @@
 """The hub_checkpoint surface: a Hugging Face checkpoint directory as `vaswani import` meets it on a user's disk:
-OPUS-MT (Marian), NLLB-200, mBART-50 and M2M-100 fixtures laid out as the hub lays them out, then downloaded half
-way, edited by hand or by another tool, or holding more than vaswani reads: any file missing, empty, cut short,
-bytes flipped or replaced by garbage, a BOM before its JSON; a config.json, generation_config.json or
-tokenizer_config.json field deleted or given a value of another type, or a field added; the weights in float16 or
-bfloat16, as pytorch_model.bin, in shards (one missing), a tensor of integers, of another shape, dropped or added;
-files the hub's repositories also hold (tf_model.h5, flax_model.msgpack, rust_model.ot, README.md, .gitattributes).
+OPUS-MT (Marian), NLLB-200, mBART-50, M2M-100, GPT-2 and BERT (a classifier) fixtures laid out as the hub lays
+them out, then downloaded half way, edited by hand or by another tool, or holding more than vaswani reads: any file
+missing, empty, cut short, bytes flipped or replaced by garbage, a BOM before its JSON; a config.json,
+generation_config.json or tokenizer_config.json field deleted or given a value of another type, or a field added;
+the weights in float16 or bfloat16, as pytorch_model.bin, in shards (one missing), a tensor of integers, of another
+shape, dropped or added; files the hub's repositories also hold (tf_model.h5, flax_model.msgpack, rust_model.ot,
+README.md, .gitattributes).
 
 The promise (issues 60 and 61): `vaswani import SRC OUT` either imports, and the model directory then loads and
-translates a sentence (from German into English, its languages named where the model needs them), or exits with
-a one-line error that names the checkpoint's file or setting at fault, with nothing written to OUT; never a
-traceback, never an import that cannot then translate. What must import (an unharmed checkpoint, the other
-precisions and file layouts, files vaswani does not read, a field added, generation_config.json missing) and
-what must be refused (the weights or every tokenizer file unreadable, a tensor of integers or another shape, one
-added or missing) are asserted as such."""
+is used as its command uses it (a sentence translated from German into English, its languages named where the
+model needs them; GPT-2 continuing a prompt; BERT labelling a sentence), or exits with a one-line error that names
+the checkpoint's file or setting at fault, with nothing written to OUT; never a traceback, never an import that
+cannot then be used. What must import (an unharmed checkpoint, the other precisions and file layouts, files vaswani
+does not read, a field added, generation_config.json missing) and what must be refused (the weights unreadable, a
+tensor of integers or another shape, one added or missing) are asserted as such."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ from hypothesis import strategies as st
 from tests.fuzz import Surface, quiet, text
 from tests.fuzz.config_yaml import SECONDS, deadline
 
-FAMILIES = ("marian", "nllb", "mbart50", "m2m100")
+FAMILIES = ("marian", "nllb", "mbart50", "m2m100", "gpt2", "bert")
 WEIGHTS = "model.safetensors"
 JSONS = ("config.json", "generation_config.json", "tokenizer_config.json")
 OTHER_FILES = ("tf_model.h5", "flax_model.msgpack", "rust_model.ot", "README.md", ".gitattributes")
@@ -211,15 +212,22 @@ def _refused(message: str, fault: Fault, named: str, src: Path, out: Path) -> st
     return "refused"
 
 
-def _translates(out: Path, family: str) -> str:
-    """The imported model loaded and translating a sentence, as `vaswani translate` would."""
+def _used(out: Path, family: str) -> str:
+    """The imported model loaded and used as its command would: a translation of a sentence (from German into
+    English, its languages named where the model needs them), GPT-2's continuation, BERT's label."""
     from tests.helpers.multilingual_models import CODES
+    from vaswani.decode.classifier import Classifier
+    from vaswani.decode.generate import Generator
     from vaswani.translate.translator import Translator
 
-    translator = Translator.load(out, device="cpu", precision="fp32")
-    codes = CODES.get(family, {})
-    languages = {"source_language": codes["de"], "target_language": codes["en"]} if codes else {}
-    output = translator.translate([SENTENCE], beam_size=2, **languages)
+    if family == "gpt2":
+        output = Generator.load(out, device="cpu").generate("ROMEO:", max_new_tokens=4)
+    elif family == "bert":
+        output = [label for label, _ in Classifier.load(out, device="cpu").classify(["a gorgeous , witty movie ."])]
+    else:
+        codes = CODES.get(family, {})
+        languages = {"source_language": codes["de"], "target_language": codes["en"]} if codes else {}
+        output = Translator.load(out, device="cpu", precision="fp32").translate([SENTENCE], beam_size=2, **languages)
     assert len(output) == 1 and isinstance(output[0], str), output
     return "imported"
 
@@ -241,7 +249,7 @@ def check(fault: Fault, context: dict[str, Any]) -> str:
             return _refused(stderr.getvalue().strip().removeprefix("vaswani: error: "), fault, named, src, out)
         assert not _must_refuse(fault, named), f"{fault} on {named} was imported"
         with quiet(), deadline(SECONDS):
-            return _translates(out, fault.family)
+            return _used(out, fault.family)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -250,13 +258,17 @@ def check(fault: Fault, context: dict[str, Any]) -> str:
 def checkpoints() -> Iterator[dict[str, Any]]:
     """Each family's checkpoint (untrained: their import is what is fuzzed), made once in a temporary folder the
     cases' copies go into too."""
+    from tests.helpers.bert_models import save_bert_classifier, save_bert_mlm
+    from tests.helpers.gpt2_models import save_gpt2
     from tests.helpers.hf_models import save_marian
     from tests.helpers.multilingual_models import save_multilingual
 
     with tempfile.TemporaryDirectory(prefix="fuzz-hub-") as root, quiet():
         made: dict[str, Any] = {"root": root, "marian": save_marian(Path(root) / "marian", steps=0)}
-        for family in FAMILIES[1:]:
+        for family in FAMILIES[1:4]:
             made[family] = save_multilingual(Path(root) / family, family, steps=0)
+        made["gpt2"] = save_gpt2(Path(root) / "gpt2", steps=0)
+        made["bert"] = save_bert_classifier(save_bert_mlm(Path(root) / "mlm", steps=0), Path(root) / "bert")
         yield made
 
 
