@@ -1,10 +1,10 @@
 """The multilingual_api surface: `vaswani serve` on imported many-to-many checkpoints (NLLB-200, mBART-50 and
-M2M-100 fixtures laid out as the hub lays them out: save_pretrained beside the tokenizer's files, NLLB's 202 codes,
-mBART-50's 52, M2M-100's 100), called by several clients at once: texts of any Unicode, in any language, writing
-language codes and special tokens as text ("eng_Latn", "__en__", "</s>", "<pad>"), markup, glossaries, beams and
-n-best; each request naming its source and its target language by one of the model's codes, a near miss of one
-(another case, spaces or underscores around it, its ISO 639 language: deu_latn, " deu_Latn", de, DEU), other text,
-or nothing.
+M2M-100 fixtures laid out as the hub lays them out: save_pretrained beside the tokenizer's files, NLLB's 202 codes
+in its current and its legacy source layout, mBART-50's 52, M2M-100's 100), called by several clients at once:
+texts of any Unicode, in any language, writing language codes and special tokens as text ("eng_Latn", "__en__",
+"</s>", "<pad>"), markup, glossaries, beams and n-best; each request naming its source and its target language by
+one of the model's codes, a near miss of one (another case, spaces or underscores around it, its ISO 639 language:
+deu_latn, " deu_Latn", de, DEU), other text, or nothing.
 
 The promise (issues 60 and 61): a request whose two languages are the model's codes (or its defaults) is a 200
 with one translation per text in the documented shape, equal to the same request's answer sent alone (requests for
@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 from tests.fuzz import Surface, quiet, text
 from tests.fuzz.http_api import GERMAN, MARKUP, _check_error, _check_translations
 
-KINDS = ("nllb", "mbart50", "m2m100")
+KINDS = ("nllb", "nllb_legacy", "mbart50", "m2m100")  # nllb_legacy: NLLB's sources as `text </s> code`
 # what texts copied from logs, markup and other models' inputs write: codes and special tokens as text
 WRITTEN = ["eng_Latn", "deu_Latn", "zho_Hans", "en_XX", "de_DE", "__en__", "__de__", ">>fra<<", "en", "</s>", "<s>"]
 WRITTEN += ["<pad>", "<unk>", "<mask>", "madeupword0", "▁", "\u200b", "\ufeff", "ß", "İ", "ﬁ", "🇩🇪", "שלום", "日本語"]
@@ -233,7 +233,12 @@ def _served(kind: str, tmp: Path, stack: contextlib.ExitStack) -> Model:
     from vaswani.serve.compute import ComputeThread
     from vaswani.translate.translator import Translator
 
-    directory = import_pretrained(save_multilingual(tmp / kind, kind, steps=0), tmp / f"{kind}.vaswani")
+    family = kind.removesuffix("_legacy")
+    src = save_multilingual(tmp / kind, family, steps=0)
+    if kind.endswith("_legacy"):  # tokenizer_config.json as NllbTokenizer wrote sources until 2023
+        settings = json.loads((src / "tokenizer_config.json").read_text("utf-8"))
+        (src / "tokenizer_config.json").write_text(json.dumps({**settings, "legacy_behaviour": True}), "utf-8")
+    directory = import_pretrained(src, tmp / f"{kind}.vaswani")
     config = yaml.safe_load((directory / "config.yaml").read_text("utf-8"))
     config["decode"]["max_len_b"] = 12
     (directory / "config.yaml").write_text(yaml.safe_dump(config), "utf-8")
@@ -246,7 +251,8 @@ def _served(kind: str, tmp: Path, stack: contextlib.ExitStack) -> Model:
     info, languages = client.get("/v1/model").json(), translator.tokenizer.languages
     assert info["source_languages"] == info["target_languages"] == sorted(languages.codes), info
     defaults = {"source": languages.default_source, "target": languages.default_target}
-    return Model(client, sorted(languages.codes), CODES[kind], defaults)
+    assert languages.source == ("suffix" if kind.endswith("_legacy") else "prefix"), languages.source
+    return Model(client, sorted(languages.codes), CODES[family], defaults)
 
 
 SURFACE = Surface("multilingual_api", inputs, check, context)
