@@ -32,6 +32,7 @@ from hypothesis import strategies as st
 
 from tests.fuzz import Surface, quiet, text
 from tests.fuzz.config_yaml import SECONDS, deadline
+from tests.fuzz.model_directory import _reshaped
 
 FAMILIES = ("marian", "nllb", "mbart50", "m2m100", "gpt2", "bert")
 WEIGHTS = "model.safetensors"
@@ -114,18 +115,6 @@ def _edit_file(path: Path, fault: Fault) -> None:
         for _ in range(1 + at % 8 if flipped else 0):
             flipped[rng.randrange(len(flipped))] ^= rng.randrange(1, 256)
         path.write_bytes(bytes(flipped))
-
-
-def _reshaped(tensor: Any, how: str) -> Any:
-    import torch
-
-    if how == "cut":
-        return tensor[:-1].clone() if tensor.shape[0] > 1 else tensor.new_zeros((0,))
-    if how == "grow":
-        return torch.cat([tensor, tensor[:1]])
-    if how == "flat":
-        return tensor.reshape(-1).clone() if tensor.dim() > 1 else tensor.reshape(1, -1).clone()
-    return tensor.unsqueeze(0).clone()
 
 
 def _edit_weights(src: Path, fault: Fault) -> str:

@@ -55,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
             if not isinstance(error, OSError) or not error.filename
             else (f"{error.filename}: {error.strerror}")
         )
+        message = " ".join(message.splitlines())  # one line, whatever the input it quotes
         print(f"vaswani: error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

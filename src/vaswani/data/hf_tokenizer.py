@@ -79,7 +79,9 @@ class HfPieces:
             tokenizer = (
                 _Tokenizer.from_file(str(directory / names[0])) if len(names) == 1 else _byte_level_bpe(directory)
             )
-        except Exception as error:  # tokenizers raises a bare Exception for a malformed file
+        except BaseException as error:  # tokenizers raises a bare Exception for a malformed file, or panics
+            if not isinstance(error, Exception) and type(error).__name__ != "PanicException":  # pyo3's: no Exception
+                raise
             raise DataError(
                 f"{directory / names[0]} is not a tokenizer the tokenizers library reads ({error})"
             ) from None

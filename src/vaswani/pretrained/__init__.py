@@ -26,7 +26,7 @@ from vaswani import atomic
 from vaswani.config import Config, ConfigError
 from vaswani.model_dir import WEIGHTS, load_into, save_weights, weights_of, write_model_directory
 from vaswani.nn import build_model
-from vaswani.pretrained.fields import Fields
+from vaswani.pretrained.fields import CHECKED, Fields
 
 
 class PretrainedError(ValueError):
@@ -37,7 +37,7 @@ def read_config(src: Path) -> dict:
     path = src / "config.json"
     if not path.is_file():
         raise PretrainedError(f"{path} not found: SRC must be a directory written by save_pretrained")
-    return Fields(read_json(path), path)
+    return read_json(path)
 
 
 def read_json(path: Path, default: dict | None = None) -> dict:
@@ -52,7 +52,7 @@ def read_json(path: Path, default: dict | None = None) -> dict:
         raise PretrainedError(f"{path} is not valid JSON ({error}); download the file again") from None
     if not isinstance(data, dict):
         raise PretrainedError(f"{path} holds a JSON {type(data).__name__}, not an object; download the file again")
-    return data
+    return Fields(data, path) if path.name in CHECKED else data
 
 
 class Checkpoint(dict):
@@ -179,7 +179,7 @@ def generation_settings(src: Path, hf: dict, allowed: tuple[str, ...] = ()) -> d
     path = src / "generation_config.json"
     if not path.is_file():
         path = src / "config.json"
-    settings = Fields(read_json(path), path) if path.name != "config.json" else hf
+    settings = read_json(path) if path.name != "config.json" else hf
     for name, default in GENERATION_UNSUPPORTED.items():
         if name not in allowed and settings.get(name) not in (None, default, []):
             raise PretrainedError(

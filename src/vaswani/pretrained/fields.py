@@ -1,4 +1,5 @@
-"""What the fields of a checkpoint's config.json and generation_config.json may hold, checked as they are read: a
+"""What the fields of a checkpoint's config.json, generation_config.json and tokenizer settings (CHECKED) may hold,
+checked as they are read: a
 field of another type (a hand edit, another tool's file, a damaged download) is refused in one line naming the file
 and the field, before it becomes one of vaswani's settings under another name."""
 
@@ -6,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+
+CHECKED = ("config.json", "generation_config.json", "tokenizer_config.json", "special_tokens_map.json")
 
 
 def _int(value: Any) -> bool:
@@ -18,6 +21,15 @@ def _number(value: Any) -> bool:
 
 def _ids(value: Any) -> bool:
     return isinstance(value, list) and all(_int(i) and i >= 0 for i in value)
+
+
+def _token(value: Any) -> bool:
+    """A special token as tokenizer files write it: its text, or an object holding it (transformers' AddedToken)."""
+    return isinstance(value, str) or (isinstance(value, dict) and isinstance(value.get("content"), str))
+
+
+def _numbered(value: Any) -> bool:
+    return isinstance(value, dict) and all(key.isdigit() for key in value)
 
 
 # the fields the layouts read, by what they must hold
@@ -54,7 +66,8 @@ IDS = [
     "forced_bos_token_id",
     "forced_eos_token_id",
 ]
-PROBABILITIES = ["dropout", "attention_dropout", "activation_dropout"]
+PROBABILITIES = ["dropout", "attention_dropout", "activation_dropout", "hidden_dropout_prob"]
+PROBABILITIES += ["attention_probs_dropout_prob", "attn_pdrop", "resid_pdrop", "embd_pdrop"]
 FLAGS = [
     "scale_embedding",
     "tie_word_embeddings",
@@ -64,18 +77,32 @@ FLAGS = [
     "normalize_embedding",
     "static_position_embeddings",
     "add_bias_logits",
+    "legacy_behaviour",
+    "do_lower_case",
+    "tokenize_chinese_chars",
 ]
-NUMBERS = ["length_penalty", "layer_norm_eps", "layer_norm_epsilon"]
-NAMES = ["model_type", "activation_function", "hidden_act"]
+NUMBERS = ["length_penalty"]
+NAMES = ["model_type", "activation_function", "hidden_act", "position_embedding_type", "problem_type"]
+NAMES += ["tokenizer_class", "language_codes", "spm_file", "vocab_file", "src_lang", "tgt_lang"]
+TOKENS = ["bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token"]
+MOST, POSITIONS = 2**24, 2**20  # beyond any checkpoint's sizes: a damaged number, not a model to build
 RULES: dict[str, tuple[str, Any]] = {
-    **{name: ("a whole number of at least 1", lambda v: _int(v) and v >= 1) for name in COUNTS},
+    **{name: (f"a whole number from 1 to {MOST:,}", lambda v: _int(v) and 1 <= v <= MOST) for name in COUNTS},
+    # positions a table is computed for (M2M-100's, Marian's sinusoids): 2**20 rows of d_model 1,024 are 4 GB
+    **{
+        name: (f"a whole number from 1 to {POSITIONS:,}", lambda v: _int(v) and 1 <= v <= POSITIONS)
+        for name in ("max_position_embeddings", "n_positions")
+    },
     **{name: ("a token id (a whole number of at least 0)", lambda v: _int(v) and v >= 0) for name in IDS},
     **{name: ("a number from 0 to 1", lambda v: _number(v) and 0 <= v <= 1) for name in PROBABILITIES},
     **{name: ("true or false", lambda v: isinstance(v, bool)) for name in FLAGS},
     **{name: ("a number", _number) for name in NUMBERS},
+    **{name: ("a number above 0", lambda v: _number(v) and v > 0) for name in ("layer_norm_eps", "layer_norm_epsilon")},
     **{name: ("a name", lambda v: isinstance(v, str) and v != "") for name in NAMES},
     "early_stopping": ('true, false or "never"', lambda v: isinstance(v, bool) or v == "never"),
     "no_repeat_ngram_size": ("a whole number of at least 0", lambda v: _int(v) and v >= 0),
+    **{name: ("a token's text", _token) for name in TOKENS},
+    "id2label": ('an object of labels by number ({"0": "negative", "1": "positive"})', lambda v: _numbered(v)),
     "bad_words_ids": ("a list of lists of token ids", lambda v: isinstance(v, list) and all(map(_ids, v))),
 }
 
@@ -97,6 +124,11 @@ class Fields(dict):
                 raise PretrainedError(
                     f"{path}: {name} is {shown}, where it must be {what}; fix the value or download the file again"
                 )
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """A field's value; `default` where it is absent or null (as written by a tool that writes every field)."""
+        value = super().get(name)
+        return default if value is None else value
 
     def __getitem__(self, name: str) -> Any:
         """A field the layout needs: set, and not null."""
