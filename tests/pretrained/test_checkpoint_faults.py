@@ -88,3 +88,36 @@ def test_a_damaged_sentencepiece_model_is_refused_not_imported(tmp_path):
     src = save_multilingual(tmp_path / "m2m", "m2m100", steps=0)
     (src / "sentencepiece.bpe.model").write_bytes(b"")
     _refused(src, tmp_path / "out", "sentencepiece.bpe.model is not a SentencePiece model")
+
+
+@pytest.mark.parametrize(
+    ("kind", "file", "fields", "words"),
+    [  # each was a traceback: an 8 TB sinusoid table, NaN from a negative eps, .items() of a bool, a list as a key
+        ("m2m100", "config.json", {"max_position_embeddings": 2**40}, ("max_position_embeddings", "1,048,576")),
+        ("nllb", "config.json", {"dropout": None, "d_model": None}, ("has no d_model",)),  # null read as absent
+        ("m2m100", "tokenizer_config.json", {"language_codes": [1]}, ("language_codes is [1]",)),
+        ("nllb", "tokenizer_config.json", {"unk_token": [1]}, ("unk_token is [1]", "a token's text")),
+    ],
+)
+def test_multilingual_fields_out_of_bounds_are_refused(tmp_path, kind, file, fields, words):
+    src = save_multilingual(tmp_path / kind, kind, steps=0)
+    (src / "tokenizer.json").unlink(missing_ok=True)  # the hub's M2M-100 layout: vocab.json and the SentencePiece model
+    _edit(src / file, **fields)
+    _refused(src, tmp_path / "out", file, *words)
+
+
+def test_a_damaged_tokenizer_json_is_refused_even_where_tokenizers_panics(tmp_path):
+    src = save_multilingual(tmp_path / "nllb", "nllb", steps=0)
+    spec = json.loads((src / "tokenizer.json").read_text("utf-8"))
+    normalizers = spec["normalizer"].get("normalizers", [spec["normalizer"]])
+    charsmap = next(n for n in normalizers if "precompiled_charsmap" in n)
+    charsmap["precompiled_charsmap"] = "AAAA"  # tokenizers' Rust side panics on it (pyo3's PanicException)
+    (src / "tokenizer.json").write_text(json.dumps(spec), "utf-8")
+    _refused(src, tmp_path / "out", "tokenizer.json is not a tokenizer the tokenizers library reads")
+
+
+def test_the_cli_s_error_is_one_line_whatever_it_quotes(tmp_path, capsys):
+    from vaswani.cli import main
+
+    assert main(["import", str(tmp_path / "a\nfolder"), str(tmp_path / "out")]) == 2  # a name pasted with its newline
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
