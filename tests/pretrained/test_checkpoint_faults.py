@@ -121,3 +121,11 @@ def test_the_cli_s_error_is_one_line_whatever_it_quotes(tmp_path, capsys):
 
     assert main(["import", str(tmp_path / "a\nfolder"), str(tmp_path / "out")]) == 2  # a name pasted with its newline
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_a_tokenizer_config_that_is_no_object_is_refused(tmp_path):
+    from tests.helpers.gpt2_models import save_gpt2
+
+    src = save_gpt2(tmp_path / "gpt2", steps=0)
+    (src / "tokenizer_config.json").write_text("0", "utf-8")  # was an AttributeError when read back
+    _refused(src, tmp_path / "out", "tokenizer_config.json", "JSON object")

@@ -94,6 +94,8 @@ class HfPieces:
                 settings = json.loads((directory / TOKENIZER_CONFIG).read_text(encoding="utf-8"))
             except (UnicodeDecodeError, json.JSONDecodeError) as error:
                 raise DataError(f"{directory / TOKENIZER_CONFIG} is not valid JSON ({error})") from None
+            if not isinstance(settings, dict):
+                raise DataError(f"{directory / TOKENIZER_CONFIG} holds no JSON object; write one or remove the file")
             cleanup = bool(settings.get("clean_up_tokenization_spaces", False))
             mask = settings.get("mask_token")
             mask = mask.get("content") if isinstance(mask, dict) else mask  # an AddedToken's serialised form
