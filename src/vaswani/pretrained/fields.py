@@ -1,7 +1,7 @@
 """What the fields of a checkpoint's config.json, generation_config.json and tokenizer settings (CHECKED) may hold,
-checked as they are read: a
-field of another type (a hand edit, another tool's file, a damaged download) is refused in one line naming the file
-and the field, before it becomes one of vaswani's settings under another name."""
+checked as they are read: a field of another type or out of bounds (a hand edit, another tool's file, a damaged
+download) is refused in one line naming the file and the field, before it becomes one of vaswani's settings under
+another name, a traceback or a model that computes NaN."""
 
 from __future__ import annotations
 
@@ -102,7 +102,7 @@ RULES: dict[str, tuple[str, Any]] = {
     "early_stopping": ('true, false or "never"', lambda v: isinstance(v, bool) or v == "never"),
     "no_repeat_ngram_size": ("a whole number of at least 0", lambda v: _int(v) and v >= 0),
     **{name: ("a token's text", _token) for name in TOKENS},
-    "id2label": ('an object of labels by number ({"0": "negative", "1": "positive"})', lambda v: _numbered(v)),
+    "id2label": ('an object of labels by number ({"0": "negative", "1": "positive"})', _numbered),
     "bad_words_ids": ("a list of lists of token ids", lambda v: isinstance(v, list) and all(map(_ids, v))),
 }
 
