@@ -173,7 +173,7 @@ def apply(fault: Fault, src: Path) -> str:
     return path.name
 
 
-def _must_import(fault: Fault, named: str, src: Path) -> bool:
+def _must_import(fault: Fault, named: str) -> bool:
     """An unharmed checkpoint, another float precision or file layout, files not read, a field added; also
     generation_config.json missing (the hub's older uploads have none)."""
     if fault.kind in ("none", "stray", "float16", "bfloat16", "bin", "shards", "add_field"):
@@ -195,7 +195,7 @@ def _refused(message: str, fault: Fault, named: str, src: Path, out: Path) -> st
     for words in ("Traceback", 'File "'):
         assert words not in message, message
     assert not out.exists() or not any(out.iterdir()), f"refused, but {sorted(p.name for p in out.iterdir())} written"
-    assert not _must_import(fault, named, src), f"{fault} refused: {message}"
+    assert not _must_import(fault, named), f"{fault} refused: {message}"
     names = [str(src), named] if named else [str(src)]
     assert any(word in message for word in names), f"names none of {names}: {message!r}"
     return "refused"

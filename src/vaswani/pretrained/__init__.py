@@ -285,7 +285,13 @@ def import_pretrained(src: str | Path, model_dir: str | Path) -> Path:
             f"{source / 'config.json'}: model_type {kind!r} cannot be imported; vaswani imports {', '.join(layouts)}"
         )
     layout = layouts[kind]
-    config, weights, tokenizer_files = layout.convert(source, hf)
+    try:
+        config, weights, tokenizer_files = layout.convert(source, hf)
+    except ConfigError as error:  # settings that make no model (e.g. d_model not a multiple of the heads)
+        raise PretrainedError(
+            f"{source / 'config.json'}: {error} (its settings, with generation_config.json's, describe a model "
+            "vaswani cannot build)"
+        ) from None
     model = build_model(config.model)
     load_into(model, weights, source)
     origin = {
@@ -318,12 +324,6 @@ def _check_tokenizer(directory: Path, config: Config, source: Path) -> None:
         raise PretrainedError(f"{source}: its tokenizer, as imported, cannot be read ({said})") from None
 
 
-def base_config(model: dict, decode: dict, src: Path) -> Config:
-    """A Config with these model and decode sections (the data and train sections at their defaults); a
-    one-line refusal naming the checkpoint where its settings make none (e.g. d_model not a multiple of the heads)."""
-    try:
-        return Config.from_dict({"model": model, "decode": decode})
-    except ConfigError as error:
-        raise PretrainedError(
-            f"{src}: config.json and generation_config.json describe a model vaswani cannot build ({error})"
-        ) from None
+def base_config(model: dict, decode: dict) -> Config:
+    """A Config with these model and decode sections (the data and train sections at their defaults)."""
+    return Config.from_dict({"model": model, "decode": decode})

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from vaswani.config import Config, ConfigError
+from vaswani.config import Config
 from vaswani.pretrained import Checkpoint, PretrainedError, WeightMap, read_json, read_weights, same_tensor
 
 ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}
@@ -66,10 +66,7 @@ def convert(src: Path, hf: dict) -> tuple[Config, dict[str, torch.Tensor], dict[
         )
     data = {"block_size": min(model["max_positions"], 512)}  # what a classifier reads: [CLS] text [SEP], cut
     finetune = {"labels": labels} if labels else {}
-    try:
-        config = Config.from_dict({"model": model, "data": data, "finetune": finetune})
-    except ConfigError as error:
-        raise PretrainedError(f"{path}: {error}") from None
+    config = Config.from_dict({"model": model, "data": data, "finetune": finetune})
     files = {TOKENIZER: tokenizer}
     if (src / TOKENIZER_CONFIG).is_file():  # read by the tokenizer for clean_up_tokenization_spaces
         files[TOKENIZER_CONFIG] = src / TOKENIZER_CONFIG

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from vaswani.config import Config, ConfigError
+from vaswani.config import Config
 from vaswani.data.corpus import DataError
 from vaswani.data.hf_tokenizer import BPE_FILES, TOKENIZER_CONFIG, TOKENIZER_JSON, HfPieces
 from vaswani.pretrained import Checkpoint, PretrainedError, read_weights, same_tensor, take
@@ -103,10 +103,7 @@ def convert(src: Path, hf: dict) -> tuple[Config, dict[str, torch.Tensor], dict[
     path = src / "config.json"
     model = model_section(hf, path)
     files = tokenizer_files(src)
-    try:
-        config = Config.from_dict({"model": model, "data": {"block_size": model["max_positions"]}})
-    except ConfigError as error:
-        raise PretrainedError(f"{path}: {error}") from None
+    config = Config.from_dict({"model": model, "data": {"block_size": model["max_positions"]}})
     weights = convert_weights(read_weights(src), config, src)
     _check_tokenizer(src, config)
     return config, weights, files

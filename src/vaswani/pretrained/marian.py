@@ -153,7 +153,7 @@ def convert(src: Path, hf: dict) -> tuple[Config, dict[str, torch.Tensor], dict[
     decode = decode_section(generation, model["max_positions"], model["pad_id"], model["bos_id"], model["eos_id"], src)
     checkpoint = read_weights(src)
     model["share_embeddings"] = one_input_matrix(checkpoint, model)
-    config = base_config(model, decode, src)
+    config = base_config(model, decode)
     weights = convert_weights(checkpoint, config, src)
     _check_vocabulary(files, config, src)
     return config, weights, files

@@ -279,7 +279,7 @@ def convert(src: Path, hf: dict) -> tuple[Config, dict[str, torch.Tensor], dict[
     forced = generation.get("forced_bos_token_id")
     if forced is not None:  # the checkpoint's own target language (mBART-50's one-to-many models)
         languages.default_target = next((code for code, i in languages.codes.items() if i == forced), None)
-    config = base_config(model, decode, src)
+    config = base_config(model, decode)
     weights = convert_weights(read_weights(src), config, kind, src)
     files[LANGUAGES_FILE] = languages.encoded()
     return config, weights, files
