@@ -88,7 +88,7 @@ TOKENS = ["bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_
 MOST, POSITIONS = 2**24, 2**20  # beyond any checkpoint's sizes: a damaged number, not a model to build
 RULES: dict[str, tuple[str, Any]] = {
     **{name: (f"a whole number from 1 to {MOST:,}", lambda v: _int(v) and 1 <= v <= MOST) for name in COUNTS},
-    # positions a table is computed for (M2M-100's, Marian's sinusoids): 2**20 rows of d_model 1,024 are 4 GB
+    # positions a table is computed for (M2M-100's, Marian's sinusoids): bounded so that it fits in memory
     **{
         name: (f"a whole number from 1 to {POSITIONS:,}", lambda v: _int(v) and 1 <= v <= POSITIONS)
         for name in ("max_position_embeddings", "n_positions")
