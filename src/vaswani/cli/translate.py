@@ -115,10 +115,10 @@ def _translate(args: argparse.Namespace) -> None:
     request = decode_request(args, translator)  # validated once, before reading any input
     detailed = args.n_best > 1 or args.scores
     console = stderr_console()
-    translator.check_languages(args.target_language, args.source_language)  # before any input is read
+    translator.languages.check(args.target_language, args.source_language)  # before any input is read
     report_precision(translator, request, console)
     languages = dict(
-        target_language=args.target_language, source_language=translator.model_source_language(args.source_language)
+        target_language=args.target_language, source_language=translator.languages.model_source(args.source_language)
     )
     if args.document or args.format != "text":
         _translate_document(args, translator, request, console, languages)
@@ -157,7 +157,7 @@ def _translate_document(
         raise ValueError(f"--n-best applies to plain text: --format {args.format} writes one translation")
     with Lines(args.input, args.output, console) as lines:
         text = lines.text()
-        language = translator.sentence_language(args.source_language)
+        language = translator.languages.sentence_language(args.source_language)
         if marked:
             parsed = markup.parse(text, args.format)
             documents = markup.split_runs([parsed], language)
@@ -204,10 +204,10 @@ def _evaluate(args: argparse.Namespace) -> None:
         request = decode_request(args, translator)
         report_precision(translator, request, console)
         source_language = getattr(args, "source_language", None)
-        translator.check_languages(args.target_language, source_language)
+        translator.languages.check(args.target_language, source_language)
         with progress_bar(console, "translating", len(sources)) as advance:
             hypotheses = translator.translate(
-                sources, request, advance, args.target_language, translator.model_source_language(source_language)
+                sources, request, advance, args.target_language, translator.languages.model_source(source_language)
             )
         if args.output:
             with open(args.output, "w", encoding="utf-8") as handle:

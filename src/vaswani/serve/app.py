@@ -236,12 +236,6 @@ def training_summary(model_dir: Path) -> dict[str, Any] | None:
     return summary
 
 
-def _languages(translator: Translator) -> list[str]:
-    """A many-to-many model's language codes, sorted (empty for other models)."""
-    languages = translator.tokenizer.languages
-    return sorted(languages.codes) if languages is not None else []
-
-
 def model_info(
     translator: Translator, model_dir: str | Path, settings: Settings, defaults: DecodeRequest
 ) -> dict[str, Any]:
@@ -254,8 +248,8 @@ def model_info(
         "source_language": source,
         "target_language": target,
         # >>lang<< tokens, or a many-to-many model's codes (its sources name theirs: source_languages)
-        "target_languages": _languages(translator) or [piece[2:-2] for piece in translator.tokenizer.language_tokens],
-        "source_languages": _languages(translator),
+        "target_languages": translator.languages.targets,
+        "source_languages": translator.languages.sources,
         "parameters": translator.model.num_parameters(),
         "layers": c.n_layers,
         "decoder_layers": c.decoder_layers,

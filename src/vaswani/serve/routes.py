@@ -18,7 +18,6 @@ from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from vaswani.data.languages import iso_language
 from vaswani.decode.request import DecodeRequest
 from vaswani.serve.batching import BusyError
 from vaswani.translate.document import Document, assemble, puts_spaces, split
@@ -127,7 +126,7 @@ def decode_request(body: TranslateRequest, state: Any) -> DecodeRequest:
     if body.n_best > s.max_beam:  # sampling's n_best is not bounded by a beam: bounded here
         raise RequestError(f"n_best: {_number(body.n_best)} is more than the {s.max_beam} this server allows")
     try:
-        state.translator.check_languages(body.target_language, body.source_language)
+        state.translator.languages.check(body.target_language, body.source_language)
     except ValueError as error:
         raise RequestError(f"target_language / source_language: {error}") from None
     if body.glossary and len(body.glossary) > s.max_glossary:
@@ -151,7 +150,7 @@ def sentences_of(body: TranslateRequest, state: Any) -> tuple[list[Document] | N
         if len(text) > s.max_text_chars:
             raise RequestError(f"text[{i}] has {len(text)} characters, more than the {s.max_text_chars} allowed")
     documents = markups = None
-    language = state.translator.sentence_language(body.source_language)
+    language = state.translator.languages.sentence_language(body.source_language)
     if body.format != "text":
         if not body.split_sentences:
             raise RequestError(f"format: {body.format} is split into sentences; leave split_sentences true")
@@ -214,10 +213,10 @@ async def translate(body: TranslateRequest, request: Request) -> JSONResponse:
     translator = state.translator
     try:  # a multilingual model refuses sentences without a target language
         ids = translator.encode_sources(
-            sentences, body.target_language, translator.model_source_language(body.source_language)
+            sentences, body.target_language, translator.languages.model_source(body.source_language)
         )
-        languages = [body.target_language] * len(sentences) if translator.tokenizer.languages is not None else None
-        translator.forced(languages, len(sentences))  # checked here: a 422, not the batch's failure
+        # one target per sentence where the model takes one (a batch mixes requests); a 422 here, not in the batch
+        languages = translator.languages.per_sentence(body.target_language, len(sentences))
     except ValueError as error:
         return JSONResponse({"error": one_line(str(error))}, 422)
     tokens, limit = sum(map(len, ids)), state.settings.max_batch_tokens
@@ -230,8 +229,7 @@ async def translate(body: TranslateRequest, request: Request) -> JSONResponse:
         results = await state.batcher.translate(sentences, ids, decode, languages) if sentences else []
     except BusyError as error:
         return JSONResponse({"error": str(error)}, 503, headers={"Retry-After": "1"})
-    target = body.target_language or translator.config.data.languages()[1]
-    target = iso_language(target) if translator.tokenizer.languages is not None else target
+    target = translator.languages.target_iso(body.target_language)
     if markups is not None:
         runs = [run.text for m in markups for run in m.runs]
         parts = assemble(runs, documents, results, puts_spaces(target))

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from vaswani.data.corpus import clean_line
-from vaswani.data.languages import iso_language
 from vaswani.translate.sentences import sentence_spans
 
 if TYPE_CHECKING:
@@ -145,13 +144,12 @@ def translate_documents(
     (`target_language`: a multilingual model's target, its >>lang<< token before every sentence;
     `warn(index, message)`, counting sentences; `progress`) and, without a request, n_best=, attention= and
     DecodeConfig fields."""
-    source, target = translator.config.data.languages()
     if documents is None:
-        documents = [split(text, language or source) for text in texts]
+        documents = [split(text, language or translator.languages.sentence_language(None)) for text in texts]
     sentences = [clean_line(s) for document in documents for s in document.sentences]  # NUL: as in line mode
     results = translator.translate_with_details(sentences, request, **options)
-    target = options.get("target_language") or target
-    return assemble(texts, documents, results, spaced=puts_spaces(iso_language(target) if target else target))
+    target = translator.languages.target_iso(options.get("target_language"))
+    return assemble(texts, documents, results, spaced=puts_spaces(target))
 
 
 def assemble(

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,8 +20,7 @@ from typing import Any
 import torch
 
 from vaswani.config import Config
-from vaswani.data.languages import iso_language
-from vaswani.data.tokenizer import LANGUAGE_TOKEN, Tokenizer
+from vaswani.data.tokenizer import Tokenizer
 from vaswani.decode.ct2_engine import CTranslate2Engine
 from vaswani.decode.engine import ENGINES, Engine, TorchEngine
 from vaswani.decode.glossary import Glossary
@@ -40,10 +38,10 @@ from vaswani.runtime.device import pick_device
 from vaswani.runtime.mapped import map_lookups
 from vaswani.runtime.precision import Choice, check
 from vaswani.translate.align import Alignment, alignments
+from vaswani.translate.language_policy import policy_for
 from vaswani.translate.term_placement import continuations, forced_log_probs, with_terms
 
 Warn = Callable[[int, str], None]  # (index of the input sentence, message)
-_LEADING_LANGUAGE = re.compile(r"^>>[^<>\s]+<<\s*")
 
 
 @dataclass(frozen=True)
@@ -142,6 +140,8 @@ class Translator:
     def __init__(self, model: Transformer, tokenizer: Tokenizer, config: Config, engine: Engine | None = None) -> None:
         self.model, self.tokenizer, self.config = model.eval(), tokenizer, config
         self.engine: Engine = engine or TorchEngine(self.model)
+        # how the model is told its languages (translate/language_policy.py): asked by every caller alike
+        self.languages = policy_for(tokenizer, config)
 
     @classmethod
     def load(
@@ -215,33 +215,6 @@ class Translator:
         text = text.strip()
         return text.lower() if self.config.data.lowercase else text  # trained on lowercased text
 
-    def language_token(self, language: str | None) -> str | None:
-        """The `>>lang<<` piece asking this (multilingual) model for `language` ("fra" or ">>fra<<"); None for
-        None. A one-line ValueError where the model has no such token, listing the ones it has. A many-to-many model
-        (data/languages.py) has codes, not such tokens: `language` is checked against them (None where it has a
-        default target) and None returned."""
-        if self.tokenizer.languages is not None:
-            self.tokenizer.languages.code(language, "target")
-            return None
-        if not language:
-            return None
-        piece = language if LANGUAGE_TOKEN.fullmatch(language) else f">>{language}<<"
-        known = self.tokenizer.language_tokens
-        if piece in known:
-            return piece
-        if not known:
-            raise ValueError(
-                f"target language {language!r}: this model translates into one language (it has no >>lang<< "
-                "tokens); leave the target language out"
-            )
-        raise ValueError(
-            f"target language {language!r}: this model has no {piece} token; it translates into {self._languages()}"
-        )
-
-    def _languages(self) -> str:
-        names = [k[2:-2] for k in self.tokenizer.language_tokens]
-        return ", ".join(names[:40]) + (f" and {len(names) - 40} more" if len(names) > 40 else "")
-
     def encode_sources(
         self,
         sentences: Sequence[str],
@@ -256,27 +229,7 @@ class Translator:
         (data/languages.py); both languages are checked, in one line listing the model's codes (its target language
         may be one per sentence: `forced`)."""
         texts = [self._normalise(s) for s in sentences]
-        languages = self.tokenizer.languages
-        if languages is not None:
-            self.forced(target_language, len(sentences))
-            code = languages.id(source_language, "source")
-            return [languages.coded(ids, code) for ids in self.tokenizer.encode_src(texts)]
-        if target_language is not None and not isinstance(target_language, str):
-            raise ValueError("a target language per sentence needs a many-to-many model (NLLB, M2M-100, mBART-50)")
-        piece = self.language_token(target_language)
-        if source_language:
-            raise ValueError(f"source language {source_language!r}: this model reads one source language; leave it out")
-        if piece is not None:
-            texts = [f"{piece} {_LEADING_LANGUAGE.sub('', s)}" if s else s for s in texts]
-        elif len(self.tokenizer.language_tokens) > 1:
-            bare = next((i for i, s in enumerate(texts) if s and not _LEADING_LANGUAGE.match(s)), None)
-            if bare is not None:
-                raise ValueError(
-                    f"sentence {bare + 1}: no target language, and this model translates into {self._languages()}; "
-                    'give one (--target-language, "target_language" in the API, the page\'s Target menu) or start '
-                    "the sentence with >>lang<<"
-                )
-        return self.tokenizer.encode_src(texts)
+        return self.languages.encode(self.tokenizer, texts, target_language, source_language)
 
     def translate(
         self,
@@ -325,7 +278,7 @@ class Translator:
         if progress is not None and len(todo) < len(ids):
             progress(len(ids) - len(todo))
         terms = self._terms(sentences, request.glossary)
-        forced = self.forced(target_language, len(sentences))
+        forced = self.languages.forced(target_language, len(sentences))
         forced = None if forced is None else [forced[i] for i in todo]
         found = self._search([sentences[i] for i in todo], [ids[i] for i in todo], request, progress, forced)
         results: list[list[Hypothesis]] = [[] for _ in sentences]
@@ -363,46 +316,6 @@ class Translator:
                     warn(i, f"{len(x)} tokens, more than the model's {limit}: translated the first {limit}")
                 ids[i] = self.tokenizer.cut_source(x, limit)
         return truncated
-
-    def check_languages(self, target_language: str | None, source_language: str | None) -> None:
-        """The languages a request names, checked before any input is read (one line listing the model's): a
-        many-to-many model's codes (both needed where it has no default), else a `>>lang<<` target and an ISO 639
-        source language (the one sentences are split in)."""
-        if self.tokenizer.languages is not None:
-            self.tokenizer.languages.code(target_language, "target")
-            self.tokenizer.languages.code(source_language, "source")
-            return
-        self.language_token(target_language)
-        if source_language is not None and not re.fullmatch(r"[a-z]{2,3}", source_language):
-            raise ValueError(
-                f'--source-language {source_language!r} ("source_language" in the API): give an ISO 639 code such as '
-                "de or en"
-            )
-
-    def model_source_language(self, source_language: str | None) -> str | None:
-        """What of a request's source language the model reads: a many-to-many model's code; None for others (their
-        source language only says how sentences are split)."""
-        return source_language if self.tokenizer.languages is not None else None
-
-    def sentence_language(self, source_language: str | None) -> str:
-        """The ISO 639 language sentences are split in: the source language named (a model's code read as one:
-        deu_Latn is de), or the one the model was trained on."""
-        if source_language:
-            return iso_language(source_language) if self.tokenizer.languages is not None else source_language
-        return self.config.data.languages()[0]
-
-    def forced(self, target_language: str | Sequence[str | None] | None, n: int) -> list[int] | None:
-        """The first output token of each of `n` sentences: a many-to-many model's target language code, one for all
-        or one per sentence (None for other models); a one-line ValueError listing the codes where one is missing or
-        unknown."""
-        languages = self.tokenizer.languages
-        if languages is None:
-            return None
-        if target_language is None or isinstance(target_language, str):
-            return [languages.id(target_language, "target")] * n
-        if len(target_language) != n:
-            raise ValueError(f"{len(target_language)} target languages for {n} sentences")
-        return [languages.id(language, "target") for language in target_language]
 
     def _search(
         self, sentences: Sequence[str], ids: list[list[int]], request: DecodeRequest, progress, forced=None

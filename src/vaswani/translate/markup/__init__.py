@@ -208,7 +208,7 @@ def translate_markup(
     the caller has them."""
     markups = list(parsed) if parsed is not None else [parse(text, format) for text in texts]
     if documents is None:
-        documents = split_runs(markups, language or translator.config.data.languages()[0])
+        documents = split_runs(markups, language or translator.languages.sentence_language(None))
     passed = {k: options.pop(k) for k in ("target_language", "source_language", "warn", "progress") if k in options}
     request = (request or translator.request(**options)).replace(alignment=True)
     runs = [run.text for markup in markups for run in markup.runs]
