@@ -111,6 +111,7 @@ def _translate(args: argparse.Namespace) -> None:
 
     from vaswani.console import progress_bar
 
+    _file_format(args)  # a PDF or an unknown --format named before the model is loaded
     translator = _load_translator(args)
     request = decode_request(args, translator)  # validated once, before reading any input
     detailed = args.n_best > 1 or args.scores
@@ -120,6 +121,9 @@ def _translate(args: argparse.Namespace) -> None:
     languages = dict(
         target_language=args.target_language, source_language=translator.languages.model_source(args.source_language)
     )
+    if _file_format(args) is not None:
+        _translate_file(args, translator, request, console)
+        return
     if args.document or args.format != "text":
         _translate_document(args, translator, request, console, languages)
         return
@@ -137,6 +141,61 @@ def _translate(args: argparse.Namespace) -> None:
                 json.dumps(result.n_best_record(), ensure_ascii=False) if detailed else result.text
                 for result in results
             )
+
+
+def _file_format(args: argparse.Namespace) -> Any:
+    """The file format (translate/files) of --format, or of the input's extension where --format is left as text;
+    None for text, HTML and Markdown."""
+    from vaswani.translate.files import FileError, format_for
+
+    if args.format not in ("text", "html", "markdown"):
+        return format_for(None, args.format)
+    if args.format != "text" or not args.input:
+        return None
+    try:
+        return format_for(args.input)
+    except FileError as error:
+        raise ValueError(f"{args.input}: {error}") from None
+
+
+def _translate_file(args: argparse.Namespace, translator: Translator, request: DecodeRequest, console: Console) -> None:
+    """A subtitle, office or e-book file translated into a file of its format (translate/files), written whole or
+    not at all; a file that cannot be translated named in one line."""
+    from vaswani.console import progress_bar
+    from vaswani.translate.files import FileError, translate_file
+
+    if not args.input or not args.output:
+        raise ValueError(
+            f"--format {_file_format(args).name}: give the file to translate (-i) and the file to write (-o)"
+        )
+    if args.n_best > 1 or args.scores or args.document:
+        raise ValueError("--n-best, --scores and --document apply to text: a file is translated into a file")
+    bars = []
+
+    def progress_for(sentences: int):
+        bars.append(progress_bar(console, "translating", sentences, enabled=sentences > 0))
+        return bars[-1].__enter__()
+
+    def warn(index: int, message: str) -> None:
+        console.print(f"vaswani: warning: sentence {index + 1}: {message}")
+
+    try:
+        translate_file(
+            translator,
+            args.input,
+            args.output,
+            args.format if args.format not in ("text", "html", "markdown") else None,
+            progress_for,
+            request=request,
+            target_language=args.target_language,
+            source_language=args.source_language,
+            warn=warn,
+        )
+    except FileError as error:
+        raise ValueError(f"{args.input}: {error}") from None
+    finally:
+        for bar in bars:
+            bar.__exit__(None, None, None)
 
 
 def _translate_document(
@@ -361,11 +420,12 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     translate.add_argument(
         "--format",
-        choices=["text", "html", "markdown"],
+        choices=["text", "html", "markdown", "srt", "vtt", "docx", "pptx", "odt", "odp", "epub"],
         default="text",
         help="html or markdown: read the whole input as one document, translate its text as --document does and "
         "keep its markup: each inline tag around the words aligned to the ones it wrapped; code, scripts and URLs "
-        "as written (default: text)",
+        "as written. srt, vtt, docx, pptx, odt, odp, epub: a file of that format, translated into one (-i and -o; "
+        "picked by -i's extension without --format). Default: text",
     )
     translate.add_argument(
         "--source-language",
