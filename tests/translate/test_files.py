@@ -398,3 +398,21 @@ def test_every_file_format_writes_back_unchanged_what_it_read():
     with pytest.raises(FileError, match="is empty"):
         read_file(b" \n", file_format("srt"))
     assert set(FILE_FORMATS) == {"srt", "vtt", "docx", "pptx", "odt", "odp", "epub"}
+
+
+def test_the_server_translates_a_file_as_the_library_does_and_refuses_bad_ones(translator, model_dir):
+    from fastapi.testclient import TestClient
+
+    from vaswani.serve.app import Settings, create_app
+
+    with TestClient(create_app(translator, model_dir, Settings(max_file=4000))) as client:
+        answer = client.post("/v1/translate_file", files={"file": ("talk.de.srt", SRT.encode(), "text/plain")})
+        assert answer.status_code == 200, answer.text
+        assert answer.headers["content-type"].startswith("application/x-subrip")
+        assert 'filename="talk.de.en.srt"' in answer.headers["content-disposition"]
+        assert answer.content == translate_bytes(translator, SRT.encode(), "srt")  # as the library translates it
+        damaged = client.post("/v1/translate_file", files={"file": ("a.docx", b"PK\x03\x04cut", "x/y")})
+        assert damaged.status_code == 422 and "a.docx: cannot be read" in damaged.json()["error"]
+        big = client.post("/v1/translate_file", files={"file": ("a.srt", b"x" * 5000, "text/plain")})
+        assert big.status_code == 422 and "more than the 4000 allowed" in big.json()["error"]
+        assert client.post("/v1/translate_file", data={"x": "1"}).status_code == 422

@@ -38,7 +38,9 @@ from vaswani.translate.translator import Translator
 
 DESCRIPTION = "Translation with a Transformer trained by vaswani."
 STATIC = Path(__file__).parent / "static"
-ROUTES = frozenset({"/", "/health", "/metrics", "/v1/model", "/v1/translate", "/docs", "/openapi.json"})
+ROUTES = frozenset(
+    {"/", "/health", "/metrics", "/v1/model", "/v1/translate", "/v1/translate_file", "/docs", "/openapi.json"}
+)
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,7 @@ class Settings:
     max_chars: int = 2000  # characters per sentence (after splitting)
     max_text_chars: int = 20000  # characters per text (before splitting: a document's paragraphs)
     max_body: int = 1 << 20  # bytes per request body
+    max_file: int = 16 << 20  # bytes per file sent to /v1/translate_file (its body's bound)
     max_beam: int = 16
     max_attention_texts: int = 8  # attention weights are layers x heads x T x S numbers per sentence
     max_glossary: int = 1000  # glossary pairs per request
@@ -66,6 +69,7 @@ class Settings:
             "max_chars",
             "max_text_chars",
             "max_body",
+            "max_file",
             "max_beam",
             "max_attention_texts",
             "max_glossary",
@@ -98,7 +102,9 @@ def create_app(
     app.state.metrics = Metrics(ROUTES, Path(model_dir).resolve().name, __version__)
     app.state.info = model_info(translator, model_dir, settings, defaults)
     app.state.compute, app.state.load_seconds, app.state.static = compute, load_seconds or 0.0, STATIC
-    app.add_middleware(BodyLimit, limit=settings.max_body)
+    app.add_middleware(
+        BodyLimit, limit=settings.max_body, limits={"/v1/translate_file": settings.max_file + (64 << 10)}
+    )
     if settings.api_key or settings.metrics_token:  # checked before the body is read
         guarded = {"/v1/": settings.api_key, "/metrics": settings.metrics_token or settings.api_key}
         app.add_middleware(ApiKey, keys={path: key for path, key in guarded.items() if key})

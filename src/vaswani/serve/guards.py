@@ -17,23 +17,24 @@ class _TooLarge(HTTPException):
 
 
 class BodyLimit:
-    def __init__(self, app, limit: int) -> None:
-        self.app, self.limit = app, limit
+    def __init__(self, app, limit: int, limits: dict[str, int] | None = None) -> None:
+        self.app, self.default, self.limits = app, limit, limits or {}  # limits: a path's own bound
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        limit = self.limits.get(scope.get("path", ""), self.default)
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None:
             if not declared.isdigit():
                 await _reply(send, 400, "the Content-Length header is not a number")
                 return
-            if int(declared) > self.limit:
+            if int(declared) > limit:
                 await _reply(
                     send,
                     413,
-                    f"the request body has {int(declared)} bytes, more than the {self.limit} "
+                    f"the request body has {int(declared)} bytes, more than the {limit} "
                     "allowed: send fewer or shorter texts per request",
                 )
                 return
@@ -44,8 +45,8 @@ class BodyLimit:
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.limit:
-                    raise _TooLarge(self.limit)
+                if received > limit:
+                    raise _TooLarge(limit)
             return message
 
         async def tracking_send(message) -> None:

@@ -266,3 +266,66 @@ def _finite(value: Any) -> Any:
 @router.get("/", include_in_schema=False)
 async def page(request: Request) -> FileResponse:
     return FileResponse(request.app.state.static / "index.html")
+
+
+@router.post("/v1/translate_file")
+async def translate_file(request: Request) -> Response:
+    """A file (multipart field `file`; optional fields `format`, `target_language`, `source_language`, `beam`)
+    translated into a file of its format (translate/files), sent back with its media type as NAME.LANG.EXT; a file
+    that cannot be translated gets a 422 naming what is wrong, one larger than the server's max_file a 413."""
+    import asyncio
+    from pathlib import PurePath
+    from urllib.parse import quote
+
+    from vaswani.translate.files import FileError, format_for, read_file
+
+    state = request.app.state
+    try:
+        form = await request.form()
+    except Exception as error:  # a body that is no multipart form: python-multipart's own message
+        return JSONResponse({"error": one_line(f"send the file as multipart/form-data (field 'file'): {error}")}, 422)
+    upload = form.get("file")
+    if upload is None or isinstance(upload, str):
+        return JSONResponse({"error": "send the file as multipart/form-data, in the field 'file'"}, 422)
+    fields = {k: form.get(k) or None for k in ("format", "target_language", "source_language", "beam")}
+    name = PurePath(upload.filename or "file").name
+    data = await upload.read()
+    translator = state.translator
+    try:
+        if len(data) > state.settings.max_file:
+            raise FileError(f"has {len(data)} bytes, more than the {state.settings.max_file} allowed")
+        handler = format_for(name, fields["format"])
+        if handler is None:
+            raise FileError("has no file format this server translates (srt, vtt, docx, pptx, odt, odp, epub)")
+        translator.languages.check(fields["target_language"], fields["source_language"])
+        beam = int(fields["beam"]) if fields["beam"] else None
+        if beam is not None and not 1 <= beam <= state.settings.max_beam:
+            raise FileError(f"beam: {beam} is not between 1 and the {state.settings.max_beam} this server allows")
+        decode = state.defaults.replace(beam_size=beam)
+        parsed = await asyncio.to_thread(read_file, data, handler)
+    except (ValueError, ImportError) as error:  # FileError, a language or a beam refused
+        return JSONResponse({"error": one_line(f"{name}: {error}")}, 422)
+    # the file's fragments read as markup and decoded by the batcher, beside other requests' sentences
+    markups = await asyncio.to_thread(lambda: [parse(f, "html") for f in parsed.fragments])
+    language = translator.languages.sentence_language(fields["source_language"])
+    documents = split_runs(markups, language)
+    sentences = [x for d in documents for x in d.sentences]
+    try:
+        source = translator.languages.model_source(fields["source_language"])
+        ids = translator.encode_sources(sentences, fields["target_language"], source)
+        languages = translator.languages.per_sentence(fields["target_language"], len(sentences))
+        results = await state.batcher.translate(sentences, ids, decode.replace(alignment=True), languages)
+    except ValueError as error:
+        return JSONResponse({"error": one_line(f"{name}: {error}")}, 422)
+    except BusyError as error:
+        return JSONResponse({"error": str(error)}, 503, headers={"Retry-After": "1"})
+    target = translator.languages.target_iso(fields["target_language"])
+    runs = [run.text for m in markups for run in m.runs]
+    parts = assemble(runs, documents, results, puts_spaces(target))
+    texts = [m.text for m in assemble_markup(parsed.fragments, "html", markups, parts)]
+    out = await asyncio.to_thread(parsed.write, texts, target)
+    path = PurePath(name)
+    filename = f"{path.stem}.{target}{path.suffix}"
+    plain = "".join(c if c.isascii() and c.isprintable() and c not in '"\\' else "_" for c in filename)
+    headers = {"Content-Disposition": f"attachment; filename=\"{plain}\"; filename*=UTF-8''{quote(filename)}"}
+    return Response(out, media_type=handler.media_type, headers=headers)
