@@ -382,7 +382,7 @@ def test_bad_files_are_refused_in_one_line_and_nothing_is_written(model_dir, tmp
         "paper.pdf": (b"%PDF-1.7\n...", "convert it to DOCX"),
         "empty.srt": (b"", "is empty"),
         "latin.srt": ("1\n00:00:01,000 --> 00:00:02,000\nSchön\n".encode("latin-1"), "not UTF-8"),
-        "broken.srt": (b"1\n00:00:01 -> 00:00:02\nEin Mann\n", "without its timing"),
+        "broken.srt": (b"1\n00:00:01 -> 00:00:02\nEin Mann\n", "a cue without its timing"),
         "book.epub": (docx, "mimetype"),
     }
     for name, (data, said) in bad.items():

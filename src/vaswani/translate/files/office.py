@@ -122,32 +122,31 @@ _PDF = (
 )
 
 
-class Docx(_Office):
-    name, extensions, label, standalone = "docx", (".docx",), "a DOCX document", True
+class _Ooxml(_Office):
+    """DOCX and PPTX: the parts that `_PARTS` matches and the properties' title, paragraphs of `RUNS`'s names."""
+
+    standalone = True
+    _PARTS: re.Pattern[str]
+    RUNS = WORD
+
+    def parts(self, package: Package) -> list[str]:
+        core = ["docProps/core.xml"] if "docProps/core.xml" in package.parts else []
+        return [name for name in package.parts if self._PARTS.fullmatch(name)] + core
+
+    def paragraphs(self, root: etree._Element) -> list[RunParagraph | InlineParagraph]:
+        return [RunParagraph(p, self.RUNS) for p in root.iter(self.RUNS.tag("p"))]
+
+
+class Docx(_Ooxml):
+    name, extensions, label = "docx", (".docx",), "a DOCX document"
     media_type = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
     _PARTS = re.compile(r"word/(document|header\d*|footer\d*|footnotes|endnotes)\.xml")
 
-    def parts(self, package: Package) -> list[str]:
-        return [name for name in package.parts if self._PARTS.fullmatch(name)] + _core(package)
 
-    def paragraphs(self, root: etree._Element) -> list[RunParagraph | InlineParagraph]:
-        return [RunParagraph(p, WORD) for p in root.iter(WORD.tag("p"))]
-
-
-class Pptx(_Office):
-    name, extensions, label, standalone = "pptx", (".pptx",), "a PPTX presentation", True
+class Pptx(_Ooxml):
+    name, extensions, label, RUNS = "pptx", (".pptx",), "a PPTX presentation", DRAWING
     media_type = "application/vnd.openxmlformats-officedocument.presentationml.presentation"
     _PARTS = re.compile(r"ppt/(slides/slide\d+|notesSlides/notesSlide\d+|diagrams/(data|drawing)\d+)\.xml")
-
-    def parts(self, package: Package) -> list[str]:
-        return [name for name in package.parts if self._PARTS.fullmatch(name)] + _core(package)
-
-    def paragraphs(self, root: etree._Element) -> list[RunParagraph | InlineParagraph]:
-        return [RunParagraph(p, DRAWING) for p in root.iter(DRAWING.tag("p"))]
-
-
-def _core(package: Package) -> list[str]:
-    return ["docProps/core.xml"] if "docProps/core.xml" in package.parts else []
 
 
 class _OpenDocument(_Office):

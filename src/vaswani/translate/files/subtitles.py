@@ -75,8 +75,18 @@ class _Subtitles:
             blocks[-1].append(i)
         return [b for b in blocks if b]
 
+    example = ""  # a timing line, for messages
+
     def cue(self, lines: list[str], block: list[int], tags: dict[int, tuple[str, str]]) -> Cue | None:
-        raise NotImplementedError
+        """A block's cue: its timing line checked (first or second line), its text lines after it (None: none)."""
+        timing = next((j for j, i in enumerate(block) if "-->" in lines[i]), None)
+        if timing is None or timing > 1:
+            raise FileError(f"line {block[0] + 1}: a cue without its timing ({self.example})")
+        if not _TIMING[self.name].fullmatch(lines[block[timing]]):
+            line = lines[block[timing]].strip()[:60]
+            raise FileError(f"line {block[timing] + 1}: {line!r} is not a {self.name.upper()} timing ({self.example})")
+        text = block[timing + 1 :]
+        return Cue(text[0], [lines[i] for i in text], tags) if text else None
 
     def read(self, data: bytes) -> Parsed:
         text, bom = _read_text(data, self.name.upper())
@@ -279,19 +289,12 @@ def _render(words: list[Word], tags: dict[int, tuple[str, str]]) -> str:
 
 class Srt(_Subtitles):
     name, extensions, media_type = "srt", (".srt",), "application/x-subrip"
-
-    def cue(self, lines: list[str], block: list[int], tags: dict[int, tuple[str, str]]) -> Cue | None:
-        timing = next((j for j, i in enumerate(block) if "-->" in lines[i]), None)
-        if timing is None or timing > 1:
-            raise FileError(f"line {block[0] + 1}: a subtitle without its timing (00:00:01,000 --> 00:00:02,500)")
-        if not _TIMING["srt"].fullmatch(lines[block[timing]]):
-            raise FileError(f"line {block[timing] + 1}: {lines[block[timing]].strip()[:60]!r} is not an SRT timing")
-        text = block[timing + 1 :]
-        return Cue(text[0], [lines[i] for i in text], tags) if text else None
+    example = "00:00:01,000 --> 00:00:02,500"
 
 
 class Vtt(_Subtitles):
     name, extensions, media_type = "vtt", (".vtt",), "text/vtt"
+    example = "00:01.000 --> 00:02.500"
 
     def blocks(self, lines: list[str]) -> list[list[int]]:
         if not lines or not re.match(r"WEBVTT([ \t].*)?$", lines[0].lstrip("\ufeff")):
@@ -299,13 +302,6 @@ class Vtt(_Subtitles):
         return super().blocks(lines)[1:]  # the header block as it was
 
     def cue(self, lines: list[str], block: list[int], tags: dict[int, tuple[str, str]]) -> Cue | None:
-        first = lines[block[0]]
-        if re.match(r"(NOTE|STYLE|REGION)([ \t]|$)", first):
-            return None
-        timing = next((j for j, i in enumerate(block) if "-->" in lines[i]), None)
-        if timing is None or timing > 1:
-            raise FileError(f"line {block[0] + 1}: a cue without its timing (00:01.000 --> 00:02.500)")
-        if not _TIMING["vtt"].fullmatch(lines[block[timing]]):
-            raise FileError(f"line {block[timing] + 1}: {lines[block[timing]].strip()[:60]!r} is not a WebVTT timing")
-        text = block[timing + 1 :]
-        return Cue(text[0], [lines[i] for i in text], tags) if text else None
+        if re.match(r"(NOTE|STYLE|REGION)([ \t]|$)", lines[block[0]]):
+            return None  # kept as it was
+        return super().cue(lines, block, tags)
