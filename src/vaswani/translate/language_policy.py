@@ -81,9 +81,11 @@ class OneLanguage:
         """The ISO 639 language sentences are split in: the one named, or the one the model was trained on."""
         return source or self.source
 
-    def target_iso(self, target: str | None) -> str:
-        """The language translations are written in (their sentences are joined with spaces or not)."""
-        return iso_language(target or self.target)
+    def target_iso(self, target: str | None) -> str | None:
+        """The ISO 639 language translations are written in (their sentences are joined with spaces or not), None
+        where neither the request nor the model's training files say it (an imported one-pair model)."""
+        target = target or self.target
+        return iso_language(target) if target else None
 
     @property
     def targets(self) -> list[str]:
