@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.fuzz import run_surface
-from tests.fuzz.catalog import MODULES, surfaces
+from tests.fuzz.catalog import NAMES, surfaces
 from tests.helpers.browser import REAL_PAGES, browser_kept, ours_kept
 from vaswani.runtime.machine import cpu_name
 
@@ -68,7 +68,7 @@ def fuzzed_pages(count: int) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--examples", type=int, default=10_000, help="generated inputs per surface")
-    parser.add_argument("--surfaces", nargs="*", choices=MODULES, default=list(MODULES))
+    parser.add_argument("--surfaces", nargs="*", choices=NAMES, default=list(NAMES))
     parser.add_argument("--browser", action="store_true", help="only the comparison with html5lib")
     parser.add_argument("--out", type=Path, default=RESULTS, help="a folder: one JSON file per surface")
     args = parser.parse_args()

@@ -5,7 +5,8 @@ A surface is a `Surface`: `inputs()` builds the strategy, `check(value, context)
 and returns the outcome's name ("translated", "refused", ...) or raises AssertionError where the promise broke (a
 traceback, a 500, output cut short, an error that names nothing). `context()` builds what the checks share once
 (a model directory, a server), entered as a context manager. The suite runs a few hundred cases per surface
-(tests/fuzz/test_surfaces.py); benchmarks/fuzz.py runs ≥ 10,000 and writes the counts.
+(tests/fuzz/test_surfaces.py), new ones each run from a seed it prints; benchmarks/fuzz.py runs ≥ 10,000 and
+writes the counts.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import hypothesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -44,9 +46,10 @@ class Report:
         return sum(self.outcomes.values())
 
 
-def run_surface(surface: Surface, examples: int, seed: int | None = 0) -> Report:
+def run_surface(surface: Surface, examples: int, seed: int | None = None) -> Report:
     """`examples` generated inputs through `surface.check`; the first broken promise raises (shrunk by
-    Hypothesis to a small input). `seed`: a fixed seed (the suite's runs repeat), None for a new one each run."""
+    Hypothesis to a small input). `seed`: the run's seed (the same seed draws the same inputs: a failure is
+    reproduced by it), None for Hypothesis's own random one."""
     import torch
 
     report = Report(surface.name)
@@ -62,14 +65,13 @@ def run_surface(surface: Surface, examples: int, seed: int | None = 0) -> Report
 
 
 def _run(surface: Surface, examples: int, seed: int | None, context: Any, report: Report) -> None:
-    """The Hypothesis run: no deadline (a busy CPU is not a bug), no example database (a fresh clone repeats the
-    same cases), derandomized for the suite."""
+    """The Hypothesis run: no deadline (a busy CPU is not a bug), no example database (a fresh clone draws as its
+    seed says, not as an earlier run's failures do)."""
 
     @settings(
         max_examples=examples,
         deadline=None,
         database=None,
-        derandomize=seed is not None,
         suppress_health_check=list(HealthCheck),
         print_blob=True,
     )
@@ -77,7 +79,7 @@ def _run(surface: Surface, examples: int, seed: int | None, context: Any, report
     def one(value: Any) -> None:
         report.outcomes[surface.check(value, context)] += 1
 
-    one()
+    (one if seed is None else hypothesis.seed(seed)(one))()
 
 
 def text(min_size: int = 0, max_size: int = 200) -> st.SearchStrategy[str]:

@@ -4,36 +4,30 @@ by lxml, and the bad files refused in one line with nothing written."""
 
 import io
 import re
-import struct
 import zipfile
-import zlib
 
 import pysubs2
 import pytest
 from lxml import etree
 
+from tests.helpers.files import (
+    SRT,
+    VTT,
+    docx_file,
+    epub_file,
+    odf_texts,
+    odp_file,
+    odt_file,
+    parts,
+    pptx_file,
+    zip_with,
+)
 from vaswani.cli import main
 from vaswani.translate.files import FILE_FORMATS, FileError, file_format, read_file, translate_bytes
 from vaswani.translate.files import base as base_module
 from vaswani.translate.files import package as package_module
 from vaswani.translate.files.subtitles import _spread
 from vaswani.translate.translator import Translator
-
-
-def _png() -> bytes:
-    """A 1x1 PNG, as an image editor writes one."""
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-    header = struct.pack(">IIBBBBB", 1, 1, 8, 6, 0, 0, 0)
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", header)
-        + chunk(b"IDAT", zlib.compress(b"\0\0\0\0\0"))
-        + chunk(b"IEND", b"")
-    )
-
 
 W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
 
@@ -49,61 +43,11 @@ def _identity(data: bytes, name: str) -> bytes:
     return parsed.write(list(parsed.fragments), None)
 
 
-def _docx(tmp_path) -> bytes:
-    import docx
-    from docx.oxml import OxmlElement
-    from docx.oxml.ns import qn
-    from docx.shared import Inches, RGBColor
-
-    document = docx.Document()
-    document.core_properties.title = "Ein Bericht über Hunde"
-    document.add_heading("Ein Hund im Park", 1)
-    p = document.add_paragraph("Ein ")
-    p.add_run("schwarzer Hund").bold = True
-    p.add_run(" läuft im Park. Zwei Männer sitzen auf einer ")
-    run = p.add_run("Bank")
-    run.italic, run.font.color.rgb = True, RGBColor(255, 0, 0)
-    p.add_run(". Mehr im ")
-    link = OxmlElement("w:hyperlink")  # as Word writes a link: runs inside w:hyperlink with a relationship id
-    link.set(
-        qn("r:id"),
-        document.part.relate_to(
-            "https://example.org", docx.opc.constants.RELATIONSHIP_TYPE.HYPERLINK, is_external=True
-        ),
-    )
-    link_run = OxmlElement("w:r")
-    link_text = OxmlElement("w:t")
-    link_text.text = "Netz"
-    link_run.append(link_text)
-    link.append(link_run)
-    p._p.append(link)
-    p.add_run(".")
-    document.add_paragraph("Eine Frau liest ein Buch.", style="List Bullet")
-    document.add_paragraph("Ein Mann fährt Fahrrad.", style="List Number")
-    png = tmp_path / "a.png"
-    png.write_bytes(_png())
-    document.add_paragraph("Ein Bild: ").add_run().add_picture(str(png), width=Inches(0.5))
-    table = document.add_table(rows=2, cols=2)
-    table.cell(0, 0).text, table.cell(0, 1).text = "Ein Mann", "Eine Frau"
-    table.cell(1, 0).text = "Zwei Kinder spielen."
-    table.cell(1, 1).add_table(rows=1, cols=1).cell(0, 0).text = "Ein kleiner Junge."
-    document.sections[0].header.paragraphs[0].text = "Ein Kopf"
-    document.sections[0].footer.paragraphs[0].text = "Eine Frau am Fuß"
-    out = io.BytesIO()
-    document.save(out)
-    return out.getvalue()
-
-
-def _parts(data: bytes) -> dict[str, bytes]:
-    with zipfile.ZipFile(io.BytesIO(data)) as archive:
-        return {info.filename: archive.read(info) for info in archive.infolist()}
-
-
 def test_a_docx_translated_keeps_its_structure_formatting_and_every_part_without_text(translator, tmp_path):
     import docx
 
-    source = _docx(tmp_path)
-    assert _parts(_identity(source, "docx"))["word/document.xml"].count(b"<w:t") >= 10
+    source = docx_file()
+    assert parts(_identity(source, "docx"))["word/document.xml"].count(b"<w:t") >= 10
     before = docx.Document(io.BytesIO(_identity(source, "docx")))
     original = docx.Document(io.BytesIO(source))
     assert [p.text for p in before.paragraphs] == [p.text for p in original.paragraphs]  # nothing lost on the way
@@ -127,33 +71,19 @@ def test_a_docx_translated_keeps_its_structure_formatting_and_every_part_without
     assert result.sections[0].footer.paragraphs[0].text != "Eine Frau am Fuß"
     assert result.core_properties.title != "Ein Bericht über Hunde"
     assert len(result.inline_shapes) == 1  # the picture
-    parts, originals = _parts(out), _parts(source)
-    assert list(parts) == list(originals)
+    written, originals = parts(out), parts(source)
+    assert list(written) == list(originals)
     texted = {"word/document.xml", "word/header1.xml", "word/footer1.xml", "docProps/core.xml"}
     for name in set(originals) - texted:
-        assert parts[name] == originals[name], name  # byte-identical where nothing is text
-    for name in texted & set(parts):
-        etree.fromstring(parts[name])  # a second reader: every part well-formed XML
+        assert written[name] == originals[name], name  # byte-identical where nothing is text
+    for name in texted & set(written):
+        etree.fromstring(written[name])  # a second reader: every part well-formed XML
 
 
 def test_a_pptx_translated_keeps_slides_shapes_runs_and_notes(translator):
     import pptx
 
-    presentation = pptx.Presentation()
-    slide = presentation.slides.add_slide(presentation.slide_layouts[1])
-    slide.shapes.title.text = "Ein Hund im Park"
-    frame = slide.placeholders[1].text_frame
-    frame.text = "Ein Mann fährt Fahrrad."
-    paragraph = frame.add_paragraph()
-    for text, bold in (("Zwei ", False), ("Hunde", True), (" spielen im Schnee.", False)):
-        run = paragraph.add_run()
-        run.text, run.font.bold = text, bold
-    table = slide.shapes.add_table(1, 2, 0, 0, 100, 100).table
-    table.cell(0, 0).text, table.cell(0, 1).text = "Eine Frau", "42"
-    slide.notes_slide.notes_text_frame.text = "Eine Notiz für den Sprecher."
-    data = io.BytesIO()
-    presentation.save(data)
-    source = data.getvalue()
+    source = pptx_file()
     assert _identity(source, "pptx") and pptx.Presentation(io.BytesIO(_identity(source, "pptx")))
 
     result = pptx.Presentation(io.BytesIO(translate_bytes(translator, source, "pptx")))
@@ -168,114 +98,36 @@ def test_a_pptx_translated_keeps_slides_shapes_runs_and_notes(translator):
     assert slide.notes_slide.notes_text_frame.text not in ("", "Eine Notiz für den Sprecher.")
 
 
-def _odt() -> bytes:
-    from odf.opendocument import OpenDocumentText
-    from odf.style import Style, TextProperties
-    from odf.table import Table, TableCell, TableColumn, TableRow
-    from odf.text import H, Note, NoteBody, NoteCitation, P, S, Span
-
-    document = OpenDocumentText()
-    bold = Style(name="Bold", family="text")
-    bold.addElement(TextProperties(fontweight="bold"))
-    document.automaticstyles.addElement(bold)
-    document.text.addElement(H(outlinelevel=1, text="Ein Hund im Park"))
-    p = P(text="Ein ")
-    p.addElement(Span(stylename=bold, text="schwarzer Hund"))
-    p.addText(" läuft im Park.")
-    p.addElement(S(c=3))
-    note = Note(noteclass="footnote", id="n1")
-    note.addElement(NoteCitation(text="1"))
-    body = NoteBody()
-    body.addElement(P(text="Eine Fußnote über den Hund."))
-    note.addElement(body)
-    p.addElement(note)
-    p.addText(" Zwei Männer sitzen.")
-    document.text.addElement(p)
-    table = Table(name="T")
-    table.addElement(TableColumn())
-    row = TableRow()
-    cell = TableCell()
-    cell.addElement(P(text="Eine Frau liest."))
-    row.addElement(cell)
-    table.addElement(row)
-    document.text.addElement(table)
-    out = io.BytesIO()
-    document.write(out)
-    return out.getvalue()
-
-
-def _odf_texts(data: bytes) -> list[str]:
-    from odf import teletype
-    from odf.opendocument import load
-    from odf.text import H, P
-
-    document = load(io.BytesIO(data))
-    return [teletype.extractText(p) for kind in (H, P) for p in document.getElementsByType(kind)]
-
-
 def test_an_odt_translated_keeps_headings_spans_notes_and_tables(translator):
-    source = _odt()
-    assert _odf_texts(_identity(source, "odt")) == _odf_texts(source)
+    source = odt_file()
+    assert odf_texts(_identity(source, "odt")) == odf_texts(source)
     out = translate_bytes(translator, source, "odt")
-    texts = _odf_texts(out)
-    assert len(texts) == len(_odf_texts(source))
+    texts = odf_texts(out)
+    assert len(texts) == len(odf_texts(source))
     assert not set(texts) & {"Ein Hund im Park", "Eine Frau liest.", "Eine Fußnote über den Hund."}
-    content = etree.fromstring(_parts(out)["content.xml"])
+    content = etree.fromstring(parts(out)["content.xml"])
     ns = {"text": "urn:oasis:names:tc:opendocument:xmlns:text:1.0"}
     assert content.xpath("//text:p/text:span[@text:style-name='Bold']", namespaces=ns)  # the bold span kept
     assert len(content.xpath("//text:note", namespaces=ns)) == 1
-    assert _parts(out)["styles.xml"] == _parts(source)["styles.xml"]  # no text in it: as it was
-    assert next(iter(_parts(out))) == "mimetype"
+    assert parts(out)["styles.xml"] == parts(source)["styles.xml"]  # no text in it: as it was
+    assert next(iter(parts(out))) == "mimetype"
 
 
-def test_an_odp_translated_keeps_its_frames():
-    from odf.draw import Frame, Page, TextBox
-    from odf.opendocument import OpenDocumentPresentation
-    from odf.style import MasterPage, PageLayout
-    from odf.text import P
-
-    document = OpenDocumentPresentation()
-    layout = PageLayout(name="L")
-    document.automaticstyles.addElement(layout)
-    master = MasterPage(name="M", pagelayoutname=layout)
-    document.masterstyles.addElement(master)
-    page = Page(masterpagename=master)
-    frame = Frame(width="10cm", height="2cm", x="1cm", y="1cm")
-    box = TextBox()
-    box.addElement(P(text="Ein Hund läuft."))
-    frame.addElement(box)
-    page.addElement(frame)
-    document.presentation.addElement(page)
-    out = io.BytesIO()
-    document.write(out)
-    source = out.getvalue()
-    assert _odf_texts(_identity(source, "odp")) == ["Ein Hund läuft."]
-
-
-def _epub() -> bytes:
-    from ebooklib import epub
-
-    book = epub.EpubBook()
-    book.set_identifier("id1")
-    book.set_title("Ein Buch über Hunde")
-    book.set_language("de")
-    chapter = epub.EpubHtml(title="Erstes Kapitel", file_name="c1.xhtml", lang="de")
-    chapter.content = "<h1>Erstes Kapitel</h1><p>Ein <i>Hund</i> läuft im Park. Zwei Männer sitzen.</p>"
-    book.add_item(chapter)
-    book.add_item(epub.EpubItem(uid="css", file_name="style.css", media_type="text/css", content=b"p { color: red }"))
-    book.toc = [epub.Link("c1.xhtml", "Erstes Kapitel", "c1")]
-    book.add_item(epub.EpubNcx())
-    book.add_item(epub.EpubNav())
-    book.spine = ["nav", chapter]
-    out = io.BytesIO()
-    epub.write_epub(out, book)
-    return out.getvalue()
+def test_an_odp_translated_keeps_its_frames(translator):
+    source = odp_file()
+    assert (
+        odf_texts(_identity(source, "odp"))
+        == odf_texts(source)
+        == ["Ein Hund läuft.", "Zwei Männer sitzen auf der Bank."]
+    )
+    texts = odf_texts(translate_bytes(translator, source, "odp"))
+    assert len(texts) == 2 and all(texts) and not set(texts) & set(odf_texts(source))
 
 
 def test_an_epub_translated_is_a_valid_epub_in_the_target_language(translator, tmp_path):
     from ebooklib import epub
 
-    source = _epub()
+    source = epub_file()
     out = translate_bytes(translator, source, "epub")
     with zipfile.ZipFile(io.BytesIO(out)) as archive:
         first = archive.infolist()[0]
@@ -288,44 +140,8 @@ def test_an_epub_translated_is_a_valid_epub_in_the_target_language(translator, t
     chapter = book.get_item_with_href("c1.xhtml").get_content().decode()
     assert "läuft" not in chapter and "<i>" in chapter and "<h1>" in chapter
     assert book.get_item_with_href("style.css").get_content() == b"p { color: red }"
-    ncx = _parts(out)["EPUB/toc.ncx"]
+    ncx = parts(out)["EPUB/toc.ncx"]
     assert b"Erstes Kapitel" not in ncx
-
-
-SRT = """1
-00:00:01,000 --> 00:00:03,000
-Ein Mann fährt mit dem
-
-2
-00:00:03,000 --> 00:00:05,500
-Fahrrad die Straße entlang.
-
-3
-00:00:06,000 --> 00:00:08,000
-<i>Zwei Hunde spielen
-im Schnee.</i>
-
-4
-00:00:08,000 --> 00:00:10,000
-{\\an8}- Wer ist das?
-- Ein Mann.
-
-"""
-
-VTT = """WEBVTT - ein Test
-
-STYLE
-::cue { color: yellow }
-
-NOTE eine Notiz, nicht übersetzt
-
-intro
-00:01.000 --> 00:03.000 align:start position:10%
-<v Anna>Ein Mann fährt mit dem</v>
-
-00:03.000 --> 00:05.000
-Fahrrad die Straße entlang.
-"""
 
 
 def test_srt_and_vtt_keep_every_cue_timing_block_and_tag(translator):
@@ -362,23 +178,15 @@ def test_a_sentence_over_cues_is_spread_by_their_shares_between_words():
     assert sum(len(p) for p in _spread(words, [5, 5, 5])) == 8
 
 
-def _zip_with(entries: dict[str, bytes]) -> bytes:
-    out = io.BytesIO()
-    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
-        for name, data in entries.items():
-            archive.writestr(name, data)
-    return out.getvalue()
-
-
 def test_bad_files_are_refused_in_one_line_and_nothing_is_written(model_dir, tmp_path, capsys, monkeypatch):
-    docx = _docx(tmp_path)
+    docx = docx_file()
     monkeypatch.setattr(package_module, "MAX_INFLATED", 1 << 20)
     ole = base_module.OLE
     bad = {
         "cut.docx": (docx[: len(docx) // 2], "damaged or truncated"),
         "locked.docx": (ole + b"\0" * 600, "encrypted"),
-        "bomb.docx": (_zip_with({"word/document.xml": b"<a>" + b" " * (3 << 20) + b"</a>"}), "inflates past"),
-        "slides.docx": (_zip_with({"ppt/presentation.xml": b"<a/>"}), "holds PPTX content"),
+        "bomb.docx": (zip_with({"word/document.xml": b"<a>" + b" " * (3 << 20) + b"</a>"}), "inflates past"),
+        "slides.docx": (zip_with({"ppt/presentation.xml": b"<a/>"}), "holds PPTX content"),
         "paper.pdf": (b"%PDF-1.7\n...", "convert it to DOCX"),
         "empty.srt": (b"", "is empty"),
         "latin.srt": ("1\n00:00:01,000 --> 00:00:02,000\nSchön\n".encode("latin-1"), "not UTF-8"),

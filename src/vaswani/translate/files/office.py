@@ -51,6 +51,7 @@ class _Office:
     extensions: tuple[str, ...] = ()
     media_type = ""
     label = ""  # "a DOCX document"
+    first: str | None = None  # the entry a package of the format starts with, stored (ODF's mimetype)
 
     def parts(self, package: Package) -> list[str]:
         raise NotImplementedError
@@ -86,7 +87,7 @@ class _Office:
             for (put, _), translated in zip(units, translations, strict=True):
                 put(translated)
             changed = {name: to_bytes(roots[name], self.standalone) for name in touched}
-            return package.write(changed)
+            return package.write(changed, first=self.first)
 
         return Parsed([fragment for _, fragment in units], write)
 
@@ -150,6 +151,8 @@ class Pptx(_Ooxml):
 
 
 class _OpenDocument(_Office):
+    first = "mimetype"
+
     def parts(self, package: Package) -> list[str]:
         return [name for name in ("content.xml", "styles.xml", "meta.xml") if name in package.parts]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import zipfile
+import zlib
 from dataclasses import dataclass
 
 from lxml import etree
@@ -81,7 +82,7 @@ def _inflate(archive: zipfile.ZipFile, info: zipfile.ZipInfo, kind: str) -> byte
     try:
         with archive.open(info) as entry:
             data = entry.read(info.file_size + 1)
-    except (zipfile.BadZipFile, ValueError, OSError, EOFError, NotImplementedError, RuntimeError) as error:
+    except (zipfile.BadZipFile, zlib.error, ValueError, OSError, EOFError, NotImplementedError, RuntimeError) as error:
         raise FileError(f"cannot be read as {kind}: entry {info.filename} is damaged ({error})") from None
     if len(data) > info.file_size:
         raise FileError(f"cannot be read as {kind}: entry {info.filename} inflates past its declared size")

@@ -63,7 +63,9 @@ class _Subtitles:
         self.max_chars, self.max_lines = max_chars, max_lines
 
     def blocks(self, lines: list[str]) -> list[list[int]]:
-        """The file's blocks as the indices of their lines (blank lines between them left out)."""
+        """The file's blocks as the indices of their lines (blank lines between them left out). A timing line (a line
+        with -->) inside a cue starts a new one, as players read it (an SRT cue's index line before it goes with it):
+        a file whose blank line between two cues was lost keeps both, and a broken timing is refused, not translated."""
         blocks: list[list[int]] = []
         for i, line in enumerate(lines):
             if not line.strip():
@@ -72,6 +74,11 @@ class _Subtitles:
                 continue
             if not blocks:
                 blocks.append([])
+            block = blocks[-1]
+            timed = next((k for k, j in enumerate(block[:2]) if "-->" in lines[j]), None)
+            if timed is not None and "-->" in line:
+                index = self.name == "srt" and len(block) > timed + 1 and lines[block[-1]].strip().isdigit()
+                blocks.append([block.pop()] if index else [])
             blocks[-1].append(i)
         return [b for b in blocks if b]
 
