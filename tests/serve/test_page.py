@@ -177,3 +177,35 @@ def test_a_glossary_typed_in_the_page_puts_its_terms_in_the_translation(server):
         text = page.inner_text("#translation")
         assert bodies[-1]["format"] == "html" and text.startswith("<p>") and text.count('<a href="/x">') == 1
         browser.close()
+
+
+def test_a_file_chosen_in_the_page_comes_back_as_a_download_the_server_s_own_translation(server, tmp_path):
+    from tests.helpers.files import SRT
+
+    source = tmp_path / "talk.srt"
+    source.write_text(SRT, encoding="utf-8")
+    expected = httpx.post(f"{server}/v1/translate_file", files={"file": ("talk.srt", SRT.encode(), "text/plain")})
+    assert expected.status_code == 200, expected.text
+    with playwright_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page()
+        errors = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(server + "/")
+        page.wait_for_function("document.getElementById('model-info').textContent.length > 0")
+        page.click("#translate-file")  # no file chosen: said in the page, nothing sent
+        assert "Choose a file" in page.inner_text("#file-status")
+        page.set_input_files("#file", str(source))
+        page.click("#translate-file")
+        page.locator("#download").wait_for(state="visible", timeout=30_000)
+        with page.expect_download() as download:
+            page.click("#download")
+        saved = tmp_path / download.value.suggested_filename
+        download.value.save_as(saved)
+        assert saved.name == "talk.en.srt" and saved.read_bytes() == expected.content
+        page.set_input_files("#file", {"name": "broken.docx", "mimeType": "x/y", "buffer": b"PK\x03\x04cut"})
+        page.click("#translate-file")
+        page.locator("#error").wait_for(state="visible")
+        assert "broken.docx: cannot be read" in page.inner_text("#error") and page.locator("#download").is_hidden()
+        browser.close()
+    assert not errors, errors

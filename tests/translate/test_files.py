@@ -224,3 +224,8 @@ def test_the_server_translates_a_file_as_the_library_does_and_refuses_bad_ones(t
         big = client.post("/v1/translate_file", files={"file": ("a.srt", b"x" * 5000, "text/plain")})
         assert big.status_code == 422 and "more than the 4000 allowed" in big.json()["error"]
         assert client.post("/v1/translate_file", data={"x": "1"}).status_code == 422
+        srt = {"file": ("talk.srt", SRT.encode(), "text/plain")}
+        termed = client.post("/v1/translate_file", files=srt, data={"glossary": '[["Mann", "gentleman"]]'})
+        assert termed.status_code == 200 and termed.content.decode().count("gentleman") >= 2, termed.text
+        bad = client.post("/v1/translate_file", files=srt, data={"glossary": "Mann = gentleman"})
+        assert bad.status_code == 422 and "glossary: send a JSON list" in bad.json()["error"]

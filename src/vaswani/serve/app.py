@@ -283,6 +283,7 @@ def model_info(
             "max_attention_texts": settings.max_attention_texts,
             "max_glossary": settings.max_glossary,
             "max_body_bytes": settings.max_body,
+            "max_file_bytes": settings.max_file,
             "max_beam": settings.max_beam,
             "max_source_tokens": translator.max_source_tokens,
         },

@@ -10,6 +10,7 @@ No `from __future__ import annotations` here: FastAPI reads the request model's 
 """
 
 import dataclasses
+import json
 import math
 import time
 from typing import Any, Literal
@@ -270,7 +271,8 @@ async def page(request: Request) -> FileResponse:
 
 @router.post("/v1/translate_file")
 async def translate_file(request: Request) -> Response:
-    """A file (multipart field `file`; optional fields `format`, `target_language`, `source_language`, `beam`)
+    """A file (multipart field `file`; optional fields `format`, `target_language`, `source_language`, `beam`, and
+    `glossary`: a JSON list of [source, target] pairs)
     translated into a file of its format (translate/files), sent back with its media type as NAME.LANG.EXT; a file
     that cannot be translated gets a 422 naming what is wrong, one larger than the server's max_file a 413."""
     import asyncio
@@ -287,7 +289,7 @@ async def translate_file(request: Request) -> Response:
     upload = form.get("file")
     if upload is None or isinstance(upload, str):
         return JSONResponse({"error": "send the file as multipart/form-data, in the field 'file'"}, 422)
-    fields = {k: form.get(k) or None for k in ("format", "target_language", "source_language", "beam")}
+    fields = {k: form.get(k) or None for k in ("format", "target_language", "source_language", "beam", "glossary")}
     name = PurePath(upload.filename or "file").name
     data = await upload.read()
     translator = state.translator
@@ -301,7 +303,7 @@ async def translate_file(request: Request) -> Response:
         beam = int(fields["beam"]) if fields["beam"] else None
         if beam is not None and not 1 <= beam <= state.settings.max_beam:
             raise FileError(f"beam: {beam} is not between 1 and the {state.settings.max_beam} this server allows")
-        decode = state.defaults.replace(beam_size=beam)
+        decode = state.defaults.replace(beam_size=beam, glossary=_glossary_field(fields["glossary"], state.settings))
         parsed = await asyncio.to_thread(read_file, data, handler)
     except (ValueError, ImportError) as error:  # FileError, a language or a beam refused
         return JSONResponse({"error": one_line(f"{name}: {error}")}, 422)
@@ -329,3 +331,20 @@ async def translate_file(request: Request) -> Response:
     plain = "".join(c if c.isascii() and c.isprintable() and c not in '"\\' else "_" for c in filename)
     headers = {"Content-Disposition": f"attachment; filename=\"{plain}\"; filename*=UTF-8''{quote(filename)}"}
     return Response(out, media_type=handler.media_type, headers=headers)
+
+
+def _glossary_field(value: str | None, settings) -> list[list[str]] | None:
+    """A form's glossary field: the JSON list of [source, target] pairs /v1/translate takes (a ValueError naming it)."""
+    if not value:
+        return None
+    try:
+        pairs = json.loads(value)
+    except json.JSONDecodeError:
+        raise ValueError('glossary: send a JSON list of [source, target] pairs, e.g. [["Hund", "hound"]]') from None
+    if not isinstance(pairs, list) or not all(
+        isinstance(p, list) and len(p) == 2 and all(isinstance(t, str) and t.strip() for t in p) for p in pairs
+    ):
+        raise ValueError('glossary: send a JSON list of [source, target] pairs, e.g. [["Hund", "hound"]]')
+    if len(pairs) > settings.max_glossary:
+        raise ValueError(f"glossary: {len(pairs)} pairs, more than the {settings.max_glossary} allowed")
+    return pairs or None

@@ -13,9 +13,10 @@
     translation: $("translation"), alternatives: $("alternatives"), error: $("error"),
     canvas: $("heatmap"), wrap: $("heatmap-wrap"), layer: $("layer"), head: $("head"), sentence: $("sentence"),
     tooltip: $("tooltip"), hint: $("hint"), counter: $("counter"), apikey: $("apikey"), auth: $("auth"),
-    glossary: $("glossary"), format: $("format"),
+    glossary: $("glossary"), format: $("format"), file: $("file"), fileButton: $("translate-file"),
+    fileStatus: $("file-status"), download: $("download"),
   };
-  let maxBeam = 16, defaultBeam = 4, maxChars = null, maxAttention = null, busy = false;
+  let maxBeam = 16, defaultBeam = 4, maxChars = null, maxAttention = null, maxFile = null, busy = false;
   let sentences = []; // [{source, attention}] of the shown translation, one per sentence with attention
   let attention = null; // attention object of the sentence shown in the heatmap
   let hover = null; // {row, col} of the hovered cell
@@ -63,21 +64,28 @@
   }
 
   // ---- API -----------------------------------------------------------------
-  async function api(path, options = {}) {
-    const headers = { Accept: "application/json" };
-    if (options.body) headers["Content-Type"] = "application/json";
+  // A request with the API key; a failed one throws the server's own message (its JSON "error").
+  async function send(path, options = {}) {
+    const headers = { Accept: "application/json", ...(options.headers || {}) };
     const key = getKey();
     if (key) headers.Authorization = `Bearer ${key}`;
     const res = await fetch(path, { ...options, headers }).catch((err) => {
       throw new Error(`Network error: could not reach the server (${err.message}).`);
     });
-    const data = await res.json().catch(() => null);
     if (!res.ok) {
+      const data = await res.json().catch(() => null);
       const err = new Error(data && typeof data.error === "string" ? data.error
         : `Request failed: HTTP ${res.status} ${res.statusText}`.trim());
       err.status = res.status;
       throw err;
     }
+    return res;
+  }
+
+  async function api(path, options = {}) {
+    const res = await send(path, options.body ? { ...options, headers: { "Content-Type": "application/json" } }
+      : options);
+    const data = await res.json().catch(() => null);
     if (data === null) throw new Error("The server sent an invalid (non-JSON) response.");
     return data;
   }
@@ -137,6 +145,7 @@
     const chars = isNum(limits.max_text_chars) ? limits.max_text_chars : limits.max_chars;
     if (isNum(chars) && chars > 0) els.source.maxLength = maxChars = chars;
     if (isNum(limits.max_attention_texts)) maxAttention = limits.max_attention_texts;
+    if (isNum(limits.max_file_bytes)) maxFile = limits.max_file_bytes;
     // A multilingual model (>>lang<< tokens): the language every sentence is translated into.
     const languages = Array.isArray(m.target_languages) ? m.target_languages : [];
     els.targetLanguage.replaceChildren(...languages.map((code) => new Option(code, code)));
@@ -226,6 +235,60 @@
       else setError(err.message);
     } finally {
       setBusy(false);
+    }
+  }
+
+  // ---- files ---------------------------------------------------------------
+  // The chosen file sent as a form (with the languages, beam and glossary of the text form); the translated file
+  // comes back whole and is offered as a download named as the server names it (talk.de.en.srt).
+  function downloadName(disposition, fallback) {
+    const utf8 = /filename\*=UTF-8''([^;]+)/i.exec(disposition || "");
+    if (utf8) { try { return decodeURIComponent(utf8[1]); } catch { /* fall through */ } }
+    const plain = /filename="([^"]+)"/i.exec(disposition || "");
+    return plain ? plain[1] : fallback;
+  }
+
+  async function translateFile() {
+    if (busy) return;
+    const file = els.file.files && els.file.files[0];
+    setError("");
+    if (!file) {
+      els.fileStatus.textContent = "Choose a file to translate.";
+      return els.file.focus();
+    }
+    if (maxFile && file.size > maxFile) {
+      return setError(`${file.name}: ${num(file.size)} bytes, more than the ${num(maxFile)} this server takes.`);
+    }
+    let glossary;
+    try {
+      glossary = glossaryPairs();
+    } catch (err) {
+      return setError(err.message);
+    }
+    const form = new FormData();
+    form.append("file", file, file.name);
+    form.append("beam", String(readInt(els.beam, 1, maxBeam, defaultBeam)));
+    if (!els.targetLanguageField.hidden) form.append("target_language", els.targetLanguage.value);
+    if (!els.sourceLanguageField.hidden) form.append("source_language", els.sourceLanguage.value);
+    if (glossary.length) form.append("glossary", JSON.stringify(glossary));
+    busy = els.fileButton.disabled = els.button.disabled = true;
+    els.download.hidden = true;
+    els.fileStatus.textContent = `Translating ${file.name}…`;
+    const started = performance.now();
+    try {
+      const res = await send("/v1/translate_file", { method: "POST", body: form });
+      const blob = await res.blob();
+      const name = downloadName(res.headers.get("Content-Disposition"), file.name);
+      if (els.download.href) URL.revokeObjectURL(els.download.href);
+      Object.assign(els.download, { href: URL.createObjectURL(blob), download: name, textContent: `Download ${name}` });
+      els.download.hidden = false;
+      els.fileStatus.textContent = `Translated in ${((performance.now() - started) / 1000).toFixed(1)} s.`;
+    } catch (err) {
+      els.fileStatus.textContent = "";
+      if (err.status === 401) requireKey(err.message);
+      else setError(err.message);
+    } finally {
+      busy = els.fileButton.disabled = els.button.disabled = false;
     }
   }
 
@@ -431,6 +494,8 @@
 
   // ---- wiring --------------------------------------------------------------
   $("translate-form").addEventListener("submit", (e) => { e.preventDefault(); translate(); });
+  $("file-form").addEventListener("submit", (e) => { e.preventDefault(); translateFile(); });
+  els.file.addEventListener("change", () => { els.fileStatus.textContent = ""; els.download.hidden = true; });
   document.addEventListener("keydown", (e) => {
     if (e.key === "Enter" && (e.ctrlKey || e.metaKey) && e.target !== els.apikey) {
       e.preventDefault();
