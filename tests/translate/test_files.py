@@ -170,6 +170,18 @@ def test_srt_and_vtt_keep_every_cue_timing_block_and_tag(translator):
     assert [e.plaintext.replace("\n", " ") for e in same] == [e.plaintext.replace("\n", " ") for e in original]
 
 
+def test_a_cue_whose_blank_line_was_lost_is_still_a_cue_and_a_broken_timing_is_refused():
+    joined = SRT.replace("mit dem\n\n2\n", "mit dem\n2\n")  # as players read it: cue 2 starts at its timing
+    assert [e.start for e in pysubs2.SSAFile.from_string(joined)] == [e.start for e in pysubs2.SSAFile.from_string(SRT)]
+    assert (
+        read_file(joined.encode(), file_format("srt")).fragments
+        == read_file(SRT.encode(), file_format("srt")).fragments
+    )
+    broken = SRT.replace("00:00:03,000 --> 00:00:05,500", "00:00:03,000 0-> 00:00:05,500")
+    with pytest.raises(FileError, match=r"line 6: '00:00:03,000 0-> 00:00:05,500' is not a timing as SRT writes one"):
+        read_file(broken.encode(), file_format("srt"))
+
+
 def test_a_sentence_over_cues_is_spread_by_their_shares_between_words():
     words = [[((), w)] for w in ["one", "two", "three", "four", "five", "six", "seven", "eight"]]
     parts = _spread(words, [10, 30])

@@ -23,6 +23,7 @@ _TIMING = {
     "srt": re.compile(r"\s*\d+:\d{1,2}:\d{1,2}[,.]\d{1,3}\s*-->\s*\d+:\d{1,2}:\d{1,2}[,.]\d{1,3}.*"),
     "vtt": re.compile(r"\s*(\d+:)?\d{2}:\d{2}\.\d{3}\s+-->\s+(\d+:)?\d{2}:\d{2}\.\d{3}([ \t].*)?"),
 }
+_STAMP = {"srt": re.compile(r"\d+:\d{1,2}:\d{1,2}[,.]\d{1,3}"), "vtt": re.compile(r"(?:\d+:)?\d{2}:\d{2}\.\d{3}")}
 _TAG = re.compile(r"<(/?)([a-zA-Z]+)([.\s][^<>]*)?>|<\d[\d:.]*>|\{\\[^{}]*\}")
 _ENDS_SENTENCE = re.compile(r"[.!?…♪。！？][\"'”’»)\]]*\s*$")
 _DASH = re.compile(r"^(-\s*)")
@@ -63,9 +64,9 @@ class _Subtitles:
         self.max_chars, self.max_lines = max_chars, max_lines
 
     def blocks(self, lines: list[str]) -> list[list[int]]:
-        """The file's blocks as the indices of their lines (blank lines between them left out). A timing line (a line
-        with -->) inside a cue starts a new one, as players read it (an SRT cue's index line before it goes with it):
-        a file whose blank line between two cues was lost keeps both, and a broken timing is refused, not translated."""
+        """The file's blocks as the indices of their lines (blank lines between them left out). A line a player reads
+        as a timing (`timing_like`) inside a cue starts a new one (an SRT cue's index line before it goes with it): a
+        file whose blank line between two cues was lost keeps both, and a broken timing is refused, not translated."""
         blocks: list[list[int]] = []
         for i, line in enumerate(lines):
             if not line.strip():
@@ -75,8 +76,8 @@ class _Subtitles:
             if not blocks:
                 blocks.append([])
             block = blocks[-1]
-            timed = next((k for k, j in enumerate(block[:2]) if "-->" in lines[j]), None)
-            if timed is not None and "-->" in line:
+            timed = next((k for k, j in enumerate(block[:2]) if self.timing_like(lines[j])), None)
+            if timed is not None and self.timing_like(line):
                 index = self.name == "srt" and len(block) > timed + 1 and lines[block[-1]].strip().isdigit()
                 blocks.append([block.pop()] if index else [])
             blocks[-1].append(i)
@@ -84,14 +85,18 @@ class _Subtitles:
 
     example = ""  # a timing line, for messages
 
+    def timing_like(self, line: str) -> bool:
+        """Whether a player would read `line` as a timing, well-formed or not (an arrow, or two timestamps)."""
+        return "-->" in line or len(_STAMP[self.name].findall(line)) >= 2
+
     def cue(self, lines: list[str], block: list[int], tags: dict[int, tuple[str, str]]) -> Cue | None:
         """A block's cue: its timing line checked (first or second line), its text lines after it (None: none)."""
-        timing = next((j for j, i in enumerate(block) if "-->" in lines[i]), None)
+        timing = next((j for j, i in enumerate(block) if self.timing_like(lines[i])), None)
         if timing is None or timing > 1:
             raise FileError(f"line {block[0] + 1}: a cue without its timing ({self.example})")
         if not _TIMING[self.name].fullmatch(lines[block[timing]]):
             line = lines[block[timing]].strip()[:60]
-            raise FileError(f"line {block[timing] + 1}: {line!r} is not a {self.name.upper()} timing ({self.example})")
+            raise FileError(f"line {block[timing] + 1}: {line!r} is not a timing as {self.name.upper()} writes one ({self.example})")
         text = block[timing + 1 :]
         return Cue(text[0], [lines[i] for i in text], tags) if text else None
 
