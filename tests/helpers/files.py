@@ -36,7 +36,11 @@ def docx_file() -> bytes:
     document.core_properties.title = "Ein Bericht über Hunde"
     document.add_heading("Ein Hund im Park", 1)
     p = document.add_paragraph("Ein ")
-    p.add_run("schwarzer Hund").bold = True
+    black = p.add_run("schwarzer Hund")
+    black.bold = True
+    language = OxmlElement("w:lang")  # as Word marks the language a run is spelled in
+    language.set(qn("w:val"), "de-DE")
+    black._r.get_or_add_rPr().append(language)
     p.add_run(" läuft im Park. Zwei Männer sitzen auf einer ")
     run = p.add_run("Bank")
     run.italic, run.font.color.rgb = True, RGBColor(255, 0, 0)
@@ -127,7 +131,10 @@ def epub_file() -> bytes:
     book.set_title("Ein Buch über Hunde")
     book.set_language("de")
     chapter = epub.EpubHtml(title="Erstes Kapitel", file_name="c1.xhtml", lang="de")
-    chapter.content = "<h1>Erstes Kapitel</h1><p>Ein <i>Hund</i> läuft im Park. Zwei Männer sitzen.</p>"
+    chapter.content = (
+        '<h1>Erstes Kapitel</h1><p>Ein <i>Hund</i> läuft im Park. Zwei Männer sitzen.</p><p lang="de">Ein Mann sagt '
+        '<span lang="fr">oui</span>.</p>'
+    )
     book.add_item(chapter)
     book.add_item(epub.EpubItem(uid="css", file_name="style.css", media_type="text/css", content=b"p { color: red }"))
     book.toc = [epub.Link("c1.xhtml", "Erstes Kapitel", "c1")]
@@ -186,6 +193,7 @@ def zip_with(entries: dict[str, bytes]) -> bytes:
 
 def pptx_file() -> bytes:
     import pptx
+    from pptx.enum.lang import MSO_LANGUAGE_ID
 
     presentation = pptx.Presentation()
     slide = presentation.slides.add_slide(presentation.slide_layouts[1])
@@ -196,6 +204,7 @@ def pptx_file() -> bytes:
     for text, bold in (("Zwei ", False), ("Hunde", True), (" spielen im Schnee.", False)):
         run = paragraph.add_run()
         run.text, run.font.bold = text, bold
+        run.font.language_id = MSO_LANGUAGE_ID.GERMAN  # as PowerPoint marks each run's language (lang="de-DE")
     table = slide.shapes.add_table(1, 2, 0, 0, 100, 100).table
     table.cell(0, 0).text, table.cell(0, 1).text = "Eine Frau", "42"
     slide.notes_slide.notes_text_frame.text = "Eine Notiz für den Sprecher."

@@ -65,6 +65,7 @@ def test_a_docx_translated_keeps_its_structure_formatting_and_every_part_without
     body = result.paragraphs[1]
     assert any(r.bold for r in body.runs) and any(r.italic for r in body.runs)  # the runs' looks on words
     assert body._p.find(f"{W}hyperlink") is not None  # the link kept, around translated words
+    assert {e.get(f"{W}val") for e in body._p.iter(f"{W}lang")} == {"en"}  # spelled as the target language
     assert body._p.find(f"{W}hyperlink").xpath("string(.)").strip()
     assert result.tables[0].cell(1, 1).tables[0].cell(0, 0).text != "Ein kleiner Junge."
     assert result.sections[0].header.paragraphs[0].text != "Ein Kopf"
@@ -93,6 +94,7 @@ def test_a_pptx_translated_keeps_slides_shapes_runs_and_notes(translator):
     body = slide.placeholders[1].text_frame.paragraphs
     assert len(body) == 2 and body[0].text != "Ein Mann fährt Fahrrad."
     assert any(r.font.bold for r in body[1].runs)
+    assert {r._r.rPr.get("lang") for r in body[1].runs if r._r.rPr is not None} == {"en"}  # the target's language
     cells = slide.shapes[2].table
     assert cells.cell(0, 0).text != "Eine Frau" and cells.cell(0, 1).text == "42"  # a number stays
     assert slide.notes_slide.notes_text_frame.text not in ("", "Eine Notiz für den Sprecher.")
@@ -139,6 +141,7 @@ def test_an_epub_translated_is_a_valid_epub_in_the_target_language(translator, t
     assert book.get_metadata("DC", "language")[0][0] == "en"  # the model's target language
     chapter = book.get_item_with_href("c1.xhtml").get_content().decode()
     assert "läuft" not in chapter and "<i>" in chapter and "<h1>" in chapter
+    assert 'lang="en" xml:lang="en"' in chapter and '<p lang="en">' in chapter and '<span lang="fr">' in chapter
     assert book.get_item_with_href("style.css").get_content() == b"p { color: red }"
     ncx = parts(out)["EPUB/toc.ncx"]
     assert b"Erstes Kapitel" not in ncx

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import posixpath
+import re
 from collections.abc import Callable
 
 from lxml import etree
@@ -20,6 +21,8 @@ DC = "http://purl.org/dc/elements/1.1/"
 NCX = "http://www.daisy.org/z3986/2005/ncx/"
 CONTAINER = "urn:oasis:names:tc:opendocument:xmlns:container"
 _XHTML = ("application/xhtml+xml", "text/html")
+XML_LANG = "{http://www.w3.org/XML/1998/namespace}lang"
+_ROOT_LANG = re.compile(rb"<html\b[^>]*?\s(?:xml:)?lang=([\"'])([^\"']*)\1")
 
 
 class Epub:
@@ -43,11 +46,13 @@ class Epub:
         base = posixpath.dirname(opf_name)
         units: list[tuple[Callable[[str], None], str]] = []
         changed: dict[str, bytes] = {}
+        documents = []
         for item in opf.iter(f"{{{OPF}}}item"):
             href = posixpath.normpath(posixpath.join(base, item.get("href", "")))
             kind = item.get("media-type", "")
             if kind in _XHTML and href in package.parts:
                 units.append((_document(href, package, changed), _text(package.parts[href], href)))
+                documents.append(href)
         ncx = next((posixpath.join(base, i.get("href", "")) for i in opf.iter(f"{{{OPF}}}item")
                     if i.get("media-type") == "application/x-dtbncx+xml"), None)  # fmt: skip
         trees = {opf_name: opf}
@@ -62,10 +67,25 @@ class Epub:
             if target:
                 for language in opf.iter(f"{{{DC}}}language"):
                     language.text = target
+                for name in documents:
+                    changed[name] = _relabel(changed[name], target)
+                if ncx in trees and trees[ncx].get(XML_LANG):
+                    trees[ncx].set(XML_LANG, target)
             changed.update({name: to_bytes(tree) for name, tree in trees.items()})
             return package.write(changed, first="mimetype")
 
         return Parsed([fragment for _, fragment in units], write)
+
+
+def _relabel(document: bytes, target: str) -> bytes:
+    """A translated document's `lang` and `xml:lang` set to `target` wherever they name the document's own language
+    (its `<html>`'s); an element marked as another language keeps its mark."""
+    root = _ROOT_LANG.search(document)
+    if root is None or not root.group(2):
+        return document
+    own = re.escape(root.group(2))
+    mark = re.compile(rb"(\s(?:xml:)?lang=)([\"'])" + own + rb"\2")
+    return mark.sub(lambda m: m.group(1) + m.group(2) + target.encode() + m.group(2), document)
 
 
 def _encrypts_text(package: Package) -> bool:

@@ -74,18 +74,23 @@ class _Office:
         roots = {name: package.xml(name) for name in self.parts(package)}
         units: list[tuple[Callable[[str], None], str]] = []
         touched = set()  # the parts with text in them: the others are written back byte for byte
+        translated: list[etree._Element] = []  # the paragraphs translated, whose language marks become the target's
         for name, root in roots.items():
             for paragraph in self.paragraphs(root):
                 if paragraph.fragment.worth_translating():
                     units.append((paragraph.write, paragraph.fragment.html))
                     touched.add(name)
+                    translated.append(paragraph.p)
         title = self.title(roots)
         units += title
         touched |= {name for name in ("docProps/core.xml", "meta.xml") if title and name in roots}
 
         def write(translations: list[str], target: str | None) -> bytes:
-            for (put, _), translated in zip(units, translations, strict=True):
-                put(translated)
+            for (put, _), text in zip(units, translations, strict=True):
+                put(text)
+            if target:
+                for p in translated:
+                    self.relabel(p, target)
             changed = {name: to_bytes(roots[name], self.standalone) for name in touched}
             return package.write(changed, first=self.first)
 
@@ -95,6 +100,11 @@ class _Office:
 
     def check(self, package: Package) -> None:
         """Refuse what this format cannot translate though it reads (an encrypted ODF document)."""
+
+    def relabel(self, p: etree._Element, target: str) -> None:
+        """A translated paragraph's language marks set to `target` (spelling and hyphenation follow them): Word's
+        `w:lang`, DrawingML's `lang` on run properties. ODF keeps its languages in styles, shared with text left
+        untranslated, and is left as it was."""
 
     def title(self, roots: dict[str, etree._Element]) -> list[tuple[Callable[[str], None], str]]:
         """The document's title in its properties, as a fragment and where it goes."""
@@ -117,6 +127,10 @@ class _PlainText:
         self.element.text = "".join(text for _, text in segments(translated) if isinstance(text, str))
 
 
+_W = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
+_W_LANG = f"{{{_W}}}lang"
+_A = "http://schemas.openxmlformats.org/drawingml/2006/main"
+_DRAWING_PROPERTIES = tuple(f"{{{_A}}}{name}" for name in ("rPr", "endParaRPr", "defRPr"))
 _PDF = (
     "is a PDF, which vaswani does not translate: convert it to DOCX first "
     "(e.g. libreoffice --headless --convert-to docx FILE)"
@@ -127,6 +141,16 @@ class _Ooxml(_Office):
     """DOCX and PPTX: the parts that `_PARTS` matches and the properties' title, paragraphs of `RUNS`'s names."""
 
     standalone = True
+
+    def relabel(self, p: etree._Element, target: str) -> None:
+        for element in p.iter(_W_LANG):
+            for side in ("val", "eastAsia", "bidi"):  # the language of each script the run's text may be in
+                if element.get(f"{{{_W}}}{side}"):
+                    element.set(f"{{{_W}}}{side}", target)
+        for element in p.iter(*_DRAWING_PROPERTIES):
+            if element.get("lang"):
+                element.set("lang", target)
+
     _PARTS: re.Pattern[str]
     RUNS = WORD
 

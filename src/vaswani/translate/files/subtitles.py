@@ -96,7 +96,8 @@ class _Subtitles:
             raise FileError(f"line {block[0] + 1}: a cue without its timing ({self.example})")
         if not _TIMING[self.name].fullmatch(lines[block[timing]]):
             line = lines[block[timing]].strip()[:60]
-            raise FileError(f"line {block[timing] + 1}: {line!r} is not a timing as {self.name.upper()} writes one ({self.example})")
+            said = f"is not a timing as {self.name.upper()} writes one ({self.example})"
+            raise FileError(f"line {block[timing] + 1}: {line!r} {said}")
         text = block[timing + 1 :]
         return Cue(text[0], [lines[i] for i in text], tags) if text else None
 
