@@ -102,8 +102,11 @@ def _fuzz(surface, examples: int, save, chunk: int = 1000) -> None:
     for _ in range(0, examples, chunk):
         try:
             outcomes.update(run_surface(surface, chunk, seed=None).outcomes)
-        except Exception:
-            failures.append(traceback.format_exc(limit=3)[-2000:])
+        except Exception as error:  # its message, where it was raised, and Hypothesis's shrunk example
+            notes = "\n".join(getattr(error, "__notes__", []))
+            where = "".join(traceback.format_tb(error.__traceback__)[-3:])
+            failures.append({"error": f"{type(error).__name__}: {error}"[:1000], "where": where[-1500:],
+                             "example": notes[:4000]})  # fmt: skip
         seconds = round(time.perf_counter() - start)
         save({"cases": sum(outcomes.values()), "outcomes": dict(outcomes), "failures": len(failures),
               "errors": failures, "seconds": seconds})  # fmt: skip

@@ -30,7 +30,11 @@ def sniff(data: bytes) -> str | None:
 
 
 class FileError(ValueError):
-    """A file that cannot be translated: the message says what is wrong with it and what to do."""
+    """A file that cannot be translated: the message says what is wrong with it and what to do, on one line (a
+    parser's own message inside it, lxml's with its line breaks, is put on one)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(" ".join(str(message).split()))
 
 
 @dataclass
