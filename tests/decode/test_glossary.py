@@ -287,6 +287,7 @@ def _copying_translator(tmp_path):
     return Translator.load(directory, "cpu")
 
 
+@pytest.mark.slow  # trains a model to copy (~40 s); the placement's logic: test_the_translator_applies_a_glossary...
 def test_a_term_takes_the_place_of_the_model_s_word_nothing_added_nothing_after_the_end(tmp_path):
     from vaswani.decode.glossary import occurrences
 

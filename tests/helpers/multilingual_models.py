@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -149,3 +150,30 @@ def _train(model, tokenizer, kind: str, steps: int) -> None:
         return texts[source], texts[target]
 
     train_briefly(model, tokenizer, pairs, steps)
+
+
+def terms_as_written(translator, lines, beams: int, **codes):
+    """A glossary's terms that the model would never choose come out as whole words, written as given; sentences
+    without terms translate as without the glossary. Returns the translations with it."""
+    sample = ["Ein Mann und ein Hund laufen.", "Zwei Frauen sitzen auf einer Bank.", *lines[:6]]
+    plain = translator.translate_with_details(sample, beam_size=beams, **codes)
+    request = translator.request(beam_size=beams, glossary={"Hund": "Zebrastreifen", "Bank": "Quittung"})
+    found = translator.translate_with_details(sample, request, **codes)
+    words = [re.findall(r"\w+", t.text) for t in found]  # whole words, not substrings
+    assert "Zebrastreifen" in words[0] and "Quittung" in words[1], [t.text for t in found[:2]]
+    assert [t.text for t in found[2:]] == [t.text for t in plain[2:]]  # sentences without terms: as without
+    return found
+
+
+def pair_recipe(path, root, kind: str, **data) -> str:
+    """A fine-tuning recipe of one language pair (German into French, the codes of `kind`) on the files in `root`,
+    written to `path`; `data`: data fields changed (None drops one)."""
+    values = {
+        "data": {"train_src": str(root / "in.de"), "train_tgt": str(root / "in.fr"), "valid_src": str(root / "in.de"),
+                 "valid_tgt": str(root / "in.fr"), "max_tokens": 600, "source_language": CODES[kind]["de"],
+                 "target_language": CODES[kind]["fr"], **data},
+        "train": {"max_steps": 200, "lr_schedule": "constant", "peak_lr": 3e-3, "warmup_steps": 1, "valid_every": 200,
+                  "loader_workers": 0, "precision": "fp32"},
+    }  # fmt: skip
+    path.write_text(json.dumps({k: {n: v for n, v in s.items() if v is not None} for k, s in values.items()}))
+    return str(path)

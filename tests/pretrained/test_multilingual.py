@@ -3,7 +3,6 @@ transformers' (tokenizer ids, logits, greedy and beam search with the target lan
 one line where they cannot be."""
 
 import json
-import re
 import shutil
 from pathlib import Path
 
@@ -12,7 +11,7 @@ import sentencepiece as spm
 import torch
 
 from tests.helpers.hf_models import PAD_WRITTEN, WRITTEN_SPECIALS, multi30k
-from tests.helpers.multilingual_models import CODES, save_multilingual
+from tests.helpers.multilingual_models import CODES, pair_recipe, save_multilingual, terms_as_written
 from vaswani.cli import main
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.decode.search import PerSource, search_ids
@@ -380,19 +379,6 @@ def test_a_glossary_s_terms_come_out_as_written_in_the_language_asked_for(import
     assert all(t.candidates[0].tokens[0] == found[0].candidates[0].tokens[0] for t in found)  # the code first
 
 
-def terms_as_written(translator, lines, beams: int, **codes):
-    """A glossary's terms that the model would never choose come out as whole words, written as given; sentences
-    without terms translate as without the glossary. Returns the translations with it."""
-    sample = ["Ein Mann und ein Hund laufen.", "Zwei Frauen sitzen auf einer Bank.", *lines[:6]]
-    plain = translator.translate_with_details(sample, beam_size=beams, **codes)
-    request = translator.request(beam_size=beams, glossary={"Hund": "Zebrastreifen", "Bank": "Quittung"})
-    found = translator.translate_with_details(sample, request, **codes)
-    words = [re.findall(r"\w+", t.text) for t in found]  # whole words, not substrings
-    assert "Zebrastreifen" in words[0] and "Quittung" in words[1], [t.text for t in found[:2]]
-    assert [t.text for t in found[2:]] == [t.text for t in plain[2:]]  # sentences without terms: as without
-    return found
-
-
 def test_n_best_and_int8_keep_the_language_asked_for(imported, lines):
     """n-best: beam 4's four candidates are generate's four returned sequences, best first; int8 (quantized linear
     layers) translates into the language asked for too."""
@@ -424,18 +410,6 @@ def test_n_best_and_int8_keep_the_language_asked_for(imported, lines):
     assert all(t.candidates[0].tokens[0] == code_id(tokenizer, kind, "en") for t in quantized)
 
 
-def _pair_recipe(path, root, kind: str, **data) -> str:
-    values = {
-        "data": {"train_src": str(root / "in.de"), "train_tgt": str(root / "in.fr"), "valid_src": str(root / "in.de"),
-                 "valid_tgt": str(root / "in.fr"), "max_tokens": 600, "source_language": CODES[kind]["de"],
-                 "target_language": CODES[kind]["fr"], **data},
-        "train": {"max_steps": 200, "lr_schedule": "constant", "peak_lr": 3e-3, "warmup_steps": 1, "valid_every": 200,
-                  "loader_workers": 0, "precision": "fp32"},
-    }  # fmt: skip
-    path.write_text(json.dumps({k: {n: v for n, v in s.items() if v is not None} for k, s in values.items()}))
-    return str(path)
-
-
 def test_finetune_on_a_pair_codes_both_sides_and_translates_that_pair_by_default(imported, tmp_path, capsys):
     """`vaswani finetune` with data.source_language and data.target_language: each source starts with its code and
     each target with the target's (forced at validation), so that the model learns the pair as it translates it
@@ -450,7 +424,7 @@ def test_finetune_on_a_pair_codes_both_sides_and_translates_that_pair_by_default
     asked = dict(source_language=CODES[kind]["de"], target_language=CODES[kind]["fr"], beam_size=1)
     before = sacrebleu.corpus_bleu(Translator.load(model_dir, "cpu").translate(de, **asked), [fr]).score
     out = tmp_path / "out"
-    assert main(["finetune", str(model_dir), _pair_recipe(tmp_path / "ft.yaml", tmp_path, kind), str(out)]) == 0
+    assert main(["finetune", str(model_dir), pair_recipe(tmp_path / "ft.yaml", tmp_path, kind), str(out)]) == 0
     capsys.readouterr()
     tuned = Translator.load(out, "cpu")
     after = tuned.translate(de, beam_size=1)
@@ -461,7 +435,7 @@ def test_finetune_on_a_pair_codes_both_sides_and_translates_that_pair_by_default
         ({"target_language": None}, "give data.target_language, one of "),
         ({"source_language": "xx_YY"}, "data.source_language 'xx_YY' is not one of this model's codes: "),
     ):
-        recipe = _pair_recipe(tmp_path / "bad.yaml", tmp_path, kind, **data)
+        recipe = pair_recipe(tmp_path / "bad.yaml", tmp_path, kind, **data)
         assert main(["finetune", str(model_dir), recipe, str(tmp_path / "bad")]) == 2
         err = capsys.readouterr().err.strip()
         assert expected in err and CODES[kind]["en"] in err and len(err.splitlines()) == 1

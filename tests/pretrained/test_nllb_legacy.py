@@ -10,8 +10,7 @@ import pytest
 import torch
 
 from tests.helpers.hf_models import multi30k
-from tests.helpers.multilingual_models import CODES, save_multilingual
-from tests.pretrained.test_multilingual import _pair_recipe, terms_as_written
+from tests.helpers.multilingual_models import CODES, pair_recipe, save_multilingual, terms_as_written
 from vaswani.cli import main
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.decode.search import PerSource, search_ids
@@ -179,7 +178,7 @@ def test_finetune_learns_the_pair_in_the_legacy_layout(legacy, tmp_path, capsys)
     asked = dict(source_language=DE, target_language=FR, beam_size=1)
     before = sacrebleu.corpus_bleu(Translator.load(model_dir, "cpu").translate(de, **asked), [fr]).score
     out = tmp_path / "out"
-    assert main(["finetune", str(model_dir), _pair_recipe(tmp_path / "ft.yaml", tmp_path, "nllb"), str(out)]) == 0
+    assert main(["finetune", str(model_dir), pair_recipe(tmp_path / "ft.yaml", tmp_path, "nllb"), str(out)]) == 0
     capsys.readouterr()
     tuned = Translator.load(out, "cpu")
     assert tuned.model.config.source_eos is False and tuned.tokenizer.languages.source == "suffix"
