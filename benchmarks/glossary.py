@@ -83,7 +83,8 @@ def translate_each(translator: Translator, sources: list[str], glossaries: list[
     """Each sentence with its own glossary, through the engine at once (per-sentence constraints)."""
     request = translator.request()
     ids = translator.encode_sources(sources)
-    constraints = [translator.term_ids(g.targets(s)) if g else [] for s, g in zip(sources, glossaries, strict=True)]
+    pairs = zip(sources, glossaries, strict=True)
+    constraints = [translator.terms.term_ids(g.targets(s)) if g else [] for s, g in pairs]
     found = translator.engine(ids, request, None, constraints)
     return translator.tokenizer.decode_tgt([hyps[0].tokens if hyps else [] for hyps in found])
 

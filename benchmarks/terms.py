@@ -119,9 +119,9 @@ def run_methods(translator, sources, glossaries, plain_texts, plain, methods) ->
     request = translator.request()
     ids = translator.encode_sources(sources)
     targets = [g.targets(s) if g else [] for s, g in zip(sources, glossaries, strict=True)]
-    term_ids = [translator.term_ids(t) for t in targets]
+    term_ids = [translator.terms.term_ids(t) for t in targets]
     out = {}
-    for name, rule in (("unbounded", ()), ("search", translator.continues_word)):
+    for name, rule in (("unbounded", ()), ("search", translator.terms.continues_word)):
         if name in methods:
             found = translator.engine(ids, request, None, Constraints.of(term_ids, rule))
             out[name] = translator.tokenizer.decode_tgt([h[0].tokens if h else [] for h in found])

@@ -300,7 +300,7 @@ def test_a_term_takes_the_place_of_the_model_s_word_nothing_added_nothing_after_
         translator.model,
         translator.encode_sources(sentences[:3]),
         translator.request(),
-        asked=PerSource([translator.term_ids(glossary.targets(s)) for s in sentences[:3]]),
+        asked=PerSource([translator.terms.term_ids(glossary.targets(s)) for s in sentences[:3]]),
     )
     assert found[3].text == plain[3].text  # no term: the plain translation
     moved = placed = 0

@@ -16,12 +16,14 @@ the terms placed by the constrained search alone): docs/benchmarks.md, "Terms as
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import torch
 
+from vaswani.decode.engine import TorchEngine
 from vaswani.decode.hypothesis import Hypothesis, length_penalty
 from vaswani.decode.steps import banned_log_probs, length_limits
 from vaswani.decode.terms import Constraints, word_continuations
@@ -30,17 +32,9 @@ from vaswani.translate.align import alignments, piece_words
 if TYPE_CHECKING:
     from vaswani.data.tokenizer import Tokenizer
     from vaswani.decode.engine import Engine
+    from vaswani.decode.glossary import Glossary
     from vaswani.decode.request import DecodeRequest
     from vaswani.translate.align import Alignment
-
-
-class Translator(Protocol):
-    """What placing terms needs of translate/translator.py's Translator (which imports this module)."""
-
-    model: torch.nn.Module
-    tokenizer: Tokenizer
-    term_engine: Engine
-    continues_word: tuple[int, ...]
 
 
 Match = tuple[int, int, str]  # (start, end) of a source term in the sentence, its target term
@@ -60,93 +54,137 @@ class _Aligned:
     candidates: tuple[_Candidate, ...]
 
 
-def with_terms(
-    translator: Translator,
-    sentences: Sequence[str],
-    encoded: Sequence[list[int]],
-    found: list[list[Hypothesis]],
-    request: DecodeRequest,
-    forced: Sequence[int] | None = None,
-) -> list[list[Hypothesis]]:
-    """`found` (each sentence's plain hypotheses) with the glossary's terms of `request` put in (the module's
-    docstring). `encoded`: the sentences' source ids; `forced`: their first output tokens (a many-to-many model's
-    target language: kept in place, the constrained search forces it too)."""
-    matches = [request.glossary.matches(s) if ids else [] for s, ids in zip(sentences, encoded, strict=True)]
-    ids_of = _term_ids(translator, sorted({target for found_ in matches for _, _, target in found_}))
-    flat = [(i, j) for i, hyps in enumerate(found) if matches[i] for j in range(len(hyps))]
-    texts = translator.tokenizer.decode_tgt([found[i][j].tokens for i, j in flat])
-    pairs = zip(flat, texts, strict=True)
-    candidates = [_Aligned(sentences[i], text, (_Candidate(found[i][j].tokens),)) for (i, j), text in pairs]
-    aligned = alignments(translator.model, translator.tokenizer, candidates, [encoded[i] for i, _ in flat])
-    edited: dict[int, list[list[int]]] = {}
-    unplaced: set[int] = set()
-    for (i, j), alignment in zip(flat, aligned, strict=True):
-        terms = [(start, end, ids_of[target]) for start, end, target in matches[i] if ids_of[target]]
-        tokens = _edited(terms, found[i][j].tokens, translator, alignment)
-        if tokens is None or len(tokens) > _limit(translator, len(encoded[i]), request):  # the search fits it
-            unplaced.add(i)
-        elif tokens not in edited.setdefault(i, []):
-            edited[i].append(tokens)
-    out = list(found)
-    for i, candidates in edited.items():
-        if i not in unplaced:
-            out[i] = _scored(translator, encoded[i], candidates, request)
-    if unplaced:  # the terms the alignment could not place: the constrained search places them
-        order = sorted(unplaced)
-        terms = [[ids_of[target] for _, _, target in matches[i] if ids_of[target]] for i in order]
-        searched = translator.term_engine(
-            [encoded[i] for i in order],
-            request,
-            None,
-            Constraints.of(terms, translator.continues_word),
-            forced=None if forced is None else [forced[i] for i in order],
-        )
-        for i, hyps in zip(order, searched, strict=True):
-            out[i] = hyps
-    return out
+class TermPlacement:
+    """A glossary's terms put into a model's translations (the module's docstring): built once per Translator from
+    its model, its tokenizer and its engine, and asked by it for every request with a glossary."""
 
+    def __init__(self, model: torch.nn.Module, tokenizer: Tokenizer, engine: Engine) -> None:
+        self.model, self.tokenizer, self._engine = model, tokenizer, engine
 
-def _limit(translator: Translator, source_length: int, request: DecodeRequest) -> int:
-    """The search's length limit for a source of `source_length` tokens (EOS not counted)."""
-    d = request.decode
-    lengths = torch.tensor([source_length + 1])
-    return int(length_limits(lengths, translator.model.config, d.max_len_a, d.max_len_b)[0])
+    @functools.cached_property
+    def engine(self) -> Engine:
+        """What searches with the terms as constraints (decode/terms.py): the translator's engine where it is our
+        own, else (CTranslate2 has no constrained search) our search on the torch model beside it."""
+        return self._engine if self._engine.describe() is None else TorchEngine(self.model)
 
+    @functools.cached_property
+    def continues_word(self) -> tuple[int, ...]:
+        """The target vocabulary's pieces that continue the word before them: never right after a term."""
+        pieces = self.tokenizer.tgt
+        return word_continuations([pieces.id_to_piece(i) for i in range(self.model.config.tgt_vocab_size)])
 
-def _term_ids(translator: Translator, targets: list[str]) -> dict[str, list[int]]:
-    """Each target term's token ids, as the tokenizer writes it as a word of its own (a term it gives no tokens for
-    cannot be asked for: reported missing)."""
-    ids = translator.tokenizer.encode_tgt(targets) if targets else []
-    return {target: list(x) for target, x in zip(targets, ids, strict=True)}
-
-
-def _edited(
-    terms: list[tuple[int, int, list[int]]], tokens: list[int], translator: Translator, alignment: Alignment
-) -> list[int] | None:
-    """`tokens` with each term in the place of its aligned target words; None where a term has none (or shares
-    them with another term)."""
-    spans: list[tuple[int, int, list[int]]] = []
-    for start, end, ids in terms:
-        words = _target_words(start, end, alignment)
-        if words is None or any(a <= words[1] and words[0] <= b for a, b, _ in spans):
+    def targets(self, sentences: Sequence[str], glossary: Glossary | None) -> list[list[str]] | None:
+        """Per sentence, the glossary's target term for each occurrence of a source term; None without one."""
+        if glossary is None:
             return None
-        spans.append((*words, ids))
-    pieces = [translator.tokenizer.tgt.id_to_piece(t) for t in tokens]
-    word_of = piece_words(pieces, len(alignment.target), translator.tokenizer.code_pieces)
-    out, position = [], 0
-    for first, last, ids in sorted(spans):
-        while position < len(tokens) and (word_of[position] is None or word_of[position] < first):
-            out.append(tokens[position])
-            position += 1
-        replaced = []
-        while position < len(tokens) and word_of[position] is not None and word_of[position] <= last:
-            replaced.append(position)
-            position += 1
-        # the last word's suffix from its first later piece that starts with punctuation ("." or "'s") stays
-        in_last = [p for p in replaced if word_of[p] == last][1:]
-        cut = next((p for p in in_last if not pieces[p][:1].isalnum() and pieces[p][:1] != "\u2581"), position)
-        out += ids + tokens[cut:position]
-    return out + tokens[position:]
+        return [glossary.targets(sentence) for sentence in sentences]
+
+    def term_ids(self, terms: list[str]) -> list[list[int]]:
+        """The target token ids of each term (as the tokenizer writes the term on its own); a term the tokenizer
+        gives no tokens for cannot be asked for, and is reported missing."""
+        if not terms:
+            return []
+        return [ids for ids in self.tokenizer.encode_tgt(terms) if ids]
+
+    def place(
+        self,
+        sentences: Sequence[str],
+        encoded: Sequence[list[int]],
+        found: list[list[Hypothesis]],
+        request: DecodeRequest,
+        forced: Sequence[int] | None = None,
+    ) -> list[list[Hypothesis]]:
+        """`found` (each sentence's plain hypotheses) with the glossary's terms of `request` put in (the module's
+        docstring). `encoded`: the sentences' source ids; `forced`: their first output tokens (a many-to-many model's
+        target language: kept in place, the constrained search forces it too)."""
+        matches = [request.glossary.matches(s) if ids else [] for s, ids in zip(sentences, encoded, strict=True)]
+        ids_of = self._ids_of(sorted({target for found_ in matches for _, _, target in found_}))
+        flat = [(i, j) for i, hyps in enumerate(found) if matches[i] for j in range(len(hyps))]
+        texts = self.tokenizer.decode_tgt([found[i][j].tokens for i, j in flat])
+        pairs = zip(flat, texts, strict=True)
+        candidates = [_Aligned(sentences[i], text, (_Candidate(found[i][j].tokens),)) for (i, j), text in pairs]
+        aligned = alignments(self.model, self.tokenizer, candidates, [encoded[i] for i, _ in flat])
+        edited: dict[int, list[list[int]]] = {}
+        unplaced: set[int] = set()
+        for (i, j), alignment in zip(flat, aligned, strict=True):
+            terms = [(start, end, ids_of[target]) for start, end, target in matches[i] if ids_of[target]]
+            tokens = self._edited(terms, found[i][j].tokens, alignment)
+            if tokens is None or len(tokens) > self._limit(len(encoded[i]), request):  # the search fits it
+                unplaced.add(i)
+            elif tokens not in edited.setdefault(i, []):
+                edited[i].append(tokens)
+        out = list(found)
+        for i, candidates_ in edited.items():
+            if i not in unplaced:
+                out[i] = self._scored(encoded[i], candidates_, request)
+        if unplaced:  # the terms the alignment could not place: the constrained search places them
+            order = sorted(unplaced)
+            terms = [[ids_of[target] for _, _, target in matches[i] if ids_of[target]] for i in order]
+            searched = self.engine(
+                [encoded[i] for i in order],
+                request,
+                None,
+                Constraints.of(terms, self.continues_word),
+                forced=None if forced is None else [forced[i] for i in order],
+            )
+            for i, hyps in zip(order, searched, strict=True):
+                out[i] = hyps
+        return out
+
+    def _limit(self, source_length: int, request: DecodeRequest) -> int:
+        """The search's length limit for a source of `source_length` tokens (EOS not counted)."""
+        d = request.decode
+        lengths = torch.tensor([source_length + 1])
+        return int(length_limits(lengths, self.model.config, d.max_len_a, d.max_len_b)[0])
+
+    def _ids_of(self, targets: list[str]) -> dict[str, list[int]]:
+        """Each target term's token ids, as the tokenizer writes it as a word of its own (a term it gives no tokens
+        for cannot be asked for: reported missing)."""
+        ids = self.tokenizer.encode_tgt(targets) if targets else []
+        return {target: list(x) for target, x in zip(targets, ids, strict=True)}
+
+    def _edited(
+        self, terms: list[tuple[int, int, list[int]]], tokens: list[int], alignment: Alignment
+    ) -> list[int] | None:
+        """`tokens` with each term in the place of its aligned target words; None where a term has none (or shares
+        them with another term)."""
+        spans: list[tuple[int, int, list[int]]] = []
+        for start, end, ids in terms:
+            words = _target_words(start, end, alignment)
+            if words is None or any(a <= words[1] and words[0] <= b for a, b, _ in spans):
+                return None
+            spans.append((*words, ids))
+        pieces = [self.tokenizer.tgt.id_to_piece(t) for t in tokens]
+        word_of = piece_words(pieces, len(alignment.target), self.tokenizer.code_pieces)
+        out, position = [], 0
+        for first, last, ids in sorted(spans):
+            while position < len(tokens) and (word_of[position] is None or word_of[position] < first):
+                out.append(tokens[position])
+                position += 1
+            replaced = []
+            while position < len(tokens) and word_of[position] is not None and word_of[position] <= last:
+                replaced.append(position)
+                position += 1
+            # the last word's suffix from its first later piece that starts with punctuation ("." or "'s") stays
+            in_last = [p for p in replaced if word_of[p] == last][1:]
+            cut = next((p for p in in_last if not pieces[p][:1].isalnum() and pieces[p][:1] != "\u2581"), position)
+            out += ids + tokens[cut:position]
+        return out + tokens[position:]
+
+    def _scored(self, src_ids: list[int], candidates: list[list[int]], request: DecodeRequest) -> list[Hypothesis]:
+        """The edited candidates as hypotheses, scored by the model (log-probabilities as the search computes them,
+        one teacher-forced pass) where the request asks for scores, best first; NaN scores otherwise."""
+        if not request.scores:
+            return [Hypothesis(tokens, float("nan"), float("nan")) for tokens in candidates]
+        d = request.decode
+        picked = forced_log_probs(self.model, src_ids, candidates, d.ban_after_softmax, pick=True)
+        out = []
+        for row, tokens in enumerate(candidates):
+            lps = picked[row, : len(tokens) + 1].tolist()
+            total = sum(lps)
+            penalty = length_penalty(len(tokens) + 1, d.length_penalty, d.length_rule)
+            out.append(Hypothesis(tokens, total, total if request.greedy else total / penalty, tuple(lps)))
+        return sorted(out, key=lambda h: -h.score)
 
 
 def _target_words(start: int, end: int, alignment: Alignment) -> tuple[int, int] | None:
@@ -177,27 +215,3 @@ def forced_log_probs(model, src_ids: list[int], candidates: list[list[int]], aft
     if not pick:
         return log_probs.cpu()
     return log_probs.gather(-1, tgt_out[..., None])[..., 0].double().cpu()  # (n, T + 1)
-
-
-def _scored(
-    translator: Translator, src_ids: list[int], candidates: list[list[int]], request: DecodeRequest
-) -> list[Hypothesis]:
-    """The edited candidates as hypotheses, scored by the model (log-probabilities as the search computes them,
-    one teacher-forced pass) where the request asks for scores, best first; NaN scores otherwise."""
-    if not request.scores:
-        return [Hypothesis(tokens, float("nan"), float("nan")) for tokens in candidates]
-    d = request.decode
-    picked = forced_log_probs(translator.model, src_ids, candidates, d.ban_after_softmax, pick=True)
-    out = []
-    for row, tokens in enumerate(candidates):
-        lps = picked[row, : len(tokens) + 1].tolist()
-        total = sum(lps)
-        score = total if request.greedy else total / length_penalty(len(tokens) + 1, d.length_penalty, d.length_rule)
-        out.append(Hypothesis(tokens, total, score, tuple(lps)))
-    return sorted(out, key=lambda h: -h.score)
-
-
-def continuations(translator: Translator) -> tuple[int, ...]:
-    """The target vocabulary's pieces that continue the word before them (decode/terms.py)."""
-    pieces = translator.tokenizer.tgt
-    return word_continuations([pieces.id_to_piece(i) for i in range(translator.model.config.tgt_vocab_size)])

@@ -10,7 +10,6 @@ translator.translate_with_details(lines, request)                   # passed as 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -39,7 +38,7 @@ from vaswani.runtime.mapped import map_lookups
 from vaswani.runtime.precision import Choice, check
 from vaswani.translate.align import Alignment, alignments
 from vaswani.translate.language_policy import policy_for
-from vaswani.translate.term_placement import continuations, forced_log_probs, with_terms
+from vaswani.translate.term_placement import TermPlacement, forced_log_probs
 
 Warn = Callable[[int, str], None]  # (index of the input sentence, message)
 
@@ -142,6 +141,8 @@ class Translator:
         self.engine: Engine = engine or TorchEngine(self.model)
         # how the model is told its languages (translate/language_policy.py): asked by every caller alike
         self.languages = policy_for(tokenizer, config)
+        # where a glossary's terms go (translate/term_placement.py): its own parts, chosen here once
+        self.terms = TermPlacement(self.model, tokenizer, self.engine)
 
     @classmethod
     def load(
@@ -277,7 +278,7 @@ class Translator:
         todo = [i for i, x in enumerate(ids) if x]  # empty lines stay empty, without running the model
         if progress is not None and len(todo) < len(ids):
             progress(len(ids) - len(todo))
-        terms = self._terms(sentences, request.glossary)
+        terms = self.terms.targets(sentences, request.glossary)
         forced = self.languages.forced(target_language, len(sentences))
         forced = None if forced is None else [forced[i] for i in todo]
         found = self._search([sentences[i] for i in todo], [ids[i] for i in todo], request, progress, forced)
@@ -326,31 +327,7 @@ class Translator:
         found = self.engine(ids, request, progress, forced=forced)
         if request.glossary is None:
             return found
-        return with_terms(self, sentences, ids, found, request, forced)
-
-    @functools.cached_property
-    def term_engine(self) -> Engine:
-        """What searches with a glossary's terms as constraints (decode/terms.py): the engine where it is our own,
-        else (CTranslate2 has no constrained search) our search on the torch model beside it."""
-        return self.engine if self.engine.describe() is None else TorchEngine(self.model)
-
-    @functools.cached_property
-    def continues_word(self) -> tuple[int, ...]:
-        """The target pieces that continue the word before them: never right after a term (decode/terms.py)."""
-        return continuations(self)
-
-    def _terms(self, sentences: Sequence[str], glossary: Glossary | None) -> list[list[str]] | None:
-        """Per sentence, the glossary's target term for each occurrence of a source term; None without one."""
-        if glossary is None:
-            return None
-        return [glossary.targets(sentence) for sentence in sentences]
-
-    def term_ids(self, terms: list[str]) -> list[list[int]]:
-        """The target token ids of each term (as the tokenizer writes the term on its own); a term the tokenizer
-        gives no tokens for cannot be asked for, and is reported missing."""
-        if not terms:
-            return []
-        return [ids for ids in self.tokenizer.encode_tgt(terms) if ids]
+        return self.terms.place(sentences, ids, found, request, forced)
 
     def learn_shortlist(
         self,
