@@ -180,6 +180,12 @@ def test_a_cue_whose_blank_line_was_lost_is_still_a_cue_and_a_broken_timing_is_r
         read_file(joined.encode(), file_format("srt")).fragments
         == read_file(SRT.encode(), file_format("srt")).fragments
     )
+    karaoke = SRT.replace("Ein Mann fährt mit dem", "<00:00:01.500>Ein Mann\n<00:00:02.000>fährt mit dem")
+    parsed = read_file(karaoke.encode(), file_format("srt"))
+    words = "<img data-k='0'>a <img data-k='1'>b c d e f g h"  # both stamps on cue 1's one line
+    out = parsed.write([words, *parsed.fragments[1:]], None).decode()
+    assert "<00:00:01.500>a\n<00:00:02.000>b" in out
+    assert [e.start for e in pysubs2.SSAFile.from_string(out)] == [e.start for e in pysubs2.SSAFile.from_string(SRT)]
     broken = SRT.replace("00:00:03,000 --> 00:00:05,500", "00:00:03,000 0-> 00:00:05,500")
     with pytest.raises(FileError, match=r"line 6: '00:00:03,000 0-> 00:00:05,500' is not a timing as SRT writes one"):
         read_file(broken.encode(), file_format("srt"))

@@ -85,6 +85,17 @@ class _Subtitles:
 
     example = ""  # a timing line, for messages
 
+    def _untimed(self, line: str) -> list[str]:
+        """A written line as lines no player reads as a timing: an arrow the translation wrote made plain, a line of
+        two timestamps (karaoke tags brought together by wrapping) broken before the second."""
+        line = line.replace("-->", "->")
+        stamps = list(_STAMP[self.name].finditer(line))
+        if len(stamps) < 2:
+            return [line]
+        cut = stamps[1].start()
+        cut = line.rfind("<", 0, cut + 1) if line[max(0, cut - 1)] == "<" else cut
+        return [line[:cut].rstrip(), *self._untimed(line[cut:])]
+
     def timing_like(self, line: str) -> bool:
         """Whether a player would read `line` as a timing, well-formed or not (an arrow, or two timestamps)."""
         return "-->" in line or len(_STAMP[self.name].findall(line)) >= 2
@@ -117,7 +128,7 @@ class _Subtitles:
             out = list(pieces)
             for cue in cues:
                 if cue.out:
-                    out[cue.first] = "\n".join(cue.out)
+                    out[cue.first] = "\n".join(line for text in cue.out for line in self._untimed(text))
                     for i in range(cue.first + 1, cue.first + len(cue.lines)):
                         out[i] = None  # type: ignore[call-overload]
             joined = []
