@@ -87,121 +87,136 @@ def distill(
     """Distil the teacher in `teacher_dir` into a student trained by the recipe `config_path` in `student_dir`
     (resumed where a run stopped: the teacher's pass from its last chunk, the training from its last checkpoint).
     Returns the student's final TrainState."""
-    import torch.distributed as dist
-
-    from vaswani.console import progress_bar, stderr_console
-    from vaswani.data.tokenizer import Tokenizer
-    from vaswani.train.distributed import barrier
-    from vaswani.train.trainer import Trainer
-
     teacher_dir, student_dir = Path(teacher_dir), Path(student_dir)
     if not (teacher_dir / "config.yaml").is_file():
         raise CheckpointError(f"{teacher_dir} is not a model directory (no config.yaml): give the teacher's directory")
     values = apply_overrides(load_values(config_path), list(overrides))
-    settings = DistillConfig.from_dict(values.pop("distill", None))
-    teacher_config = Config.load(teacher_dir / "config.yaml")
-    work = student_dir / WORK
-    config = student_config(values, teacher_config, settings, work)
-    rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
-    console = console or stderr_console()
+    run = Distillation(teacher_dir, student_dir, values, console)
+    run.start_pass()
+    run.teach()
+    report = run.build_corpus()
+    run.copy_tokenizer()
+    return run.train(report)
 
-    def log(message: str) -> None:
-        if rank == 0:
-            console.print(f"vaswani: {message}", highlight=False)
 
-    sources, targets = original_pairs(values)
-    _start_pass(student_dir, passes.stamp_of(teacher_dir, settings, sources), rank, world, log)
-    chunks = passes.pending(work, len(sources), settings.chunk_lines, rank, world)
-    if chunks:
-        translator = _teacher(teacher_dir, settings, config.train.device)
+class Distillation:
+    """One distillation's steps, in order (`distill`): the teacher's pass started (or resumed), the teacher
+    translating its share of the chunks, the distilled corpus built, the teacher's tokenizer copied, the student
+    trained. Each step holds its own synchronisation: under torchrun every process runs every step, the first one
+    (`rank` 0) writing what all share."""
+
+    def __init__(self, teacher_dir: Path, student_dir: Path, values: dict, console: Any = None) -> None:
+        import torch.distributed as dist
+
+        from vaswani.console import stderr_console
+
+        self.teacher_dir, self.student_dir, self.work = teacher_dir, student_dir, student_dir / WORK
+        self.settings = DistillConfig.from_dict(values.pop("distill", None))
+        self.teacher_config = Config.load(teacher_dir / "config.yaml")
+        self.config = student_config(values, self.teacher_config, self.settings, self.work)
+        self.rank, self.world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+        self.console = console or stderr_console()
+        self.sources, self.targets = original_pairs(values)
+
+    def log(self, message: str) -> None:
+        if self.rank == 0:
+            self.console.print(f"vaswani: {message}", highlight=False)
+
+    def barrier(self) -> None:
+        from vaswani.train.distributed import barrier
+
+        barrier(self.world)
+
+    def start_pass(self) -> None:
+        """The teacher's pass ready in STUDENT/distill (chunks of another teacher, settings or sources removed, with
+        the student's prepared data; refused where a student was trained on them)."""
+        stamp = passes.stamp_of(self.teacher_dir, self.settings, self.sources)
+        if passes.changed(self.work, stamp):
+            self._made_anew("the translations of another teacher, other distill settings or other sources")
+        if self.rank == 0:
+            self.student_dir.mkdir(parents=True, exist_ok=True)
+            passes.start(self.work, stamp, self.log)
+        self.barrier()
+
+    def teach(self) -> None:
+        """The teacher translates the chunks of this process's share not done yet."""
+        from vaswani.console import progress_bar
+
+        settings, sources = self.settings, self.sources
+        chunks = passes.pending(self.work, len(sources), settings.chunk_lines, self.rank, self.world)
+        if not chunks:
+            return
+        translator = _teacher(self.teacher_dir, settings, self.config.train.device)
         size = settings.chunk_lines
         todo = sum(len(sources[i * size : (i + 1) * size]) for i in chunks)
-        log(f"teacher {teacher_dir}: translating {todo:,} of {len(sources):,} training sources"
-            + (f" (this process's share of {world})" if world > 1 else "")
-            + f", beam {settings.beam_size}, {settings.n_best}-best")  # fmt: skip
-        with progress_bar(console, "teacher translating", todo, enabled=rank == 0) as advance:
-            passes.translate_chunks(translator, sources, work, settings, chunks, advance)
-        del translator
-    report = _corpus(student_dir, sources, targets, settings, rank, world, log)
-    if rank == 0 and settings.tokenizer == "teacher" and not Tokenizer.present(student_dir):
-        Tokenizer.load(teacher_dir).save(student_dir)
-    barrier(world)
-    init_from = _first_weights(teacher_dir, teacher_config, config, settings, work, rank, world)
-    origin = {"distilled_from": str(teacher_dir.resolve()), "distill": settings.to_dict(), "distilled_pairs": report}
-    return Trainer(config, student_dir, console, init_from=init_from, origin=origin).train()
+        share = f" (this process's share of {self.world})" if self.world > 1 else ""
+        self.log(f"teacher {self.teacher_dir}: translating {todo:,} of {len(sources):,} training sources{share}, "
+                 f"beam {settings.beam_size}, {settings.n_best}-best")  # fmt: skip
+        with progress_bar(self.console, "teacher translating", todo, enabled=self.rank == 0) as advance:
+            passes.translate_chunks(translator, sources, self.work, settings, chunks, advance)
 
+    def build_corpus(self) -> dict:
+        """After the pass: the distilled corpus's report, the corpus built by the first process where none is there
+        or it was built with other filters or another pick (refused where a student was trained on it)."""
+        from vaswani.train import checkpoint as ckpt
 
-def _first_weights(
-    teacher_dir: Path, teacher: Config, config: Config, settings: DistillConfig, work: Path, rank: int, world: int
-) -> Path | None:
-    """Where the student's first weights are (distill.init teacher: written by the first process), or None: random."""
-    from vaswani.train.distributed import barrier
+        work, settings = self.work, self.settings
+        self.barrier()
+        rebuild = not passes.corpus_current(work, settings)
+        if rebuild and (work / passes.REPORT).is_file():
+            built = passes.read_report(work).get("settings")
+            if built is None and ckpt.checkpoint_dirs(self.student_dir):
+                rebuild = False  # built before the settings were recorded, and a student trained on it: kept
+            else:
+                self._made_anew(f"a distilled corpus built with other filters or another pick ({built})")
+        if self.rank == 0 and rebuild:
+            report = passes.build_corpus(work, self.sources, self.targets, settings)
+            dropped = ", ".join(f"{n:,} {reason}" for reason, n in report["dropped"].items()) or "none"
+            self.log(f"distilled corpus: {report['kept']:,} of {report['translations']:,} translations kept "
+                     f"(dropped: {dropped})")  # fmt: skip
+        self.barrier()
+        return passes.read_report(work)
 
-    if settings.init != "teacher":
-        return None
-    if rank == 0:
-        start.write_start(teacher_dir, teacher, config, work)
-    barrier(world)
-    return work / start.START
+    def copy_tokenizer(self) -> None:
+        """The teacher's tokenizer in the student's directory (distill.tokenizer teacher), once."""
+        from vaswani.data.tokenizer import Tokenizer
 
+        if self.rank == 0 and self.settings.tokenizer == "teacher" and not Tokenizer.present(self.student_dir):
+            Tokenizer.load(self.teacher_dir).save(self.student_dir)
+        self.barrier()
 
-def _corpus(student_dir: Path, sources: list, targets: list, settings: DistillConfig, rank: int, world: int, log):
-    """Every rank, after the pass: the distilled corpus's report, the corpus built by the first process where none
-    is there or it was built with other filters or another pick (refused where a student was trained on it)."""
-    from vaswani.train import checkpoint as ckpt
-    from vaswani.train.distributed import barrier
+    def train(self, report: dict):
+        """The student trained on the distilled corpus, from its first weights; its final TrainState."""
+        from vaswani.train.trainer import Trainer
 
-    work = student_dir / WORK
-    barrier(world)
-    rebuild = not passes.corpus_current(work, settings)
-    if rebuild and (work / passes.REPORT).is_file():
-        built = passes.read_report(work).get("settings")
-        if built is None and ckpt.checkpoint_dirs(student_dir):
-            rebuild = False  # built before the settings were recorded, and a student trained on it: kept
-        else:
-            _made_anew(
-                student_dir, f"a distilled corpus built with other filters or another pick ({built})", rank, world
+        origin = {"distilled_from": str(self.teacher_dir.resolve()), "distill": self.settings.to_dict(),
+                  "distilled_pairs": report}  # fmt: skip
+        first = self.first_weights()
+        return Trainer(self.config, self.student_dir, self.console, init_from=first, origin=origin).train()
+
+    def first_weights(self) -> Path | None:
+        """Where the student's first weights are (distill.init teacher: written by the first process), or None:
+        random."""
+        if self.settings.init != "teacher":
+            return None
+        if self.rank == 0:
+            start.write_start(self.teacher_dir, self.teacher_config, self.config, self.work)
+        self.barrier()
+        return self.work / start.START
+
+    def _made_anew(self, what: str) -> None:
+        """Before what a student learns from (`what`: the old one) is made again: refused in one line where a student
+        was trained on it; the student's prepared data, made from it, removed by the first process."""
+        from vaswani.train import checkpoint as ckpt
+
+        if ckpt.checkpoint_dirs(self.student_dir):
+            raise ConfigError(
+                f"{self.student_dir} holds a student trained on {what}: distil into a new directory, or remove "
+                f"{self.student_dir / 'checkpoints'} to train it again"
             )
-    if rank == 0 and rebuild:
-        report = passes.build_corpus(work, sources, targets, settings)
-        dropped = ", ".join(f"{n:,} {reason}" for reason, n in report["dropped"].items()) or "none"
-        log(
-            f"distilled corpus: {report['kept']:,} of {report['translations']:,} translations kept (dropped: {dropped})"
-        )
-    barrier(world)
-    return passes.read_report(work)
-
-
-def _made_anew(student_dir: Path, what: str, rank: int, world: int) -> None:
-    """Every rank, before what a student learns from (`what`: the old one) is made again: refused in one line where a
-    student was trained on it; the student's prepared data, made from it, removed by the first process."""
-    from vaswani.train import checkpoint as ckpt
-    from vaswani.train.distributed import barrier
-
-    if ckpt.checkpoint_dirs(student_dir):
-        raise ConfigError(
-            f"{student_dir} holds a student trained on {what}: distil into a new directory, or remove "
-            f"{student_dir / 'checkpoints'} to train it again"
-        )
-    barrier(world)  # every rank has read the old files before the first process replaces them
-    if rank == 0 and (student_dir / "prepared").is_dir():
-        atomic.remove_directory(student_dir / "prepared")
-
-
-def _start_pass(student_dir: Path, stamp: dict, rank: int, world: int, log) -> None:
-    """Every rank: the teacher's pass ready in STUDENT/distill (chunks of another teacher, settings or sources
-    removed, with the student's prepared data; refused where a student was trained on them)."""
-    from vaswani.train.distributed import barrier
-
-    work = student_dir / WORK
-    if passes.changed(work, stamp):
-        _made_anew(
-            student_dir, "the translations of another teacher, other distill settings or other sources", rank, world
-        )
-    if rank == 0:
-        student_dir.mkdir(parents=True, exist_ok=True)
-        passes.start(work, stamp, log)
-    barrier(world)
+        self.barrier()  # every rank has read the old files before the first process replaces them
+        if self.rank == 0 and (self.student_dir / "prepared").is_dir():
+            atomic.remove_directory(self.student_dir / "prepared")
 
 
 def _teacher(teacher_dir: Path, settings: DistillConfig, device: str):
