@@ -68,9 +68,7 @@ def docx_file() -> bytes:
     table.cell(1, 1).add_table(rows=1, cols=1).cell(0, 0).text = "Ein kleiner Junge."
     document.sections[0].header.paragraphs[0].text = "Ein Kopf"
     document.sections[0].footer.paragraphs[0].text = "Eine Frau am Fuß"
-    out = io.BytesIO()
-    document.save(out)
-    return out.getvalue()
+    return _written(document.save)
 
 
 def parts(data: bytes) -> dict[str, bytes]:
@@ -109,9 +107,7 @@ def odt_file() -> bytes:
     row.addElement(cell)
     table.addElement(row)
     document.text.addElement(table)
-    out = io.BytesIO()
-    document.write(out)
-    return out.getvalue()
+    return _written(document.write)
 
 
 def odf_texts(data: bytes) -> list[str]:
@@ -141,9 +137,7 @@ def epub_file() -> bytes:
     book.add_item(epub.EpubNcx())
     book.add_item(epub.EpubNav())
     book.spine = ["nav", chapter]
-    out = io.BytesIO()
-    epub.write_epub(out, book)
-    return out.getvalue()
+    return _written(lambda out: epub.write_epub(out, book))
 
 
 SRT = """1
@@ -208,9 +202,7 @@ def pptx_file() -> bytes:
     table = slide.shapes.add_table(1, 2, 0, 0, 100, 100).table
     table.cell(0, 0).text, table.cell(0, 1).text = "Eine Frau", "42"
     slide.notes_slide.notes_text_frame.text = "Eine Notiz für den Sprecher."
-    data = io.BytesIO()
-    presentation.save(data)
-    return data.getvalue()
+    return _written(presentation.save)
 
 
 def odp_file() -> bytes:
@@ -235,8 +227,13 @@ def odp_file() -> bytes:
     frame.addElement(box)
     page.addElement(frame)
     document.presentation.addElement(page)
+    return _written(document.write)
+
+
+def _written(save) -> bytes:
+    """What a library's save(file) writes, as bytes."""
     out = io.BytesIO()
-    document.write(out)
+    save(out)
     return out.getvalue()
 
 
