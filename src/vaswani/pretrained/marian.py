@@ -29,13 +29,14 @@ from vaswani.data.tokenizer import MARIAN_FILES, MARIAN_TARGET_VOCAB
 from vaswani.pretrained import (
     Checkpoint,
     PretrainedError,
+    WeightMap,
     base_config,
     generation_settings,
     read_json,
     read_weights,
     same_tensor,
-    take,
 )
+from vaswani.pretrained.bart_layers import layout_of, map_stacks
 
 ACTIVATIONS = {"swish": "silu", "silu": "silu", "relu": "relu", "gelu": "gelu", "gelu_new": "gelu_tanh"}
 MARIAN_EPS = 1e-5  # nn.LayerNorm's default, fixed in modeling_marian.py
@@ -161,51 +162,18 @@ def convert(src: Path, hf: dict) -> tuple[Config, dict[str, torch.Tensor], dict[
 
 def convert_weights(hf: Checkpoint, config: Config, src: Path) -> dict[str, torch.Tensor]:
     """Marian's weights under our names, the residual stream back in our dimension order."""
-    c = config.model
-    D, F, inv = c.d_model, c.d_ff, inverse_permutation(c.d_model)
-    out: dict[str, torch.Tensor] = {}
-
-    def get(name: str, shape: tuple[int, ...]) -> torch.Tensor:
-        return take(hf, name, shape, src)
+    c, layout = config.model, layout_of("marian")  # permuted, no norm after a stack, an output bias
+    D, inv = c.d_model, inverse_permutation(c.d_model)
+    weights = WeightMap(hf, src, D)
+    map_stacks(weights, c.n_layers, c.decoder_layers, c.d_ff, order=inv if layout.permuted else None)
+    out = weights.out
 
     def reads(name: str, rows: int) -> torch.Tensor:  # (rows, D): its columns read the stream
-        return get(name, (rows, D))[:, inv].contiguous()
+        return weights.get(name, (rows, D))[:, inv].contiguous()
 
-    def writes(name: str, shape: tuple[int, ...]) -> torch.Tensor:  # (D, ...) or (D,): writes the stream
-        return get(name, shape)[inv].contiguous()
-
-    def attention(ours: str, theirs: str) -> None:
-        out[f"{ours}.in_proj.weight"] = torch.cat([reads(f"{theirs}.{p}_proj.weight", D) for p in "qkv"])
-        out[f"{ours}.in_proj.bias"] = torch.cat([get(f"{theirs}.{p}_proj.bias", (D,)) for p in "qkv"])
-        out[f"{ours}.out_proj.weight"] = writes(f"{theirs}.out_proj.weight", (D, D))
-        out[f"{ours}.out_proj.bias"] = writes(f"{theirs}.out_proj.bias", (D,))
-
-    def norm(ours: str, theirs: str) -> None:
-        out[f"{ours}.weight"] = writes(f"{theirs}.weight", (D,))
-        out[f"{ours}.bias"] = writes(f"{theirs}.bias", (D,))
-
-    def feed_forward(ours: str, theirs: str) -> None:
-        out[f"{ours}.feed_forward.linear1.weight"] = reads(f"{theirs}.fc1.weight", F)
-        out[f"{ours}.feed_forward.linear1.bias"] = get(f"{theirs}.fc1.bias", (F,))
-        out[f"{ours}.feed_forward.linear2.weight"] = writes(f"{theirs}.fc2.weight", (D, F))
-        out[f"{ours}.feed_forward.linear2.bias"] = writes(f"{theirs}.fc2.bias", (D,))
-
-    for i in range(c.n_layers):
-        ours, theirs = f"encoder.layers.{i}", f"model.encoder.layers.{i}"
-        attention(f"{ours}.self_attn", f"{theirs}.self_attn")
-        norm(f"{ours}.norms.0", f"{theirs}.self_attn_layer_norm")
-        feed_forward(ours, theirs)
-        norm(f"{ours}.norms.1", f"{theirs}.final_layer_norm")
-    for i in range(c.decoder_layers):
-        ours, theirs = f"decoder.layers.{i}", f"model.decoder.layers.{i}"
-        attention(f"{ours}.self_attn", f"{theirs}.self_attn")
-        norm(f"{ours}.norms.0", f"{theirs}.self_attn_layer_norm")
-        attention(f"{ours}.cross_attn", f"{theirs}.encoder_attn")
-        norm(f"{ours}.norms.1", f"{theirs}.encoder_attn_layer_norm")
-        feed_forward(ours, theirs)
-        norm(f"{ours}.norms.2", f"{theirs}.final_layer_norm")
     out.update(_embeddings(hf, c, src, reads))
-    out["output_bias"] = get("final_logits_bias", (1, c.tgt_vocab_size))[0].clone()
+    if layout.output_bias:
+        out["output_bias"] = weights.get("final_logits_bias", (1, c.tgt_vocab_size))[0].clone()
     for stack in ("encoder", "decoder"):
         _check_positions(hf, f"model.{stack}.embed_positions.weight", c.max_positions, D, src)
     hf.account("Marian", {}, src)

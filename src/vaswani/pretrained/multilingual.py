@@ -39,6 +39,7 @@ from vaswani.pretrained import (
     read_weights,
     same_tensor,
 )
+from vaswani.pretrained.bart_layers import layout_of, map_stacks
 from vaswani.pretrained.marian import decode_section, stacks
 from vaswani.special import EOS_ID
 
@@ -117,9 +118,9 @@ def model_section(hf: dict, kind: str, path: Path) -> dict:
             "max_positions": hf["max_position_embeddings"],
             "share_embeddings": True,
             "tie_output": bool(hf.get("tie_word_embeddings", True)),
-            "scale_embeddings": bool(hf.get("scale_embedding", kind == "m2m_100")),
-            "output_bias": kind == "mbart",
-            "embedding_norm": kind == "mbart",
+            "scale_embeddings": bool(hf.get("scale_embedding", layout_of(kind).scale_embeddings)),
+            "output_bias": layout_of(kind).output_bias,
+            "embedding_norm": layout_of(kind).embedding_norm,
             "layer_norm_eps": EPS,
             "pad_id": hf.get("pad_token_id", 1),
             "bos_id": hf.get("decoder_start_token_id") if hf.get("decoder_start_token_id") is not None else eos,
@@ -287,41 +288,23 @@ def convert(src: Path, hf: dict) -> tuple[Config, dict[str, torch.Tensor], dict[
 
 def convert_weights(hf: Checkpoint, config: Config, kind: str, src: Path) -> dict[str, torch.Tensor]:
     """The checkpoint's weights under our names; every tensor read or known unused."""
-    c = config.model
-    D, F = c.d_model, c.d_ff
+    c, layout = config.model, layout_of(kind)
+    D = c.d_model
     weights = WeightMap(hf, src, D)
-    out, get, linear, norm = weights.out, weights.get, weights.linear, weights.norm
-
-    def attention(ours: str, theirs: str) -> None:
-        out[f"{ours}.in_proj.weight"] = torch.cat([get(f"{theirs}.{p}_proj.weight", (D, D)) for p in "qkv"])
-        out[f"{ours}.in_proj.bias"] = torch.cat([get(f"{theirs}.{p}_proj.bias", (D,)) for p in "qkv"])
-        linear(f"{ours}.out_proj", f"{theirs}.out_proj", D, D)
-
-    def stack(ours: str, theirs: str, n: int, cross: bool) -> None:
-        for i in range(n):
-            layer, their = f"{ours}.layers.{i}", f"{theirs}.layers.{i}"
-            attention(f"{layer}.self_attn", f"{their}.self_attn")
-            norm(f"{layer}.norms.0", f"{their}.self_attn_layer_norm")
-            if cross:
-                attention(f"{layer}.cross_attn", f"{their}.encoder_attn")
-                norm(f"{layer}.norms.1", f"{their}.encoder_attn_layer_norm")
-            linear(f"{layer}.feed_forward.linear1", f"{their}.fc1", F, D)
-            linear(f"{layer}.feed_forward.linear2", f"{their}.fc2", D, F)
-            norm(f"{layer}.norms.{2 if cross else 1}", f"{their}.final_layer_norm")
+    out, get, norm = weights.out, weights.get, weights.norm
+    map_stacks(weights, c.n_layers, c.decoder_layers, c.d_ff)
+    for ours, theirs in (("encoder", "model.encoder"), ("decoder", "model.decoder")):
         norm(f"{ours}.norm", f"{theirs}.layer_norm")
-        if kind == "mbart":
+        if layout.embedding_norm:
             norm(f"{ours}.embed.norm", f"{theirs}.layernorm_embedding")
+        if layout.learned_positions:
             table = get(f"{theirs}.embed_positions.weight", (c.max_positions + OFFSET, D))
-            out[f"{ours}.embed.positions.weight"] = table[OFFSET:].clone()
         else:  # sinusoids transformers computes (a non-persistent buffer; older uploads store them)
             table = fairseq_positions(c.max_positions + OFFSET, D, c.pad_id)
             stored = hf.get(f"{theirs}.embed_positions.weights")
             if stored is not None and (stored.shape != table.shape or (stored.float() - table).abs().max() > 1e-4):
                 raise PretrainedError(f"{src}: {theirs}.embed_positions.weights is not fairseq's sinusoid table")
-            out[f"{ours}.embed.positions.weight"] = table[OFFSET:].clone()
-
-    stack("encoder", "model.encoder", c.n_layers, cross=False)
-    stack("decoder", "model.decoder", c.decoder_layers, cross=True)
+        out[f"{ours}.embed.positions.weight"] = table[OFFSET:].clone()
     shared = next((n for n in ("model.shared.weight", "model.encoder.embed_tokens.weight") if n in hf), None)
     if shared is None:
         raise PretrainedError(f"{src}: the weights have no model.shared.weight; is config.json this checkpoint's?")
@@ -333,7 +316,7 @@ def convert_weights(hf: Checkpoint, config: Config, kind: str, src: Path) -> dic
         same_tensor(hf, "lm_head.weight", shared, src, why)
     else:
         out["output_weight"] = get("lm_head.weight", (c.tgt_vocab_size, D))
-    if kind == "mbart":
+    if layout.output_bias:
         out["output_bias"] = get("final_logits_bias", (1, c.tgt_vocab_size))[0].clone()
     hf.account(kind, {}, src)
     return out
