@@ -18,6 +18,7 @@ def _pytest(tmp_path, **env):
     return subprocess.run(args, env=environment, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow  # a pytest of its own (~3 s); the inner loop keeps the CI rule's test below
 def test_without_the_shared_data_its_tests_skip_saying_why(tmp_path):
     run = _pytest(tmp_path)
     assert run.returncode == 0, run.stdout[-2000:]
@@ -49,6 +50,7 @@ def test_no_test_module_imports_another():
     assert not importing, importing
 
 
+@pytest.mark.slow  # a pytest of its own (~3 s)
 def test_with_the_shared_data_the_same_module_runs(tmp_path):
     run = _pytest(tmp_path, VASWANI_SHARED_DATA=os.environ.get("VASWANI_SHARED_DATA", ""), VASWANI_REQUIRE_DATA="1")
     assert run.returncode == 0 and "passed" in run.stdout and "skipped" not in run.stdout, run.stdout[-2000:]
