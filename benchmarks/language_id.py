@@ -113,11 +113,11 @@ class LangId:
     name, licence = "py3langid (normalised probabilities)", "BSD-3-Clause"
 
     def __init__(self) -> None:
-        from py3langid.langid import MODEL_FILE, LanguageIdentifier
+        from py3langid.langid import MODEL_DIR, MODEL_FILE, LanguageIdentifier
 
-        self.identifier = LanguageIdentifier.from_pickled_model(MODEL_FILE, norm_probs=True)
-        self.languages = set(self.identifier.nb_classes)
-        self.path = Path(MODEL_FILE)
+        self.path = Path(MODEL_DIR) / MODEL_FILE
+        self.identifier = LanguageIdentifier.from_modelpath(self.path, norm_probs=True)
+        self.languages = {str(code) for code in self.identifier.nb_classes}
 
     def size(self) -> int:
         return self.path.stat().st_size
