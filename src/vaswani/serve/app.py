@@ -39,7 +39,17 @@ from vaswani.translate.translator import Translator
 DESCRIPTION = "Translation with a Transformer trained by vaswani."
 STATIC = Path(__file__).parent / "static"
 ROUTES = frozenset(
-    {"/", "/health", "/metrics", "/v1/model", "/v1/translate", "/v1/translate_file", "/docs", "/openapi.json"}
+    {
+        "/",
+        "/health",
+        "/metrics",
+        "/v1/model",
+        "/v1/translate",
+        "/v1/translate_file",
+        "/v1/detect",
+        "/docs",
+        "/openapi.json",
+    }
 )
 
 
@@ -100,6 +110,7 @@ def create_app(
     defaults = defaults or translator.request()
     app.state.translator, app.state.settings, app.state.defaults = translator, settings, defaults
     app.state.metrics = Metrics(ROUTES, Path(model_dir).resolve().name, __version__)
+    app.state.identifiers = {}  # /v1/detect's language identifiers by codes, made at their first use
     app.state.info = model_info(translator, model_dir, settings, defaults)
     app.state.compute, app.state.load_seconds, app.state.static = compute, load_seconds or 0.0, STATIC
     app.add_middleware(

@@ -202,6 +202,55 @@ async def model(request: Request) -> dict[str, Any]:
     return request.app.state.info
 
 
+class DetectRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    q: str | list[str] = Field(
+        description="a text, or a list of texts (at most /v1/model's limits.max_texts), whose language to detect"
+    )
+    codes: Literal["iso", "nllb"] = Field(
+        "iso", description="iso: ISO 639 (639-1 where there is one, e.g. de); nllb: NLLB-200's codes (deu_Latn)"
+    )
+
+
+@router.post("/v1/detect")
+async def detect(body: DetectRequest, request: Request) -> JSONResponse:
+    """LibreTranslate's /detect: each text's likeliest languages, best first, as {"language", "confidence"} with
+    the confidence in percent (a list for `q` a text, a list of such lists for `q` a list; empty for a text without
+    letters). Below translate/language_id.py's THRESHOLD (58%), `vaswani detect` says und."""
+    import asyncio
+
+    state = request.app.state
+    texts = [body.q] if isinstance(body.q, str) else body.q
+    try:
+        if len(texts) > state.settings.max_texts:
+            raise RequestError(f"q: {len(texts)} texts, more than the {state.settings.max_texts} a request may have")
+        for i, text in enumerate(texts):
+            if len(text) > state.settings.max_text_chars:
+                limit = state.settings.max_text_chars
+                raise RequestError(f"q[{i}]: {len(text)} characters, more than the {limit} a text may have")
+            _check_characters(text, f"q[{i}]")
+        identifier = _identifier(state, body.codes)
+        found = await asyncio.to_thread(lambda: [identifier.ranked(text, 3) for text in texts])
+    except (RequestError, ValueError, ImportError) as error:
+        return JSONResponse({"error": one_line(str(error))}, 422)
+    answers = [
+        [{"language": d.language, "confidence": round(100 * d.probability, 2)} for d in ranked] for ranked in found
+    ]
+    return JSONResponse(answers[0] if isinstance(body.q, str) else answers)
+
+
+def _identifier(state: Any, codes: str):
+    """The server's language identifier for `codes`, made at its first use (translate/language_id.py)."""
+    from vaswani.translate.language_id import LanguageIdentifier
+
+    made = state.identifiers
+    if codes not in made:
+        identifier = LanguageIdentifier(codes=codes)
+        identifier.languages  # noqa: B018 - the model loaded now: a missing py3langid is said here
+        made[codes] = identifier
+    return made[codes]
+
+
 @router.post("/v1/translate")
 async def translate(body: TranslateRequest, request: Request) -> JSONResponse:
     started, state = time.perf_counter(), request.app.state
