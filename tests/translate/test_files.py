@@ -199,6 +199,13 @@ def test_a_sentence_over_cues_is_spread_by_their_shares_between_words():
     assert sum(len(p) for p in _spread(words, [5, 5, 5])) == 8
 
 
+def _needs_version(data: bytes, version: int) -> bytes:
+    """The package with its first entry saying it needs a ZIP version this reader has not (found by the fuzz)."""
+    data = bytearray(data)
+    data[data.find(b"PK\x01\x02") + 6] = version
+    return bytes(data)
+
+
 def test_bad_files_are_refused_in_one_line_and_nothing_is_written(model_dir, tmp_path, capsys, monkeypatch):
     docx = docx_file()
     monkeypatch.setattr(package_module, "MAX_INFLATED", 1 << 20)
@@ -213,6 +220,7 @@ def test_bad_files_are_refused_in_one_line_and_nothing_is_written(model_dir, tmp
         "latin.srt": ("1\n00:00:01,000 --> 00:00:02,000\nSchön\n".encode("latin-1"), "not UTF-8"),
         "broken.srt": (b"1\n00:00:01 -> 00:00:02\nEin Mann\n", "a cue without its timing"),
         "book.epub": (docx, "mimetype"),
+        "future.docx": (_needs_version(docx, 64), "damaged or truncated ZIP package (zip file version 6.4)"),
     }
     for name, (data, said) in bad.items():
         (tmp_path / name).write_bytes(data)

@@ -43,7 +43,7 @@ class Package:
         try:
             archive = zipfile.ZipFile(io.BytesIO(data))
             infos = archive.infolist()
-        except (zipfile.BadZipFile, ValueError, OSError, EOFError) as error:
+        except (zipfile.BadZipFile, ValueError, OSError, EOFError, NotImplementedError) as error:  # 6.4: a version
             raise FileError(f"cannot be read as {kind}: a damaged or truncated ZIP package ({error})") from None
         total, parts = 0, {}
         for info in infos:
