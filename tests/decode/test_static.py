@@ -10,7 +10,7 @@ from tests.helpers.common import random_ids, tiny_config
 from vaswani import Transformer
 from vaswani.config import ConfigError, DecodeConfig
 from vaswani.decode import search
-from vaswani.decode.engine import TorchEngine, compiles
+from vaswani.decode.engine import TorchEngine, choose_step
 from vaswani.decode.request import DecodeRequest
 from vaswani.decode.static import StaticDecoding, bucket
 
@@ -152,21 +152,28 @@ def test_decode_compile_gives_way_to_the_cuda_graphs_on_a_gpu(model):
     decoding"): --compile there keeps them (the CLI says so), unless decode.static_cache is false; on a CPU it
     compiles, and so does a model that has no static cache (a language model)."""
 
-    class OnGpu:  # a model's device and type, as compiles reads them, without a GPU
+    class OnGpu:  # a model's device and type, as choose_step reads them, without a GPU
         def __init__(self, config) -> None:
             self.config = config
 
         def parameters(self):
             yield SimpleNamespace(device=torch.device("cuda"))
 
+    def kind(request, model, shortlist=False):
+        return choose_step(request, model, shortlist).kind
+
     request = DecodeRequest.of(compile=True)
     gpu = OnGpu(model.config)
-    assert not compiles(request, gpu)
-    assert compiles(request.replace(static_cache=False), gpu)
-    assert compiles(request, model)  # on the CPU
-    assert not compiles(DecodeRequest.of(), model)
+    assert kind(request, gpu) == "cuda_graphs" and "CUDA graphs" in choose_step(request, gpu).note  # said to users
+    assert kind(request.replace(static_cache=False), gpu) == "compiled"
+    assert kind(DecodeRequest.of(), gpu) == "cuda_graphs"
+    assert kind(request, model) == "compiled"  # on the CPU
+    assert kind(DecodeRequest.of(), model) == "eager" and kind(DecodeRequest.of(static_cache=True), model) == "static"
     language_model = OnGpu(dataclasses.replace(model.config, type="decoder_only"))
-    assert compiles(request, language_model)
+    assert kind(request, language_model) == "compiled"
+    assert kind(DecodeRequest.of(), model, shortlist=True) == "eager"
+    with pytest.raises(ValueError, match="a shortlist changes the output layer"):
+        choose_step(request, model, shortlist=True)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA GPU")

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from vaswani.cli.lines import Lines, stderr_console
 from vaswani.config import DECODING_PRECISIONS
-from vaswani.decode.engine import CT2_TYPES, compiles
+from vaswani.decode.engine import CT2_TYPES
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -90,11 +90,9 @@ def report_precision(translator: Translator, request: DecodeRequest, console: Co
     if choice.measurement is not None or choice.reason:
         console.print(f"vaswani: {choice.describe()}")
     device = next(translator.model.parameters()).device
-    if not compiles(request, translator.model) and decode.compile:
-        console.print(
-            "vaswani: note: on a GPU the decoder's step runs as CUDA graphs (decode.static_cache), faster than "
-            "compiled: --compile is not used (decode.static_cache: false in the model's config.yaml compiles it)"
-        )
+    step = translator.engine.step_choice(request)  # decided once, in decode/engine.py's choose_step
+    if step.note:
+        console.print(f"vaswani: note: {step.note}")
     shortlist = getattr(translator.engine, "shortlist", None)
     if shortlist is not None:
         console.print(f"vaswani: {shortlist.describe()}")

@@ -53,7 +53,7 @@ class DecodeConfig:
     # torch.compile the decoder's step (engine torch, search.compiled_step): its dozen variants compile as they come
     # (minutes in all on a CPU), then each step runs as one compiled program; it pays where the step is overhead
     # (one sentence at a time on a CPU), for a server (which compiles at startup) or a big file. On a GPU the static
-    # cache's CUDA graphs run instead (static_cache auto), faster than the compiled step (engine.compiles)
+    # cache's CUDA graphs run instead (static_cache auto), faster than the compiled step (engine.choose_step)
     compile: bool = False
     # The decoder's keys/values in buffers allocated once and written in place (decode/static.py), so a step has
     # fixed shapes; on a GPU each step is then one CUDA graph replayed. auto: on a GPU, not on a CPU (where the

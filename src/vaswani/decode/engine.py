@@ -10,7 +10,8 @@ converted. Decoding never writes a model: converting is export's work (vaswani/e
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from vaswani.runtime.allocator import freed_memory_returned
 
@@ -59,15 +60,51 @@ class Engine(Protocol):
         ...
 
 
-def compiles(request: DecodeRequest, model: torch.nn.Module) -> bool:
-    """Whether decode.compile's step runs for `model`. On a GPU a translation model's static cache runs as CUDA
-    graphs instead (decode.static_cache auto), faster than the compiled step (docs/benchmarks.md, "GPU decoding");
-    decode.static_cache false lets it compile."""
+@dataclass(frozen=True)
+class StepChoice:
+    """Which decoder step a search runs, decided in one place (`choose_step`) and received by the engine that builds
+    it and the command that reports it: `kind` eager (the model's own step: a shortlist's too), compiled
+    (torch.compile, decode.compile), static (decode.static_cache: buffers allocated once) or cuda_graphs (the static
+    cache captured as CUDA graphs, on a GPU); `note`: why a request's wish was not followed, for the user."""
+
+    kind: Literal["eager", "compiled", "static", "cuda_graphs"]
+    note: str | None = None
+
+
+def choose_step(request: DecodeRequest, model: torch.nn.Module, shortlist: bool = False) -> StepChoice:
+    """The step for `request` on `model` (on its device); a one-line ValueError where the request asks for what the
+    engine cannot do together (a shortlist changes the output layer at every batch: neither compiled nor static).
+    On a GPU a translation model's static cache runs as CUDA graphs (decode.static_cache auto), faster than the
+    compiled step (docs/benchmarks.md, "GPU decoding"); decode.static_cache false lets it compile."""
     from vaswani.families import TRANSLATE, family
 
-    device = next(model.parameters()).device
-    graphs = device.type == "cuda" and request.decode.static_cache == "auto"
-    return request.decode.compile and not (graphs and TRANSLATE in family(model.config.type).can)
+    d = request.decode
+    if shortlist:
+        if d.compile:
+            raise ValueError(
+                "a shortlist changes the output layer at every batch, which a compiled step cannot: leave out "
+                "--shortlist or --compile (--no-compile where the model's config.yaml sets decode.compile)"
+            )
+        if d.static_cache is True:
+            raise ValueError(
+                "a shortlist changes the output layer at every batch, which decode.static_cache cannot: leave "
+                "out --shortlist, or set decode.static_cache to auto in the model's config.yaml"
+            )
+        return StepChoice("eager")
+    cuda = next(model.parameters()).device.type == "cuda"
+    translates = TRANSLATE in family(model.config.type).can
+    static = translates and (cuda if d.static_cache == "auto" else bool(d.static_cache))
+    if d.compile and not (cuda and d.static_cache == "auto" and translates):
+        return StepChoice("compiled")
+    note = None
+    if d.compile:
+        note = (
+            "on a GPU the decoder's step runs as CUDA graphs (decode.static_cache), faster than compiled: --compile "
+            "is not used (decode.static_cache: false in the model's config.yaml compiles it)"
+        )
+    if static:
+        return StepChoice("cuda_graphs" if cuda else "static", note)
+    return StepChoice("eager", note)
 
 
 class TorchEngine:
@@ -136,42 +173,28 @@ class TorchEngine:
             self.model, sources, request, precision, progress, step, self.shortlist, PerSource(constraints, forced)
         )
 
+    def step_choice(self, request: DecodeRequest) -> StepChoice:
+        """The step this engine runs for `request` (choose_step)."""
+        return choose_step(request, self.model, self.shortlist is not None)
+
     def _step(self, request: DecodeRequest):
-        """The decoder's step the search runs: with decode.compile, compiled once for this engine's life; with
-        decode.static_cache (auto: on a GPU), on buffers allocated once and, on a GPU, as CUDA graphs."""
-        if self.shortlist is not None:  # the model's own eager step (decode.static_cache auto: off)
-            if request.decode.compile:
-                raise ValueError(
-                    "a shortlist changes the output layer at every batch, which a compiled step cannot: leave out "
-                    "--shortlist or --compile (--no-compile where the model's config.yaml sets decode.compile)"
-                )
-            if request.decode.static_cache is True:
-                raise ValueError(
-                    "a shortlist changes the output layer at every batch, which decode.static_cache cannot: leave "
-                    "out --shortlist, or set decode.static_cache to auto in the model's config.yaml"
-                )
-            return None
-        if not compiles(request, self.model):
-            return self._static(request)
-        if self._compiled is None:
-            from vaswani.decode.search import compiled_step
+        """The decoder's step the search runs, as `choose_step` decides: None (the model's own, eager), compiled
+        once for this engine's life, or the static cache's (buffers allocated once; on a GPU, CUDA graphs)."""
+        kind = self.step_choice(request).kind
+        if kind == "compiled":
+            if self._compiled is None:
+                from vaswani.decode.search import compiled_step
 
-            self._compiled = compiled_step(self.model)
-        return self._compiled
+                self._compiled = compiled_step(self.model)
+            return self._compiled
+        if kind in ("static", "cuda_graphs"):
+            if self._static_step is None:
+                from vaswani.decode.static import StaticDecoding
 
-    def _static(self, request: DecodeRequest):
-        from vaswani.families import TRANSLATE, family
-
-        device = next(self.model.parameters()).device
-        static = request.decode.static_cache
-        wanted = device.type == "cuda" if static == "auto" else static
-        if not wanted or TRANSLATE not in family(self.model.config.type).can:
-            return None
-        if self._static_step is None:
-            from vaswani.decode.static import StaticDecoding
-
-            self._static_step = StaticDecoding(self.model, rows=request.decode.batch_size * request.decode.beam_size)
-        return self._static_step
+                rows = request.decode.batch_size * request.decode.beam_size
+                self._static_step = StaticDecoding(self.model, rows=rows)
+            return self._static_step
+        return None
 
     def warm_up(self, request: DecodeRequest, beam_size: int = 4) -> None:
         """With decode.compile: compile the step now, so that requests do not wait for the compiler. Greedy and
