@@ -326,7 +326,6 @@ async def translate_file(request: Request) -> Response:
     that cannot be translated gets a 422 naming what is wrong, one larger than the server's max_file a 413."""
     import asyncio
     from pathlib import PurePath
-    from urllib.parse import quote
 
     from vaswani.translate.files import FileError, format_for, read_file
 
@@ -375,11 +374,19 @@ async def translate_file(request: Request) -> Response:
     parts = assemble(runs, documents, results, puts_spaces(target))
     texts = [m.text for m in assemble_markup(parsed.fragments, "html", markups, parts)]
     out = await asyncio.to_thread(parsed.write, texts, target)
+    return _attachment(out, name, target, handler.media_type)
+
+
+def _attachment(data: bytes, name: str, target: str | None, media_type: str) -> Response:
+    """A translated file sent as NAME.LANG.EXT (an ASCII name, and the name itself as RFC 5987 says)."""
+    from pathlib import PurePath
+    from urllib.parse import quote
+
     path = PurePath(name)
     filename = f"{path.stem}.{target}{path.suffix}"
     plain = "".join(c if c.isascii() and c.isprintable() and c not in '"\\' else "_" for c in filename)
     headers = {"Content-Disposition": f"attachment; filename=\"{plain}\"; filename*=UTF-8''{quote(filename)}"}
-    return Response(out, media_type=handler.media_type, headers=headers)
+    return Response(data, media_type=media_type, headers=headers)
 
 
 def _glossary_field(value: str | None, settings) -> list[list[str]] | None:
