@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from vaswani.cli.lines import Lines, stderr_console
@@ -125,6 +126,7 @@ def _translate(args: argparse.Namespace) -> None:
     if args.document or args.format != "text":
         _translate_document(args, translator, request, console, languages)
         return
+    detected: Counter = Counter()  # --source-language auto: the languages the lines were read as
     with (
         Lines(args.input, args.output, console) as lines,
         progress_bar(console, "translating", lines.total, enabled=lines.total is not None) as advance,
@@ -135,10 +137,14 @@ def _translate(args: argparse.Namespace) -> None:
                 console.print(f"vaswani: warning: line {first + index + 1}: {message}")
 
             results = translator.translate_with_details(chunk, request, warn, advance, **languages)
+            detected.update(r.detected[0] if r.detected[1] else "not sure" for r in results if r.detected)
             lines.write(
                 json.dumps(result.n_best_record(), ensure_ascii=False) if detailed else result.text
                 for result in results
             )
+    if detected:
+        said = ", ".join(f"{code} {n:,}" for code, n in detected.most_common())
+        console.print(f"vaswani: source languages detected: {said} (lines not sure read as most others were)")
 
 
 def _file_format(args: argparse.Namespace) -> Any:
@@ -428,9 +434,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     translate.add_argument(
         "--source-language",
         metavar="CODE",
-        help="NLLB's, M2M-100's or mBART-50's code of the input's language, e.g. deu_Latn (needed); for other "
-        "models, with --document or --format: the language whose sentence rules split the input, e.g. de (default: "
-        "the language of the model's training files)",
+        help="NLLB's, M2M-100's or mBART-50's code of the input's language, e.g. deu_Latn (needed), or auto: each "
+        "line's (each sentence's) language detected (vaswani[detect]); for other models, with --document or "
+        "--format: the language whose sentence rules split the input, e.g. de (default: the training files')",
     )
     _add_decode_options(translate)
     translate.set_defaults(run=_translate)

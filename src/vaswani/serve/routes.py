@@ -13,6 +13,7 @@ import dataclasses
 import json
 import math
 import time
+from collections import Counter
 from typing import Any, Literal
 
 from fastapi import APIRouter, Request
@@ -22,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from vaswani.decode.request import DecodeRequest
 from vaswani.serve.batching import BusyError
 from vaswani.translate.document import Document, assemble, puts_spaces, split
+from vaswani.translate.language_policy import AUTO
 from vaswani.translate.markup import Markup, assemble_markup, parse, split_runs
 
 router = APIRouter()
@@ -52,8 +54,9 @@ class TranslateRequest(BaseModel):
         None,
         max_length=64,  # checked against the model's codes, a near miss answered with the code it may mean
         description="an NLLB, M2M-100 or mBART-50 model's code of the text's language, e.g. deu_Latn (needed; "
-        "/v1/model lists source_languages); for other models the ISO 639 code whose sentence rules split the text "
-        "(default: the model's source language)",
+        "/v1/model lists source_languages), or auto: each sentence's language detected, each text's reported as "
+        "detected_language; for other models the ISO 639 code whose sentence rules split the text (default: the "
+        "model's source language)",
     )
     target_language: str | None = Field(
         None,
@@ -253,6 +256,8 @@ def _identifier(state: Any, codes: str):
 
 @router.post("/v1/translate")
 async def translate(body: TranslateRequest, request: Request) -> JSONResponse:
+    import asyncio
+
     started, state = time.perf_counter(), request.app.state
     try:
         decode = decode_request(body, state)
@@ -262,9 +267,12 @@ async def translate(body: TranslateRequest, request: Request) -> JSONResponse:
     # the only tokenization: counted here, decoded by the batcher (requests for other languages batch together)
     translator = state.translator
     try:  # a multilingual model refuses sentences without a target language
-        ids = translator.encode_sources(
-            sentences, body.target_language, translator.languages.model_source(body.source_language)
-        )
+        source = translator.languages.model_source(body.source_language)
+        detected = None
+        if source == AUTO:  # each sentence's language detected (translate/language_id.py), off the event loop
+            detected = await asyncio.to_thread(translator.detect_sources, sentences)
+            source = [code for code, _ in detected]
+        ids = translator.encode_sources(sentences, body.target_language, source)
         # one target per sentence where the model takes one (a batch mixes requests); a 422 here, not in the batch
         languages = translator.languages.per_sentence(body.target_language, len(sentences))
     except ValueError as error:
@@ -288,8 +296,28 @@ async def translate(body: TranslateRequest, request: Request) -> JSONResponse:
         translations = [r.to_dict() for r in results]
     else:
         translations = [d.to_dict() for d in assemble(body.text, documents, results, puts_spaces(target))]
+    if detected is not None and markups is None:
+        counts = [1] * len(sentences) if documents is None else [len(d.sentences) for d in documents]
+        for translation, found in zip(translations, _per_text(detected, counts), strict=True):
+            if found is not None:
+                translation["detected_language"] = {"language": found[0], "probability": round(found[1], 4)}
     elapsed_ms = round((time.perf_counter() - started) * 1000, 1)
     return FiniteJSONResponse({"translations": translations, "elapsed_ms": elapsed_ms})
+
+
+def _per_text(detected: list[tuple[str, float]], counts: list[int]) -> list[tuple[str, float] | None]:
+    """Each text's language from its sentences' (`counts` of them in order): the one most of them were read as,
+    with the highest probability among those; None for a text without sentences."""
+    out, position = [], 0
+    for n in counts:
+        mine = detected[position : position + n]
+        position += n
+        if not mine:
+            out.append(None)
+            continue
+        code = Counter(c for c, _ in mine).most_common(1)[0][0]
+        out.append((code, max(p for c, p in mine if c == code)))
+    return out
 
 
 class FiniteJSONResponse(JSONResponse):
@@ -362,6 +390,8 @@ async def translate_file(request: Request) -> Response:
     sentences = [x for d in documents for x in d.sentences]
     try:
         source = translator.languages.model_source(fields["source_language"])
+        if source == AUTO:  # each sentence's language detected
+            source = [code for code, _ in await asyncio.to_thread(translator.detect_sources, sentences)]
         ids = translator.encode_sources(sentences, fields["target_language"], source)
         languages = translator.languages.per_sentence(fields["target_language"], len(sentences))
         results = await state.batcher.translate(sentences, ids, decode.replace(alignment=True), languages)

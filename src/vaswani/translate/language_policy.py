@@ -19,6 +19,7 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from vaswani.data.language_codes import iso_to_nllb
 from vaswani.data.languages import iso_language
 from vaswani.data.tokenizer import LANGUAGE_TOKEN
 
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 
 _LEADING_LANGUAGE = re.compile(r"^>>[^<>\s]+<<\s*")
 Targets = str | Sequence[str | None] | None  # one target language for all sentences, or one per sentence
+AUTO = "auto"  # a source language to detect, sentence by sentence (translate/language_id.py)
 
 
 class OneLanguage:
@@ -40,6 +42,11 @@ class OneLanguage:
     def check(self, target: str | None, source: str | None) -> None:
         """The languages a request names, checked before any input is read (a one-line ValueError)."""
         self.target_piece(target)
+        if source == AUTO:
+            raise ValueError(
+                '--source-language auto ("source_language": "auto" in the API) picks each sentence\'s code for a '
+                "many-to-many model (NLLB, M2M-100, mBART-50); this model reads one language: leave it out"
+            )
         if source is not None and not re.fullmatch(r"[a-z]{2,3}", source):
             raise ValueError(
                 f'--source-language {source!r} ("source_language" in the API): give an ISO 639 code such as de or en'
@@ -142,16 +149,33 @@ class LanguageCodes(OneLanguage):
 
     def check(self, target: str | None, source: str | None) -> None:
         self.languages.code(target, "target")
-        self.languages.code(source, "source")
+        if source != AUTO:
+            self.languages.code(source, "source")
+
+    def code_for(self, iso: str) -> str | None:
+        """The model's code of an ISO 639 language (de: NLLB's deu_Latn, M2M-100's de, mBART-50's de_DE), None
+        where the model has none."""
+        codes = self.languages.codes
+        if iso in codes:
+            return iso
+        nllb = iso_to_nllb(iso)
+        if nllb in codes:
+            return nllb
+        return next((code for code in sorted(codes) if code.startswith(f"{iso}_")), None)
 
     def target_piece(self, target: str | None) -> str | None:
         self.languages.code(target, "target")
         return None
 
-    def encode(self, tokenizer: Tokenizer, texts: list[str], target: Targets, source: str | None) -> list[list[int]]:
+    def encode(self, tokenizer: Tokenizer, texts: list[str], target: Targets, source: Targets) -> list[list[int]]:
         self.forced(target, len(texts))
-        code = self.languages.id(source, "source")
-        return [self.languages.coded(ids, code) for ids in tokenizer.encode_src(texts)]
+        if source is None or isinstance(source, str):
+            codes = [self.languages.id(source, "source")] * len(texts)
+        else:  # one source language a sentence (detected: --source-language auto)
+            if len(source) != len(texts):
+                raise ValueError(f"{len(source)} source languages for {len(texts)} sentences")
+            codes = [self.languages.id(language, "source") for language in source]
+        return [self.languages.coded(ids, code) for ids, code in zip(tokenizer.encode_src(texts), codes, strict=True)]
 
     def forced(self, target: Targets, n: int) -> list[int] | None:
         if target is None or isinstance(target, str):
@@ -168,7 +192,7 @@ class LanguageCodes(OneLanguage):
         return source
 
     def sentence_language(self, source: str | None) -> str:
-        return iso_language(source) if source else self.source
+        return iso_language(source) if source and source != AUTO else self.source or "en"
 
     @property
     def targets(self) -> list[str]:

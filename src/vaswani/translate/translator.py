@@ -10,7 +10,9 @@ translator.translate_with_details(lines, request)                   # passed as 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +39,8 @@ from vaswani.runtime.device import pick_device
 from vaswani.runtime.mapped import map_lookups
 from vaswani.runtime.precision import Choice, check
 from vaswani.translate.align import Alignment, alignments
-from vaswani.translate.language_policy import policy_for
+from vaswani.translate.language_id import LanguageIdentifier
+from vaswani.translate.language_policy import AUTO, LanguageCodes, policy_for
 from vaswani.translate.term_placement import TermPlacement, forced_log_probs
 
 Warn = Callable[[int, str], None]  # (index of the input sentence, message)
@@ -68,6 +71,9 @@ class Translation:
     tgt_pieces: list[str] | None = None
     # with a glossary: its target terms the best candidate lacks (none: all there; None: no glossary asked)
     missing_terms: tuple[str, ...] | None = None
+    # with --source-language auto: the model's code of the language the source was read as, and the identifier's
+    # probability for it (0.0: not sure, or not one of the model's, so read as most of the others were)
+    detected: tuple[str, float] | None = None
     alignment: Alignment | None = None  # the best candidate's words aligned to the source's (translate/align.py)
 
     @property
@@ -102,6 +108,8 @@ class Translation:
         }
         if self.missing_terms is not None:
             out["missing_terms"] = list(self.missing_terms)
+        if self.detected is not None:
+            out["detected_language"] = {"language": self.detected[0], "probability": _round(self.detected[1], 4)}
         if self.alignment is not None:  # [source word, target word] pairs, whitespace-separated words from 0
             out["alignment"] = [[i, j] for i, targets in enumerate(self.alignment.links) for j in targets]
         if self.attention is not None:
@@ -232,6 +240,28 @@ class Translator:
         texts = [self._normalise(s) for s in sentences]
         return self.languages.encode(self.tokenizer, texts, target_language, source_language)
 
+    @functools.cached_property
+    def identifier(self) -> LanguageIdentifier:
+        """What tells a text's language (translate/language_id.py), made at its first use."""
+        return LanguageIdentifier()
+
+    def detect_sources(self, texts: Sequence[str]) -> list[tuple[str, float]]:
+        """Each text's source language as this many-to-many model's code, detected, and its probability. A text
+        whose language is not sure (`und`) or not one of the model's is read as most of the others were (0.0);
+        where none is sure, as the model's default source; else a one-line ValueError."""
+        if not isinstance(self.languages, LanguageCodes):
+            self.languages.check(None, AUTO)  # this model reads one language: said in one line
+        found = self.identifier.detect([self._normalise(t) for t in texts])
+        codes = [None if d.language == "und" else self.languages.code_for(d.language) for d in found]
+        known = Counter(code for code in codes if code)
+        fallback = known.most_common(1)[0][0] if known else self.languages.languages.default_source
+        if fallback is None and any(t.strip() for t in texts):
+            raise ValueError(
+                "--source-language auto: no line's language could be told apart (too short, or none of this "
+                "model's): give --source-language"
+            )
+        return [(code, d.probability) if code else (fallback or "", 0.0) for code, d in zip(codes, found, strict=True)]
+
     def translate(
         self,
         sentences: Sequence[str],
@@ -270,10 +300,7 @@ class Translator:
         sentence; a many-to-many model's may be one per sentence (sentences into different languages share a batch:
         the server's requests do)."""
         request = self._request(request, options)
-        if encoded is not None and len(encoded) != len(sentences):
-            raise ValueError(f"{len(encoded)} encoded sentences for {len(sentences)} sentences")
-        encode = self.encode_sources
-        ids = list(encoded) if encoded is not None else encode(sentences, target_language, source_language)
+        ids, detected = self._encoded(sentences, encoded, target_language, source_language)
         truncated = self._cut(ids, warn)
         todo = [i for i, x in enumerate(ids) if x]  # empty lines stay empty, without running the model
         if progress is not None and len(todo) < len(ids):
@@ -294,7 +321,13 @@ class Translator:
             ]
             position += len(hyps)
             missing = None if terms is None else tuple(glossary_missing(terms[i], candidates[0].text if hyps else ""))
-            translation = Translation(sentence, candidates, truncated=i in truncated, missing_terms=missing)
+            translation = Translation(
+                sentence,
+                candidates,
+                truncated=i in truncated,
+                missing_terms=missing,
+                detected=None if detected is None or not sentence.strip() else detected[i],
+            )
             if missing and warn is not None:
                 shown = ", ".join(repr(term) for term in missing)
                 warn(i, f"glossary term(s) {shown} not in the translation (not met within the length limit)")
@@ -305,6 +338,19 @@ class Translator:
             aligned = alignments(self.model, self.tokenizer, translations, ids)
             translations = [dataclasses.replace(t, alignment=a) for t, a in zip(translations, aligned, strict=True)]
         return translations
+
+    def _encoded(self, sentences, encoded, target_language, source_language):
+        """The sentences' source ids (`encoded` where the caller has them), and with source_language auto each
+        sentence's detected language (else None)."""
+        if encoded is not None:
+            if len(encoded) != len(sentences):
+                raise ValueError(f"{len(encoded)} encoded sentences for {len(sentences)} sentences")
+            return list(encoded), None
+        detected = None
+        if source_language == AUTO:
+            detected = self.detect_sources(sentences)
+            source_language = [code for code, _ in detected]
+        return self.encode_sources(sentences, target_language, source_language), detected
 
     def _cut(self, ids: list[list[int]], warn: Warn | None) -> set[int]:
         """Sources longer than `max_source_tokens` cut to it (in place) and reported through `warn`; their
