@@ -169,13 +169,16 @@ class LanguageCodes(OneLanguage):
 
     def encode(self, tokenizer: Tokenizer, texts: list[str], target: Targets, source: Targets) -> list[list[int]]:
         self.forced(target, len(texts))
+        encoded = tokenizer.encode_src(texts)
         if source is None or isinstance(source, str):
-            codes = [self.languages.id(source, "source")] * len(texts)
-        else:  # one source language a sentence (detected: --source-language auto)
-            if len(source) != len(texts):
-                raise ValueError(f"{len(source)} source languages for {len(texts)} sentences")
-            codes = [self.languages.id(language, "source") for language in source]
-        return [self.languages.coded(ids, code) for ids, code in zip(tokenizer.encode_src(texts), codes, strict=True)]
+            code = self.languages.id(source, "source")
+            return [self.languages.coded(ids, code) for ids in encoded]
+        if len(source) != len(texts):  # one source language a sentence (detected: --source-language auto)
+            raise ValueError(f"{len(source)} source languages for {len(texts)} sentences")
+        pairs = zip(encoded, source, strict=True)  # an empty sentence stays empty, whatever its language
+        return [
+            self.languages.coded(ids, self.languages.id(language, "source")) if ids else [] for ids, language in pairs
+        ]
 
     def forced(self, target: Targets, n: int) -> list[int] | None:
         if target is None or isinstance(target, str):
