@@ -29,14 +29,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from vaswani.data.language_codes import ALIASES
+from vaswani.data.language_codes import NLLB_ISO as FLORES_ISO  # FLORES-200 code -> ISO 639
 from vaswani.runtime.machine import cpu_name
 
 FLORES = Path(__file__).resolve().parents[2] / "shared/data/flores200/dev"
 RESULTS = Path(__file__).parent / "results" / "language_id.json"
 LIMIT = 0.02  # the most confident-wrong answers on 3-word snippets a threshold may leave
-ALIASES = {"no": "nb", "iw": "he", "in": "id", "ji": "yi", "jw": "jv"}  # older or macrolanguage codes a detector says
-
-from vaswani.data.language_codes import NLLB_ISO as FLORES_ISO  # noqa: E402  FLORES-200 code -> ISO 639
 
 
 class FastText:

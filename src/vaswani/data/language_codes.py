@@ -1,7 +1,7 @@
 """Language codes as people and models write them: ISO 639 (639-1 where a language has one, else 639-3: what
 `vaswani detect` answers) and NLLB-200's (FLORES-200's `deu_Latn`), each language's standard variety.
 
-    iso_to_nllb("de") == "deu_Latn"; nllb_to_iso("zho_Hant") == "zh"
+    iso_to_nllb("de") == "deu_Latn"
 """
 
 from __future__ import annotations
@@ -33,16 +33,10 @@ NLLB_ISO = {
     "zho_Hans": "zh", "zsm_Latn": "ms", "zul_Latn": "zu",
 }  # fmt: skip
 _NLLB_OF = {iso: code for code, iso in NLLB_ISO.items()}
+# older or macrolanguage codes identifiers answer with, and the code they mean here
+ALIASES = {"no": "nb", "iw": "he", "in": "id", "ji": "yi", "jw": "jv"}
 
 
 def iso_to_nllb(iso: str) -> str | None:
     """NLLB-200's code of an ISO 639 language (its standard variety), None where NLLB has none."""
     return _NLLB_OF.get(iso)
-
-
-def nllb_to_iso(code: str) -> str:
-    """The ISO 639 code of an NLLB-200 code (639-1 where there is one: deu_Latn -> de; else its own 639-3 part)."""
-    return NLLB_ISO.get(code) or NLLB_ISO.get(code.split("_")[0] + "_" + _SCRIPT.get(code, "")) or code.split("_")[0]
-
-
-_SCRIPT = {"zho_Hant": "Hans"}  # a code whose standard variety is written in another script

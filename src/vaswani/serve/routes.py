@@ -249,7 +249,7 @@ def _identifier(state: Any, codes: str):
     made = state.identifiers
     if codes not in made:
         identifier = LanguageIdentifier(codes=codes)
-        identifier.languages  # noqa: B018 - the model loaded now: a missing py3langid is said here
+        identifier.load()  # a missing py3langid is said here, in the request's 422
         made[codes] = identifier
     return made[codes]
 

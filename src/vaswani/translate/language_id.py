@@ -18,12 +18,11 @@ import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from vaswani.data.language_codes import iso_to_nllb
+from vaswani.data.language_codes import ALIASES, iso_to_nllb
 
 THRESHOLD = 0.58  # benchmarks/language_id.py: confident wrong ≤ 2% on 3-word snippets of FLORES dev's first half
 UNDETERMINED = "und"
 CODES = ("iso", "nllb")  # how a language is written: ISO 639 (639-1 where there is one), NLLB-200's code
-_ALIASES = {"no": "nb", "iw": "he", "in": "id", "jw": "jv"}  # older codes the model answers with
 
 
 @dataclass(frozen=True)
@@ -47,14 +46,13 @@ class LanguageIdentifier:
             raise ValueError(f"--codes {codes}: give one of {', '.join(CODES)}")
         self.threshold, self.codes = threshold, codes
 
-    @functools.cached_property
+    @property
     def _model(self):
-        try:
-            from py3langid.langid import MODEL_DIR, MODEL_FILE
-            from py3langid.langid import LanguageIdentifier as Model
-        except ImportError:
-            raise ImportError("language detection needs py3langid: pip install 'vaswani[detect]'") from None
-        return Model.from_modelpath(MODEL_DIR / MODEL_FILE, norm_probs=True)
+        return _model()
+
+    def load(self) -> None:
+        """The model loaded now (a one-line ImportError where py3langid is missing), not at the first text."""
+        _model()
 
     @property
     def languages(self) -> list[str]:
@@ -78,7 +76,7 @@ class LanguageIdentifier:
             return []
         out = []
         for code, probability in self._model.rank(" ".join(text.split())):
-            written = self._written(_ALIASES.get(code, code))
+            written = self._written(ALIASES.get(code, code))
             if written != UNDETERMINED:
                 out.append(Detection(written, float(probability)))
             if len(out) == k:
@@ -89,3 +87,15 @@ class LanguageIdentifier:
         if self.codes == "nllb":
             return iso_to_nllb(iso) or UNDETERMINED
         return iso
+
+
+@functools.cache
+def _model():
+    """py3langid's model, loaded once per process: every identifier (the CLI's, the server's for each code style,
+    a Translator's for --source-language auto) shares it (it holds ~100 MB)."""
+    try:
+        from py3langid.langid import MODEL_DIR, MODEL_FILE
+        from py3langid.langid import LanguageIdentifier as Model
+    except ImportError:
+        raise ImportError("language detection needs py3langid: pip install 'vaswani[detect]'") from None
+    return Model.from_modelpath(MODEL_DIR / MODEL_FILE, norm_probs=True)
