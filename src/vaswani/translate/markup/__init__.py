@@ -4,7 +4,7 @@ of its tags put back exactly once, well nested, around the target words aligned 
     [result] = translate_markup(translator, ["<p>Ein <b>Hund</b> läuft.</p>"], "html")
     result.text                                      # '<p>A <b>dog</b> runs.</p>'
 
-A format's parser (markup_html.py, markup_markdown.py) cuts a document into raw pieces, kept as written (block
+A format's parser (html.py, markdown.py) cuts a document into raw pieces, kept as written (block
 tags, code blocks, scripts), and runs: the inline content of one block, as the text to translate with its marks (a
 pair of tags or delimiters around part of the text) and atoms (what stays as written inside the text: a code span,
 a URL, an image, a tag without its pair). A run's text is split into sentences (translate/document.py) and translated
@@ -24,21 +24,9 @@ from vaswani.translate.document import Document, DocumentTranslation, split, tra
 if TYPE_CHECKING:
     from vaswani.decode.request import DecodeRequest
     from vaswani.translate.translator import Translator
-from vaswani.translate.markup.model import (  # noqa: F401  the names markup's callers import from here
-    FORMATS,
-    Atom,
-    Mark,
-    Markup,
-    MarkupBuilder,
-    Node,
-    Run,
-    _core_end,
-    _core_start,
-    _punctuation,
-    pieces,
-    render_run,
-    url_spans,
-)
+from vaswani.translate.markup.model import FORMATS, Markup, MarkupBuilder, pieces  # noqa: F401  callers import here
+from vaswani.translate.markup.nodes import Atom, Mark, Node, Run, url_spans  # noqa: F401
+from vaswani.translate.markup.render import _core_end, _core_start, _punctuation, render_run  # noqa: F401
 
 
 def split_run(text: str, language: str | None) -> Document:

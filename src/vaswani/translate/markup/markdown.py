@@ -23,7 +23,7 @@ _ESCAPED = "\\`*_[]<~|"  # what a translation's text may not hold bare without s
 _PAIRED = {"em_open": "em", "strong_open": "strong", "s_open": "s"}
 _CLOSING = {"em_close": "em", "strong_close": "strong", "s_close": "s"}
 _INLINE_HTML = frozenset("a abbr b cite del dfn em i ins mark q s small span strong sub sup u".split())  # noqa: SIM905
-_KEPT_HTML = frozenset({"code", "kbd", "samp", "var"})  # as in HTML (markup_html.py): kept as written
+_KEPT_HTML = frozenset({"code", "kbd", "samp", "var"})  # as in HTML (html.py): kept as written
 
 
 class _UnmatchedError(ValueError):
