@@ -29,7 +29,8 @@ import torch
 from vaswani.data.corpus import read_lines
 from vaswani.runtime.machine import cpu_name
 from vaswani.translate import align
-from vaswani.translate.markup import Mark, parse, pieces, translate_markup
+from vaswani.translate.formats import translate_markup
+from vaswani.translate.markup import Mark, parse, pieces
 from vaswani.translate.translator import Translator
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -79,7 +79,7 @@ def test_the_student_learns_the_teacher_s_own_beam_translations_and_records_its_
 
 def test_shards_and_a_cut_pass_write_the_chunks_one_process_writes(corpus, tmp_path):
     root, teacher = corpus
-    settings = DistillConfig(beam_size=2, n_best=2, chunk_lines=40, batch_size=7)
+    settings = DistillConfig(decode={"beam_size": 2, "batch_size": 7}, n_best=2, chunk_lines=40)
     sources = (root / "train.de").read_text(encoding="utf-8").splitlines()
     translator = Translator.load(teacher)
     one, shards = tmp_path / "one", tmp_path / "shards"
@@ -100,7 +100,7 @@ def test_a_resumed_distillation_equals_an_uninterrupted_one(corpus, tmp_path):
     straight, stopped = tmp_path / "straight", tmp_path / "stopped"
     distill(teacher, _recipe(root, tmp_path / "a.yaml", max_steps=4), straight)
     # the pass cut after its first chunk, then the training after two steps
-    settings = DistillConfig(beam_size=2, chunk_lines=40, batch_size=7)
+    settings = DistillConfig(decode={"beam_size": 2, "batch_size": 7}, chunk_lines=40)
     sources = (root / "train.de").read_text(encoding="utf-8").splitlines()
     work = stopped / "distill"
     passes.start(work, passes.stamp_of(teacher, settings, sources), print)
@@ -185,11 +185,20 @@ def test_closest_is_the_candidate_nearest_the_reference():
         DistillConfig(pick="closest").validate()
 
 
+def test_the_teachers_search_is_any_decode_setting_over_its_own():
+    settings = DistillConfig.from_dict({"beam_size": 2, "no_repeat_ngram": 3, "length_penalty": "1e0", "n_best": 2})
+    assert settings.decode == {"beam_size": 2, "no_repeat_ngram": 3, "length_penalty": 1.0}
+    assert DistillConfig.from_dict(settings.to_dict()) == settings  # written back as the section is written
+    assert DistillConfig().beam_size == 4 and DistillConfig().decode == {}  # the paper's beam, from decode's default
+
+
 @pytest.mark.parametrize(
     ("setting", "message"),
     [
         ("distill.beam=4", "unknown key 'distill.beam' (did you mean 'beam_size'?)"),
         ("distill.n_best=5", "distill.n_best (5) cannot exceed distill.beam_size (2); raise the beam"),
+        ("distill.beam_size=0", "distill.beam_size and distill.batch_size must be positive"),
+        ("distill.no_repeat_ngram=x", "distill.no_repeat_ngram must be an integer, got 'x'"),
         ("distill.tokenizer=mine", "distill.tokenizer must be teacher or own, got 'mine'"),
         ("distill.pick=best", "distill.pick must be all or closest, got 'best'"),
         ("distill.init=teacher --set distill.tokenizer=own", "distill.init: teacher copies the teacher's embeddings"),

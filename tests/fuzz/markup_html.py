@@ -12,7 +12,8 @@ from html.parser import HTMLParser
 from hypothesis import strategies as st
 
 from tests.fuzz import Surface, text, tiny_translator
-from vaswani.translate.markup import parse, pieces, translate_markup
+from vaswani.translate.formats import translate_markup
+from vaswani.translate.markup import parse, pieces
 from vaswani.translate.markup.html import VOID
 
 WORDS = st.sampled_from(

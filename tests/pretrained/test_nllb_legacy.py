@@ -15,7 +15,7 @@ from vaswani.cli import main
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.decode.search import PerSource, search_ids
 from vaswani.model_dir import load_model
-from vaswani.translate.markup import translate_markup
+from vaswani.translate.formats import translate_markup
 from vaswani.translate.translator import Translator
 
 pytestmark = [pytest.mark.shared_data, pytest.mark.slow]  # slow: a checkpoint trained by transformers

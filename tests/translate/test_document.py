@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from vaswani.data.corpus import read_lines
-from vaswani.translate.document import Document, split, translate_documents
+from vaswani.translate.document import Document, split
+from vaswani.translate.formats import translate_documents
 from vaswani.translate.sentences import rule_spans, sentence_spans
 from vaswani.translate.translator import Translator
 

@@ -190,7 +190,7 @@ def test_markup_translates_as_line_mode_and_keeps_every_tag(tmp_path, capsys):
     from vaswani import cli
     from vaswani.serve.app import Settings, create_app
     from vaswani.translate.align import alignments
-    from vaswani.translate.markup import translate_markup
+    from vaswani.translate.formats import translate_markup
     from vaswani.translate.translator import Translator
 
     (tmp_path / "model").mkdir()
@@ -352,7 +352,7 @@ def test_found_by_fuzzing_markdown_pairs_stay_the_pairs_the_parser_read():
     assert out.startswith("https://example.org/x.* Yes")
     # emphasis across a hard break: its delimiters in two runs; the end is not kept apart from an atom by a space
     from tests.fuzz import tiny_translator
-    from vaswani.translate.markup import translate_markup
+    from vaswani.translate.formats import translate_markup
 
     page = "_\\\n0\n<b>O_"
     [result] = translate_markup(tiny_translator(), [page], "markdown")

@@ -212,35 +212,22 @@ def _translate_document(
     import json
 
     from vaswani.console import progress_bar
-    from vaswani.translate import document as plain
-    from vaswani.translate import markup
+    from vaswani.translate.formats import text_format, translate_split
 
-    marked = args.format != "text"
-    if marked and args.n_best > 1:
+    if args.format != "text" and args.n_best > 1:
         raise ValueError(f"--n-best applies to plain text: --format {args.format} writes one translation")
     with Lines(args.input, args.output, console) as lines:
         text = lines.text()
-        language = translator.languages.sentence_language(args.source_language)
-        if marked:
-            parsed = markup.parse(text, args.format)
-            documents = markup.split_runs([parsed], language)
-            for reason in parsed.kept:
-                console.print(f"vaswani: warning: {reason}")
-        else:
-            documents = [plain.split(text, language)]
-        sentences = sum(len(d.sentences) for d in documents)
+        split = text_format(args.format).split([text], translator.languages.sentence_language(args.source_language))
+        for reason in split.kept:
+            console.print(f"vaswani: warning: {reason}")
+        sentences = len(split.sentences)
         with progress_bar(console, "translating", sentences, enabled=sentences > 0) as advance:
 
             def warn(index: int, message: str) -> None:
                 console.print(f"vaswani: warning: sentence {index + 1}: {message}")
 
-            common = dict(**languages, request=request, warn=warn, progress=advance)
-            if marked:
-                [result] = markup.translate_markup(
-                    translator, [text], args.format, language, parsed=[parsed], documents=documents, **common
-                )
-            else:
-                [result] = plain.translate_documents(translator, [text], documents=documents, **common)
+            [result] = translate_split(translator, split, request, warn=warn, progress=advance, **languages)
         if args.n_best > 1 or args.scores:
             lines.write([json.dumps(result.to_dict(), ensure_ascii=False)])
         else:

@@ -4,21 +4,25 @@ translates the training sources; its translations, filtered, are the student's t
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from vaswani.config.fields import ConfigError, build
+from vaswani.config.decode import DecodeConfig
+from vaswani.config.fields import ConfigError, build, check_keys, coerce
+
+_DECODE_FIELDS = tuple(f.name for f in dataclasses.fields(DecodeConfig))
 
 
 @dataclass(frozen=True)
 class DistillConfig:
     """How the teacher's translations are made and chosen, and what the student learns from."""
 
-    beam_size: int = 4  # the teacher's beam (Kim & Rush: the beam's best is the student's target)
+    # How the teacher searches: any decode setting written in this section (beam_size, length_penalty, batch_size,
+    # no_repeat_ngram, ...) over the teacher's own decode section (by default the paper's beam 4 and α 0.6: Kim &
+    # Rush, the beam's best is the student's target). Held as the keys the section gave, checked as decode's are.
+    decode: dict[str, Any] = field(default_factory=dict)
     n_best: int = 1  # translations kept per source, each a training pair (Kim & Rush's n-best variant: 2-5)
-    length_penalty: float = 0.6  # the teacher's α, as the paper decodes
     precision: str = "auto"  # the teacher's decoding precision: auto (fp32), fp32, bf16, int8 (a CPU's, faster)
-    batch_size: int = 64  # sentences per batch of the teacher's pass
     # Filters (0: off): what a teacher gets wrong is not taught. A translation is dropped when its length in
     # words is over max_len_ratio times its source's or under 1/max_len_ratio of it (a hallucination, a stop);
     # when its mean token probability is under min_confidence; when its sentence chrF against the original
@@ -45,15 +49,31 @@ class DistillConfig:
 
     @classmethod
     def from_dict(cls, values: Any) -> DistillConfig:
-        config = build("distill", cls, {} if values is None else values)
+        """The section from a mapping: its own keys, and the teacher's decode settings written among them."""
+        values = {} if values is None else values
+        own = [f.name for f in dataclasses.fields(cls) if f.name != "decode"]
+        check_keys("distill", values, [*own, *_DECODE_FIELDS])
+        decode = coerce("distill", DecodeConfig, {k: v for k, v in values.items() if k in _DECODE_FIELDS})
+        config = build("distill", cls, {k: v for k, v in values.items() if k in own})
+        config = dataclasses.replace(config, decode=decode)
         config.validate()
         return config
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        return {**out.pop("decode"), **out}  # written back as the section is written: decode keys among its own
+
+    @property
+    def beam_size(self) -> int:
+        """The teacher's beam where this section sets it (else its own decode section's, by default 4)."""
+        return self.decode.get("beam_size", DecodeConfig.beam_size)
 
     def validate(self) -> None:
-        for name in ("beam_size", "n_best", "batch_size", "chunk_lines"):
+        try:
+            DecodeConfig(**self.decode).validate()
+        except (ConfigError, TypeError) as error:
+            raise ConfigError(str(error).replace("decode.", "distill.")) from None
+        for name in ("n_best", "chunk_lines"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"distill.{name} must be 1 or more, got {getattr(self, name)!r}")
         if self.n_best > self.beam_size:
@@ -87,8 +107,7 @@ class DistillConfig:
 
     def teacher_settings(self) -> dict[str, Any]:
         """What decides the teacher's translations (a rerun with other values starts the pass again)."""
-        return {"beam_size": self.beam_size, "n_best": self.n_best, "length_penalty": self.length_penalty,
-                "precision": self.precision, "chunk_lines": self.chunk_lines}  # fmt: skip
+        return {**self.decode, "n_best": self.n_best, "precision": self.precision, "chunk_lines": self.chunk_lines}
 
     def corpus_settings(self) -> dict[str, Any]:
         """What decides the distilled corpus made from the teacher's translations (a rerun with other values builds

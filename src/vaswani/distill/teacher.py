@@ -83,12 +83,7 @@ def translate_chunks(
 ) -> None:
     """Each chunk's sources translated by the teacher (beam, n-best) and written as JSON lines: per source, its
     candidates as [text, mean token probability, log-probability]."""
-    request = translator.request(
-        n_best=settings.n_best,
-        beam_size=settings.beam_size,
-        length_penalty=settings.length_penalty,
-        batch_size=settings.batch_size,
-    )
+    request = translator.request(n_best=settings.n_best, **settings.decode)
     size = settings.chunk_lines
     (work / "chunks").mkdir(parents=True, exist_ok=True)
     for index in chunks:

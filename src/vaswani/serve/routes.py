@@ -22,9 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from vaswani.decode.request import DecodeRequest
 from vaswani.serve.batching import BusyError
-from vaswani.translate.document import Document, assemble, puts_spaces, split
+from vaswani.translate.formats import Split, text_format
 from vaswani.translate.language_policy import AUTO
-from vaswani.translate.markup import Markup, assemble_markup, parse, split_runs
 
 router = APIRouter()
 
@@ -144,28 +143,20 @@ def decode_request(body: TranslateRequest, state: Any) -> DecodeRequest:
         raise RequestError(str(error)) from None
 
 
-def sentences_of(body: TranslateRequest, state: Any) -> tuple[list[Document] | None, list[str], list[Markup] | None]:
-    """The body's documents (None without splitting: with markup, one per run of its texts), all their sentences,
-    and with a format, the texts parsed, within the limits."""
+def sentences_of(body: TranslateRequest, state: Any) -> Split:
+    """The body's texts read in its format (translate/formats.py) and cut into sentences, within the limits."""
     s = state.settings
     if len(body.text) > s.max_texts:
         raise RequestError(f"text: {len(body.text)} texts, more than the {s.max_texts} a request may have")
     for i, text in enumerate(body.text):
         if len(text) > s.max_text_chars:
             raise RequestError(f"text[{i}] has {len(text)} characters, more than the {s.max_text_chars} allowed")
-    documents = markups = None
-    language = state.translator.languages.sentence_language(body.source_language)
-    if body.format != "text":
-        if not body.split_sentences:
-            raise RequestError(f"format: {body.format} is split into sentences; leave split_sentences true")
-        markups = [parse(text, body.format) for text in body.text]
-        documents = split_runs(markups, language)
-        sentences = [x for d in documents for x in d.sentences]
-    elif body.split_sentences:
-        documents = [split(text, language) for text in body.text]
-        sentences = [x for d in documents for x in d.sentences]
-    else:
-        sentences = list(body.text)
+    try:
+        format = text_format(body.format, body.split_sentences)
+    except ValueError as error:
+        raise RequestError(str(error)) from None
+    split = format.split(body.text, state.translator.languages.sentence_language(body.source_language))
+    sentences = split.sentences
     if len(sentences) > s.max_texts:
         raise RequestError(
             f"text has {len(sentences)} sentences in all, more than the {s.max_texts} a request may have: "
@@ -173,13 +164,13 @@ def sentences_of(body: TranslateRequest, state: Any) -> tuple[list[Document] | N
         )
     for i, sentence in enumerate(sentences):
         if len(sentence) > s.max_chars:
-            where = f"sentence {i + 1} of the request" if documents is not None else f"text[{i}]"
+            where = f"sentence {i + 1} of the request" if body.split_sentences else f"text[{i}]"
             raise RequestError(f"{where} has {len(sentence)} characters, more than the {s.max_chars} allowed")
     if body.attention and len(sentences) > s.max_attention_texts:
         raise RequestError(
             f"attention is returned for at most {s.max_attention_texts} sentences per request, got {len(sentences)}"
         )
-    return documents, sentences, markups
+    return split
 
 
 @router.get("/health")
@@ -261,11 +252,11 @@ async def translate(body: TranslateRequest, request: Request) -> JSONResponse:
     started, state = time.perf_counter(), request.app.state
     try:
         decode = decode_request(body, state)
-        documents, sentences, markups = sentences_of(body, state)
+        split = sentences_of(body, state)
     except RequestError as error:
         return JSONResponse({"error": one_line(str(error))}, 422)
     # the only tokenization: counted here, decoded by the batcher (requests for other languages batch together)
-    translator = state.translator
+    translator, sentences = state.translator, split.sentences
     try:  # a multilingual model refuses sentences without a target language
         source = translator.languages.model_source(body.source_language)
         detected = None
@@ -281,24 +272,14 @@ async def translate(body: TranslateRequest, request: Request) -> JSONResponse:
     if tokens > limit:
         message = f"text has {tokens} source tokens in all, more than the {limit} a request may have"
         return JSONResponse({"error": message + ": send fewer or shorter texts per request"}, 422)
-    if markups is not None:
-        decode = decode.replace(alignment=True)  # the tags go where the words are aligned
     try:
-        results = await state.batcher.translate(sentences, ids, decode, languages) if sentences else []
+        results = await state.batcher.translate(sentences, ids, split.request(decode), languages) if sentences else []
     except BusyError as error:
         return JSONResponse({"error": str(error)}, 503, headers={"Retry-After": "1"})
     target = translator.languages.target_iso(body.target_language)
-    if markups is not None:
-        runs = [run.text for m in markups for run in m.runs]
-        parts = assemble(runs, documents, results, puts_spaces(target))
-        translations = [m.to_dict() for m in assemble_markup(body.text, body.format, markups, parts)]
-    elif documents is None:
-        translations = [r.to_dict() for r in results]
-    else:
-        translations = [d.to_dict() for d in assemble(body.text, documents, results, puts_spaces(target))]
-    if detected is not None and markups is None:
-        counts = [1] * len(sentences) if documents is None else [len(d.sentences) for d in documents]
-        for translation, found in zip(translations, _per_text(detected, counts), strict=True):
+    translations = [t.to_dict() for t in split.assemble(results, target)]
+    if detected is not None:
+        for translation, found in zip(translations, _per_text(detected, split.counts), strict=True):
             if found is not None:
                 translation["detected_language"] = {"language": found[0], "probability": round(found[1], 4)}
     elapsed_ms = round((time.perf_counter() - started) * 1000, 1)
@@ -384,25 +365,22 @@ async def translate_file(request: Request) -> Response:
     except (ValueError, ImportError) as error:  # FileError, a language or a beam refused
         return JSONResponse({"error": one_line(f"{name}: {error}")}, 422)
     # the file's fragments read as markup and decoded by the batcher, beside other requests' sentences
-    markups = await asyncio.to_thread(lambda: [parse(f, "html") for f in parsed.fragments])
     language = translator.languages.sentence_language(fields["source_language"])
-    documents = split_runs(markups, language)
-    sentences = [x for d in documents for x in d.sentences]
+    split = await asyncio.to_thread(text_format("html").split, parsed.fragments, language)
+    sentences = split.sentences
     try:
         source = translator.languages.model_source(fields["source_language"])
         if source == AUTO:  # each sentence's language detected
             source = [code for code, _ in await asyncio.to_thread(translator.detect_sources, sentences)]
         ids = translator.encode_sources(sentences, fields["target_language"], source)
         languages = translator.languages.per_sentence(fields["target_language"], len(sentences))
-        results = await state.batcher.translate(sentences, ids, decode.replace(alignment=True), languages)
+        results = await state.batcher.translate(sentences, ids, split.request(decode), languages)
     except ValueError as error:
         return JSONResponse({"error": one_line(f"{name}: {error}")}, 422)
     except BusyError as error:
         return JSONResponse({"error": str(error)}, 503, headers={"Retry-After": "1"})
     target = translator.languages.target_iso(fields["target_language"])
-    runs = [run.text for m in markups for run in m.runs]
-    parts = assemble(runs, documents, results, puts_spaces(target))
-    texts = [m.text for m in assemble_markup(parsed.fragments, "html", markups, parts)]
+    texts = [t.text for t in split.assemble(results, target)]
     out = await asyncio.to_thread(parsed.write, texts, target)
     return _attachment(out, name, target, handler.media_type)
 

@@ -6,7 +6,7 @@ with the text's own paragraphs, line breaks and surrounding whitespace.
     document.join(["A man rides a bike.", "Two dogs play.", "A woman reads."])
     # 'A man rides a bike. Two dogs play.\n\nA woman reads.'
 
-    translate_documents(translator, [text])[0].text          # the same, decoding every sentence in one call
+    translate_documents(translator, [text])[0].text   # the same, every sentence decoded in one call (formats.py)
 
 A sentence never spans a line break: each line is split on its own (translate/sentences.py), so lists, headings
 and verse keep their lines. Hard-wrapped prose (a sentence broken over lines) is translated line by line.
@@ -19,12 +19,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from vaswani.data.corpus import clean_line
 from vaswani.translate.sentences import sentence_spans
 
 if TYPE_CHECKING:
-    from vaswani.decode.request import DecodeRequest
-    from vaswani.translate.translator import Translation, Translator
+    from vaswani.translate.translator import Translation
 
 _LINE = re.compile(r"[^\n\r\u2028\u2029\x85\x0b\x0c]+")  # text between line breaks
 # Languages written without spaces between sentences: their translations are joined without one too.
@@ -127,29 +125,6 @@ class DocumentTranslation:
         if any(s.missing_terms is not None for s in self.sentences):  # a glossary was asked for
             out["missing_terms"] = [term for s in self.sentences for term in s.missing_terms or ()]
         return out
-
-
-def translate_documents(
-    translator: Translator,
-    texts: Sequence[str],
-    language: str | None = None,
-    request: DecodeRequest | None = None,
-    documents: Sequence[Document] | None = None,
-    **options: Any,
-) -> list[DocumentTranslation]:
-    """Each text split into sentences (`language`: the source's; default: what the model was trained on),
-    all sentences of all texts translated in one `translate_with_details` call, as line mode translates lines,
-    and the translations put back in the texts' layout. `documents`: the texts' `split`, where the caller has made
-    it already (to size a progress bar). `request`, and `options` as translate_with_details takes them: its own
-    (`target_language`: a multilingual model's target, its >>lang<< token before every sentence;
-    `warn(index, message)`, counting sentences; `progress`) and, without a request, n_best=, attention= and
-    DecodeConfig fields."""
-    if documents is None:
-        documents = [split(text, language or translator.languages.sentence_language(None)) for text in texts]
-    sentences = [clean_line(s) for document in documents for s in document.sentences]  # NUL: as in line mode
-    results = translator.translate_with_details(sentences, request, **options)
-    target = translator.languages.target_iso(options.get("target_language"))
-    return assemble(texts, documents, results, spaced=puts_spaces(target))
 
 
 def assemble(

@@ -80,22 +80,19 @@ def translate_bytes(
     """The file `data` translated, as a file of the same format. `request` (or `options`: DecodeConfig fields),
     `target_language` and `source_language` as Translator.translate_with_details takes them; `warn(index, message)`
     and `progress(n)` in `options` count the file's sentences."""
-    from vaswani.translate.markup import translate_markup
+    from vaswani.translate.formats import text_format, translate_split
 
     format = file_format(format) if isinstance(format, str) else format
     parsed = parsed or read_file(data, format)
     policy = translator.languages
-    language = policy.sentence_language(source_language)
-    passed = {k: options.pop(k) for k in ("warn", "progress") if k in options}
-    results = translate_markup(
+    split = text_format("html").split(parsed.fragments, policy.sentence_language(source_language))
+    results = translate_split(
         translator,
-        parsed.fragments,
-        "html",
-        language,
-        request or translator.request(**options),
+        split,
+        request,
         target_language=target_language,
         source_language=policy.model_source(source_language),
-        **passed,
+        **options,
     )
     return parsed.write([r.text for r in results], policy.target_iso(target_language))
 
@@ -111,7 +108,7 @@ def translate_file(
     """The file `source` translated into `target` (written whole, or not at all), its format from `source`'s
     extension or `format`. `progress_for(sentences)`: a progress callback for the file's sentence count."""
     from vaswani.atomic import write_bytes
-    from vaswani.translate.markup import parse, split_runs
+    from vaswani.translate.formats import text_format
 
     handler = format_for(source, format)
     if handler is None:
@@ -120,6 +117,5 @@ def translate_file(
     parsed = read_file(data, handler)
     if progress_for is not None:
         language = translator.languages.sentence_language(options.get("source_language"))
-        runs = split_runs([parse(f, "html") for f in parsed.fragments], language)
-        options["progress"] = progress_for(sum(len(d.sentences) for d in runs))
+        options["progress"] = progress_for(len(text_format("html").split(parsed.fragments, language).sentences))
     write_bytes(target, translate_bytes(translator, data, handler, parsed=parsed, **options))

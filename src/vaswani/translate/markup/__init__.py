@@ -1,7 +1,7 @@
 """Markup in, markup out: an HTML or Markdown document's text translated as document mode translates text, and each
 of its tags put back exactly once, well nested, around the target words aligned to the source words it wrapped.
 
-    [result] = translate_markup(translator, ["<p>Ein <b>Hund</b> läuft.</p>"], "html")
+    [result] = translate_markup(translator, ["<p>Ein <b>Hund</b> läuft.</p>"], "html")   # translate/formats.py
     result.text                                      # '<p>A <b>dog</b> runs.</p>'
 
 A format's parser (html.py, markdown.py) cuts a document into raw pieces, kept as written (block
@@ -16,14 +16,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from vaswani.translate.align import Alignment, word_spans
-from vaswani.translate.document import Document, DocumentTranslation, split, translate_documents
-
-if TYPE_CHECKING:
-    from vaswani.decode.request import DecodeRequest
-    from vaswani.translate.translator import Translator
+from vaswani.translate.document import Document, DocumentTranslation, split
 from vaswani.translate.markup.model import FORMATS, Markup, MarkupBuilder, pieces  # noqa: F401  callers import here
 from vaswani.translate.markup.nodes import Atom, Mark, Node, Run, url_spans  # noqa: F401
 from vaswani.translate.markup.render import _core_end, _core_start, _punctuation, render_run  # noqa: F401
@@ -172,37 +168,6 @@ def parse(text: str, format: str) -> Markup:
 
         return parse_markdown(text)
     raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
-
-
-def split_runs(markups: Sequence[Markup], language: str | None) -> list[Document]:
-    """Every run of every document, in order, cut into sentences (`language`: the source's)."""
-    return [split_run(run.text, language) for markup in markups for run in markup.runs]
-
-
-def translate_markup(
-    translator: Translator,
-    texts: Sequence[str],
-    format: str,
-    language: str | None = None,
-    request: DecodeRequest | None = None,
-    parsed: Sequence[Markup] | None = None,
-    documents: Sequence[Document] | None = None,
-    **options: Any,
-) -> list[MarkupTranslation]:
-    """Each text parsed as `format`, every sentence of every run translated in one call, as document mode
-    translates them (`language`, `request`, and `options`: target_language, warn(index, message) counting
-    sentences, progress, and without a request DecodeConfig fields), with their word alignments, and each text
-    written back with its markup in place. `parsed`: the texts' `parse`, and `documents`: their `split_runs`, where
-    the caller has them."""
-    markups = list(parsed) if parsed is not None else [parse(text, format) for text in texts]
-    if documents is None:
-        documents = split_runs(markups, language or translator.languages.sentence_language(None))
-    passed = {k: options.pop(k) for k in ("target_language", "source_language", "warn", "progress") if k in options}
-    request = (request or translator.request(**options)).replace(alignment=True)
-    runs = [run.text for markup in markups for run in markup.runs]
-    return assemble_markup(
-        texts, format, markups, translate_documents(translator, runs, language, request, documents, **passed)
-    )
 
 
 def assemble_markup(
