@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from vaswani.decode.request import DecodeRequest
-    from vaswani.translate.translator import Translator
+    from vaswani.translate.translator import Translation, Translator
 
 
 def decode_request(args: argparse.Namespace, translator: Translator) -> DecodeRequest:
@@ -26,7 +26,8 @@ def decode_request(args: argparse.Namespace, translator: Translator) -> DecodeRe
         from vaswani.decode.glossary import Glossary
 
         glossary = Glossary.read(args.glossary)
-    return translator.request(n_best, glossary=glossary, **decode_options(args))
+    others = getattr(args, "other_languages", None)
+    return translator.request(n_best=n_best, glossary=glossary, other_languages=others, **decode_options(args))
 
 
 def decode_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -106,14 +107,12 @@ def report_precision(translator: Translator, request: DecodeRequest, console: Co
 
 
 def _translate(args: argparse.Namespace) -> None:
-    import json
-
-    from vaswani.console import progress_bar
+    from vaswani.translate.quality import check_threshold
 
     _file_format(args)  # a PDF or an unknown --format named before the model is loaded
+    check_threshold(args.min_confidence)
     translator = _load_translator(args)
     request = decode_request(args, translator)  # validated once, before reading any input
-    detailed = args.n_best > 1 or args.scores
     console = stderr_console()
     translator.languages.check(args.target_language, args.source_language)  # before any input is read
     report_precision(translator, request, console)
@@ -126,7 +125,23 @@ def _translate(args: argparse.Namespace) -> None:
     if args.document or args.format != "text":
         _translate_document(args, translator, request, console, languages)
         return
+    _translate_lines(args, translator, request, console, languages)
+
+
+def _translate_lines(
+    args: argparse.Namespace, translator: Translator, request: DecodeRequest, console: Console, languages: dict
+) -> None:
+    """Line mode: one translation (or --scores / --n-best record) a line, in order; what was detected and the lines
+    under --min-confidence counted on stderr."""
+    import json
+
+    from vaswani.console import progress_bar
+    from vaswani.translate.quality import low
+
+    detailed = args.n_best > 1 or args.scores
     detected: Counter = Counter()  # --source-language auto: the languages the lines were read as
+    others: Counter = Counter()  # a model of one source language: lines detected as another
+    doubtful: list[int] = []  # line numbers under --min-confidence
     with (
         Lines(args.input, args.output, console) as lines,
         progress_bar(console, "translating", lines.total, enabled=lines.total is not None) as advance,
@@ -138,13 +153,47 @@ def _translate(args: argparse.Namespace) -> None:
 
             results = translator.translate_with_details(chunk, request, warn, advance, **languages)
             detected.update(r.detected[0] if r.detected[1] else "not sure" for r in results if r.detected)
+            others.update(r.other_language[0] for r in results if r.other_language)
+            flags = [bool(r.candidates) and low(r.candidates[0].confidence, args.min_confidence) for r in results]
+            doubtful += [first + i + 1 for i, flagged in enumerate(flags) if flagged]
             lines.write(
-                json.dumps(result.n_best_record(), ensure_ascii=False) if detailed else result.text
-                for result in results
+                json.dumps(_record(result, flagged), ensure_ascii=False) if detailed else result.text
+                for result, flagged in zip(results, flags, strict=True)
             )
     if detected:
         said = ", ".join(f"{code} {n:,}" for code, n in detected.most_common())
         console.print(f"vaswani: source languages detected: {said} (lines not sure read as most others were)")
+    report_other_languages(others, "lines", translator, args, console)
+    if doubtful:
+        shown = ", ".join(map(str, doubtful[:20])) + (f" and {len(doubtful) - 20:,} more" if len(doubtful) > 20 else "")
+        where = "marked low_confidence in --scores" if detailed else "give --scores to have them marked"
+        console.print(
+            f"vaswani: low confidence: {len(doubtful):,} lines under {args.min_confidence} (lines {shown}; {where})"
+        )
+
+
+def _record(result: Translation, flagged: bool) -> list[dict]:
+    """A line's --scores record: its candidates, the best marked low_confidence where it is under the threshold."""
+    record = result.n_best_record()
+    if flagged:
+        record[0]["low_confidence"] = True
+    return record
+
+
+def report_other_languages(
+    others: Counter, what: str, translator: Translator, args: argparse.Namespace, console: Console
+) -> None:
+    """One warning counting the lines (sentences) detected as a language the model does not read."""
+    if not others:
+        return
+    said = ", ".join(f"{code} {n:,}" for code, n in others.most_common())
+    done = (
+        "copied unchanged" if args.other_languages == "copy" else "translated anyway (--other-languages copy: copied)"
+    )
+    console.print(
+        f"vaswani: warning: {sum(others.values()):,} {what} read as another language than this model's "
+        f"({translator.languages.source}): {said}; {done}"
+    )
 
 
 def _file_format(args: argparse.Namespace) -> Any:
@@ -213,6 +262,7 @@ def _translate_document(
 
     from vaswani.console import progress_bar
     from vaswani.translate.formats import text_format, translate_split
+    from vaswani.translate.quality import flag
 
     if args.format != "text" and args.n_best > 1:
         raise ValueError(f"--n-best applies to plain text: --format {args.format} writes one translation")
@@ -228,8 +278,14 @@ def _translate_document(
                 console.print(f"vaswani: warning: sentence {index + 1}: {message}")
 
             [result] = translate_split(translator, split, request, warn=warn, progress=advance, **languages)
+        others = Counter(s.other_language[0] for s in getattr(result, "sentences", []) if s.other_language)
+        report_other_languages(others, "sentences", translator, args, console)
+        record = result.to_dict()
+        doubtful = flag(record, args.min_confidence)
+        if doubtful:
+            console.print(f"vaswani: low confidence: {doubtful:,} sentences under {args.min_confidence} (--scores)")
         if args.n_best > 1 or args.scores:
-            lines.write([json.dumps(result.to_dict(), ensure_ascii=False)])
+            lines.write([json.dumps(record, ensure_ascii=False)])
         else:
             lines.output.write(result.text)  # the text's own line ends, its last one included
 
@@ -424,6 +480,21 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="NLLB's, M2M-100's or mBART-50's code of the input's language, e.g. deu_Latn (needed), or auto: each "
         "line's (each sentence's) language detected (vaswani[detect]); for other models, with --document or "
         "--format: the language whose sentence rules split the input, e.g. de (default: the training files')",
+    )
+    translate.add_argument(
+        "--min-confidence",
+        type=float,
+        metavar="P",
+        help="mark translations whose confidence is under P (0 to 1): counted on stderr with their line numbers, "
+        "and low_confidence: true in --scores records (docs/benchmarks.md, Confidence: how well it predicts quality)",
+    )
+    translate.add_argument(
+        "--other-languages",
+        choices=("translate", "copy"),
+        default="translate",
+        help="a model of one source language: lines (sentences) detected as another language (vaswani[detect]; "
+        "above the identifier's threshold) are counted in a warning and translated anyway, or copied unchanged "
+        "(copy). Default: translate",
     )
     _add_decode_options(translate)
     translate.set_defaults(run=_translate)

@@ -11,7 +11,6 @@ Translator, the engine, the server's micro-batcher (whose batch key it is: froze
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +19,7 @@ from vaswani.decode.glossary import Glossary
 from vaswani.decode.repetition import Repetition
 
 DECODE_FIELDS = frozenset(f.name for f in dataclasses.fields(DecodeConfig))
+OTHER_LANGUAGES = (None, "translate", "copy")  # what becomes of a sentence in a language the model does not read
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,9 @@ class DecodeRequest:
     glossary: Glossary | None = None  # terms each translation must hold where the source has them
     alignment: bool = False
     scores: bool = True
+    # a model of one source language: translate (mark) or copy the sentences detected as another language
+    # (Translator.other_languages); None: not looked at
+    other_languages: str | None = None
 
     def __post_init__(self) -> None:
         self.decode.validate()
@@ -45,38 +48,32 @@ class DecodeRequest:
             raise ValueError(f"n_best must be >= 1, got {self.n_best}")
         if not self.decode.sampling and self.n_best > self.decode.beam_size:
             raise ValueError(f"n_best={self.n_best} needs beam_size >= {self.n_best} (it is {self.decode.beam_size})")
+        if self.other_languages not in OTHER_LANGUAGES:
+            raise ValueError(f"other languages: {self.other_languages!r}; give translate or copy")
 
     @classmethod
-    def of(
-        cls,
-        base: DecodeConfig | None = None,
-        n_best: int = 1,
-        attention: bool = False,
-        glossary: Glossary | Mapping[str, str] | Sequence[tuple[str, str]] | None = None,
-        alignment: bool = False,
-        scores: bool = True,
-        **overrides: Any,
-    ) -> DecodeRequest:
-        """`base` (default: the paper's settings) with `overrides` (DecodeConfig fields; None keeps base's), as a
-        request. A one-line ConfigError names unknown fields and lists the valid ones."""
-        unknown = sorted(set(overrides) - DECODE_FIELDS)
+    def of(cls, base: DecodeConfig | None = None, **settings: Any) -> DecodeRequest:
+        """`base` (default: the paper's settings) with `settings`: this request's own fields (n_best, attention,
+        glossary as pairs or a mapping, alignment, scores, other_languages) and DecodeConfig fields (None keeps
+        base's), as a request. A one-line ConfigError names unknown fields and lists the valid ones."""
+        own = {k: settings.pop(k) for k in REQUEST_FIELDS if k in settings}
+        unknown = sorted(set(settings) - DECODE_FIELDS)
         if unknown:
             raise ConfigError(
                 f"unknown decoding option(s) {', '.join(unknown)}; valid: {', '.join(sorted(DECODE_FIELDS))}"
             )
-        given = {k: v for k, v in overrides.items() if v is not None}
+        given = {k: v for k, v in settings.items() if v is not None}
+        glossary = own.get("glossary")
         if glossary is not None and not isinstance(glossary, Glossary):  # pairs or a mapping, checked here
             glossary = Glossary.of(glossary)
-        decode = dataclasses.replace(base or DecodeConfig(), **given)
-        return cls(decode, n_best, attention, glossary or None, alignment, scores)
+        own["glossary"] = glossary or None
+        return cls(dataclasses.replace(base or DecodeConfig(), **given), **own)
 
     def replace(self, **overrides: Any) -> DecodeRequest:
-        """This request with some DecodeConfig fields (or n_best, attention, glossary, alignment, scores) changed,
+        """This request with some DecodeConfig fields (or its own: n_best, attention, glossary, ...) changed,
         validated again."""
-        n_best, attention = overrides.pop("n_best", self.n_best), overrides.pop("attention", self.attention)
-        glossary, alignment = overrides.pop("glossary", self.glossary), overrides.pop("alignment", self.alignment)
-        scores = overrides.pop("scores", self.scores)
-        return DecodeRequest.of(self.decode, n_best, attention, glossary, alignment, scores, **overrides)
+        own = {k: overrides.pop(k, getattr(self, k)) for k in REQUEST_FIELDS}
+        return DecodeRequest.of(self.decode, **own, **overrides)
 
     @property
     def rows(self) -> int:
@@ -93,3 +90,6 @@ class DecodeRequest:
         """The repetition rules (decode/repetition.py), None where both are off."""
         rules = Repetition(self.decode.no_repeat_ngram, self.decode.repetition_penalty)
         return rules if rules.active else None
+
+
+REQUEST_FIELDS = tuple(f.name for f in dataclasses.fields(DecodeRequest) if f.name != "decode")

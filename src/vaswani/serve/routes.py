@@ -24,6 +24,7 @@ from vaswani.decode.request import DecodeRequest
 from vaswani.serve.batching import BusyError
 from vaswani.translate.formats import Split, text_format
 from vaswani.translate.language_policy import AUTO
+from vaswani.translate.quality import flag
 
 router = APIRouter()
 
@@ -82,6 +83,18 @@ class TranslateRequest(BaseModel):
         "case), its target term is in that sentence's translation, exactly as written; a translation that could not "
         "hold one lists it in missing_terms (at most /v1/model's limits.max_glossary pairs)",
     )
+    min_confidence: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="mark translations (texts, and each sentence of a split text) whose confidence is under this "
+        'with "low_confidence": true: the ones to have checked',
+    )
+    other_languages: Literal["translate", "copy"] = Field(
+        "translate",
+        description="a model of one source language: a sentence detected as another language is marked "
+        "other_language (its code and probability) and translated anyway, or with copy, copied unchanged",
+    )
 
     @field_validator("text")
     @classmethod
@@ -137,7 +150,12 @@ def decode_request(body: TranslateRequest, state: Any) -> DecodeRequest:
     overrides = dict(no_repeat_ngram=body.no_repeat_ngram, repetition_penalty=body.repetition_penalty)
     try:  # the request's own checks (n_best within the beam, the glossary's pairs), said as a 422
         return defaults.replace(
-            beam_size=body.beam, n_best=body.n_best, attention=body.attention, glossary=body.glossary, **overrides
+            beam_size=body.beam,
+            n_best=body.n_best,
+            attention=body.attention,
+            glossary=body.glossary,
+            other_languages=body.other_languages,
+            **overrides,
         )
     except ValueError as error:  # ConfigError and GlossaryError are ValueErrors
         raise RequestError(str(error)) from None
@@ -278,6 +296,8 @@ async def translate(body: TranslateRequest, request: Request) -> JSONResponse:
         return JSONResponse({"error": str(error)}, 503, headers={"Retry-After": "1"})
     target = translator.languages.target_iso(body.target_language)
     translations = [t.to_dict() for t in split.assemble(results, target)]
+    for translation in translations:
+        flag(translation, body.min_confidence)
     if detected is not None:
         for translation, found in zip(translations, _per_text(detected, split.counts), strict=True):
             if found is not None:

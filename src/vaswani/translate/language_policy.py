@@ -88,6 +88,11 @@ class OneLanguage:
         """The ISO 639 language sentences are split in: the one named, or the one the model was trained on."""
         return source or self.source
 
+    def reads(self, iso: str) -> bool | None:
+        """Whether the model reads a text in the ISO 639 language `iso` as its source (None where its source language
+        is not known: an imported pair whose files name none, a model of many sources)."""
+        return iso_language(iso) == iso_language(self.source) if self.source else None
+
     def target_iso(self, target: str | None) -> str | None:
         """The ISO 639 language translations are written in (their sentences are joined with spaces or not), None
         where neither the request nor the model's training files say it (an imported one-pair model)."""
@@ -193,6 +198,9 @@ class LanguageCodes(OneLanguage):
 
     def model_source(self, source: str | None) -> str | None:
         return source
+
+    def reads(self, iso: str) -> bool | None:
+        return None  # many sources: --source-language auto reads each sentence in its own
 
     def sentence_language(self, source: str | None) -> str:
         return iso_language(source) if source and source != AUTO else self.source or "en"

@@ -24,7 +24,6 @@ from vaswani.config import Config
 from vaswani.data.tokenizer import Tokenizer
 from vaswani.decode.ct2_engine import CTranslate2Engine
 from vaswani.decode.engine import ENGINES, Engine, TorchEngine
-from vaswani.decode.glossary import Glossary
 from vaswani.decode.glossary import missing as glossary_missing
 from vaswani.decode.request import DecodeRequest
 from vaswani.decode.search import Hypothesis
@@ -39,7 +38,7 @@ from vaswani.runtime.device import pick_device
 from vaswani.runtime.mapped import map_lookups
 from vaswani.runtime.precision import Choice, check
 from vaswani.translate.align import Alignment, alignments
-from vaswani.translate.language_id import LanguageIdentifier
+from vaswani.translate.language_id import UNDETERMINED, LanguageIdentifier
 from vaswani.translate.language_policy import AUTO, LanguageCodes, policy_for
 from vaswani.translate.term_placement import TermPlacement, forced_log_probs
 
@@ -55,6 +54,7 @@ class Candidate:
     log_prob: float
     score: float
     confidence: float | None = None  # the mean probability of its tokens (Hypothesis.confidence)
+    token_log_probs: tuple[float, ...] = ()  # each token's log-probability, EOS's included (empty: not known)
 
 
 @dataclass(frozen=True)
@@ -74,11 +74,19 @@ class Translation:
     # with --source-language auto: the model's code of the language the source was read as, and the identifier's
     # probability for it (0.0: not sure, or not one of the model's, so read as most of the others were)
     detected: tuple[str, float] | None = None
+    # a model of one source language: the language the source was detected as, where that is another one, and the
+    # identifier's probability (--other-languages; with copy, the source is its own "translation")
+    other_language: tuple[str, float] | None = None
     alignment: Alignment | None = None  # the best candidate's words aligned to the source's (translate/align.py)
 
     @property
     def text(self) -> str:
         return self.candidates[0].text if self.candidates else ""
+
+    @classmethod
+    def copied(cls, source: str, other_language: tuple[str, float]) -> Translation:
+        """A sentence in another language than the model reads, copied through unchanged (--other-languages copy)."""
+        return cls(source, [Candidate(_one_line(source.strip()), [], 0.0, 0.0)], other_language=other_language)
 
     def n_best_record(self, decimals: int = 4) -> list[dict[str, Any]]:
         """The candidates, best first, as plain dicts for JSON: text, score, log_prob and confidence (rounded;
@@ -110,6 +118,9 @@ class Translation:
             out["missing_terms"] = list(self.missing_terms)
         if self.detected is not None:
             out["detected_language"] = {"language": self.detected[0], "probability": _round(self.detected[1], 4)}
+        if self.other_language is not None:
+            language, probability = self.other_language
+            out["other_language"] = {"language": language, "probability": _round(probability, 4)}
         if self.alignment is not None:  # [source word, target word] pairs, whitespace-separated words from 0
             out["alignment"] = [[i, j] for i, targets in enumerate(self.alignment.links) for j in targets]
         if self.attention is not None:
@@ -200,18 +211,11 @@ class Translator:
         """Longest source the model takes, in tokens, before the EOS it appends (model.source_end)."""
         return self.model.config.max_positions - len(self.model.config.source_end)
 
-    def request(
-        self,
-        n_best: int = 1,
-        attention: bool = False,
-        glossary: Glossary | None = None,
-        alignment: bool = False,
-        **overrides: Any,
-    ) -> DecodeRequest:
-        """A decoding request: the model's decode section with `overrides` (DecodeConfig fields; None keeps the
-        model's), n_best, attention and a glossary (decode/glossary.py), validated (a one-line ConfigError or
-        ValueError)."""
-        return DecodeRequest.of(self.config.decode, n_best, attention, glossary, alignment, **overrides)
+    def request(self, **settings: Any) -> DecodeRequest:
+        """A decoding request: the model's decode section with `settings` (DecodeConfig fields, None keeping the
+        model's; and the request's own: n_best, attention, a glossary (decode/glossary.py), alignment, scores,
+        other_languages), validated (a one-line ConfigError or ValueError)."""
+        return DecodeRequest.of(self.config.decode, **settings)
 
     def _request(self, request: DecodeRequest | None, options: dict[str, Any]) -> DecodeRequest:
         if request is None:
@@ -262,6 +266,21 @@ class Translator:
             )
         return [(code, d.probability) if code else (fallback or "", 0.0) for code, d in zip(codes, found, strict=True)]
 
+    def other_languages(self, sentences: Sequence[str], required: bool = False) -> list[tuple[str, float] | None]:
+        """For a model of one source language, each sentence detected (above the identifier's threshold) as another
+        language: its ISO 639 code and probability; else None. All None where the model's source language is not
+        known, or (unless `required`: --other-languages copy) where no identifier is installed (vaswani[detect])."""
+        if self.languages.reads("en") is None:
+            return [None] * len(sentences)
+        try:
+            found = self.identifier.detect([s.strip() for s in sentences])
+        except ImportError:
+            if required:
+                raise
+            return [None] * len(sentences)
+        foreign = lambda d: d.language != UNDETERMINED and not self.languages.reads(d.language)  # noqa: E731
+        return [(d.language, d.probability) if foreign(d) else None for d in found]
+
     def translate(
         self,
         sentences: Sequence[str],
@@ -298,11 +317,16 @@ class Translator:
         `encoded`: the sentences' `encode_sources`, where the caller has them already (the server counts tokens
         with them). `target_language` (`source_language`): a multilingual model's target (source) language, for every
         sentence; a many-to-many model's may be one per sentence (sentences into different languages share a batch:
-        the server's requests do)."""
+        the server's requests do). The request's `other_languages` (a model of one source language): translate, each
+        sentence detected as another language marked (`Translation.other_language`); copy, such sentences copied
+        unchanged instead of translated."""
         request = self._request(request, options)
+        mode = request.other_languages
+        others = self.other_languages(sentences, mode == "copy") if mode else None
+        copied = others if mode == "copy" else [None] * len(sentences)
         ids, detected = self._encoded(sentences, encoded, target_language, source_language)
         truncated = self._cut(ids, warn)
-        todo = [i for i, x in enumerate(ids) if x]  # empty lines stay empty, without running the model
+        todo = [i for i, x in enumerate(ids) if x and not copied[i]]  # empty lines stay empty, without the model
         if progress is not None and len(todo) < len(ids):
             progress(len(ids) - len(todo))
         terms = self.terms.targets(sentences, request.glossary)
@@ -312,14 +336,10 @@ class Translator:
         results: list[list[Hypothesis]] = [[] for _ in sentences]
         for i, hyps in zip(todo, found, strict=True):
             results[i] = hyps
-        texts = self.tokenizer.decode_tgt([h.tokens for hyps in results for h in hyps])
-        translations, position = [], 0
-        for i, (sentence, hyps) in enumerate(zip(sentences, results, strict=True)):
-            candidates = [
-                Candidate(_one_line(texts[position + j]), h.tokens, h.log_prob, h.score, h.confidence)
-                for j, h in enumerate(hyps)
-            ]
-            position += len(hyps)
+        translations = []
+        for i, (sentence, hyps, candidates) in enumerate(
+            zip(sentences, results, self._candidates(results), strict=True)
+        ):
             missing = None if terms is None else tuple(glossary_missing(terms[i], candidates[0].text if hyps else ""))
             translation = Translation(
                 sentence,
@@ -327,6 +347,7 @@ class Translator:
                 truncated=i in truncated,
                 missing_terms=missing,
                 detected=None if detected is None or not sentence.strip() else detected[i],
+                other_language=others[i] if others else None,
             )
             if missing and warn is not None:
                 shown = ", ".join(repr(term) for term in missing)
@@ -337,7 +358,18 @@ class Translator:
         if request.alignment:
             aligned = alignments(self.model, self.tokenizer, translations, ids)
             translations = [dataclasses.replace(t, alignment=a) for t, a in zip(translations, aligned, strict=True)]
-        return translations
+        return [Translation.copied(s, c) if c else t for s, t, c in zip(sentences, translations, copied, strict=True)]
+
+    def _candidates(self, results: Sequence[Sequence[Hypothesis]]) -> list[list[Candidate]]:
+        """Each sentence's hypotheses as candidates, their texts decoded in one call."""
+        texts = iter(self.tokenizer.decode_tgt([h.tokens for hyps in results for h in hyps]))
+        return [
+            [
+                Candidate(_one_line(next(texts)), h.tokens, h.log_prob, h.score, h.confidence, h.token_log_probs)
+                for h in hyps
+            ]
+            for hyps in results
+        ]
 
     def _encoded(self, sentences, encoded, target_language, source_language):
         """The sentences' source ids (`encoded` where the caller has them), and with source_language auto each

@@ -16,10 +16,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vaswani.translate.align import Alignment, word_spans
 from vaswani.translate.document import Document, DocumentTranslation, split
+
+if TYPE_CHECKING:
+    from vaswani.translate.translator import Translation
 from vaswani.translate.markup.model import FORMATS, Markup, MarkupBuilder, pieces  # noqa: F401  callers import here
 from vaswani.translate.markup.nodes import Atom, Mark, Node, Run, url_spans  # noqa: F401
 from vaswani.translate.markup.render import _core_end, _core_start, _punctuation, render_run  # noqa: F401
@@ -137,10 +140,15 @@ class MarkupTranslation:
     def truncated(self) -> bool:
         return any(r.truncated for r in self.runs)
 
+    @property
+    def sentences(self) -> list[Translation]:
+        """Every sentence of every run, in order."""
+        return [s for r in self.runs for s in r.sentences]
+
     def to_dict(self, decimals: int = 4) -> dict[str, Any]:
         """For JSON: the text, its format, and what document mode records for the sentences (their scores summed,
         its least sure sentence's confidence, each sentence's record); `kept`: runs not translated, with why."""
-        sentences = [s for r in self.runs for s in r.sentences]
+        sentences = self.sentences
         records = [{"source": s.source, **s.to_dict(decimals=decimals)} for s in sentences]
         known = [s.candidates[0].confidence for s in sentences if s.candidates and s.candidates[0].confidence]
         out: dict[str, Any] = {

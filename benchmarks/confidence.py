@@ -1,0 +1,143 @@
+"""Which lines can a user trust (issue 80, points 7-8): how well each signal decoding already computes predicts a
+translation's quality, measured against sentence chrF (sacreBLEU's, against the reference), not by the signal's own
+code.
+
+    python benchmarks/confidence.py runs/quick      # benchmarks/results/confidence.json
+
+Multi30k validation chooses (each signal's direction, the combination's weights, the low-confidence threshold);
+test_2016_flickr and test_2017_flickr are the held-out checks, measured once with what validation chose. Signals,
+each from the beam's output (beam 4, its 4 best kept) and the model's cross-attention:
+- mean_prob: the mean probability of the best translation's tokens (vaswani's `confidence` before this issue);
+- mean_log_prob: the mean of their log-probabilities (a geometric mean probability);
+- min_prob: the probability of its least likely token;
+- score: the beam's own score (log-probability over GNMT's length penalty);
+- agreement: the mean sentence chrF between the best translation and the other three of the 4-best;
+- coverage: the share of source words the best translation's words are aligned to (translate/align.py);
+- combined: a least-squares fit of sentence chrF on the standardised signals, fitted on validation only.
+For each: Pearson and Spearman correlation with sentence chrF, and the mean chrF of the 10% least confident
+sentences against the rest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np
+from sacrebleu.metrics import CHRF
+
+from vaswani.runtime.machine import cpu_name
+
+DATA = Path(__file__).resolve().parents[2] / "shared/data/multi30k/raw"
+RESULTS = Path(__file__).parent / "results" / "confidence.json"
+SPLITS = {"val": "val", "test_2016": "test_2016_flickr", "test_2017": "test_2017_flickr"}
+SIGNALS = ("mean_prob", "mean_log_prob", "min_prob", "score", "agreement", "coverage")
+
+
+def read(name: str) -> list[str]:
+    with gzip.open(name, "rt", encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f]
+
+
+def signals_of(translations, chrf: CHRF) -> dict[str, list[float]]:
+    """Each signal for each sentence, from the translations the Translator returned (n-best, alignment)."""
+    out: dict[str, list[float]] = {name: [] for name in SIGNALS}
+    for t in translations:
+        best, others = t.candidates[0], t.candidates[1:]
+        lps = best.token_log_probs
+        out["mean_prob"].append(best.confidence)
+        out["mean_log_prob"].append(sum(lps) / len(lps))
+        out["min_prob"].append(math.exp(min(lps)))
+        out["score"].append(best.score)
+        agree = [chrf.sentence_score(best.text, [o.text]).score for o in others] if others else [100.0]
+        out["agreement"].append(sum(agree) / len(agree))
+        links = t.alignment.links if t.alignment is not None else ()
+        out["coverage"].append(sum(1 for x in links if x) / len(links) if links else 0.0)
+    return out
+
+
+def ranks(x: np.ndarray) -> np.ndarray:
+    order = x.argsort(kind="stable")
+    r = np.empty(len(x))
+    r[order] = np.arange(len(x))
+    for value in np.unique(x):  # ties share their mean rank
+        tied = x == value
+        r[tied] = r[tied].mean()
+    return r
+
+
+def judge(signal: np.ndarray, quality: np.ndarray) -> dict[str, float]:
+    pearson = float(np.corrcoef(signal, quality)[0, 1])
+    spearman = float(np.corrcoef(ranks(signal), ranks(quality))[0, 1])
+    low = signal <= np.quantile(signal, 0.10)
+    return {
+        "pearson": round(pearson, 4),
+        "spearman": round(spearman, 4),
+        "chrf_least_sure_10pct": round(float(quality[low].mean()), 2),
+        "chrf_rest": round(float(quality[~low].mean()), 2),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model_dir")
+    parser.add_argument("--limit", type=int, default=0, help="sentences a split (0: all)")
+    args = parser.parse_args()
+    from vaswani.translate.translator import Translator
+
+    translator = Translator.load(args.model_dir)
+    request = translator.request(beam_size=4, n_best=4, alignment=True)
+    chrf = CHRF()
+    measured: dict[str, dict] = {}
+    for split, stem in SPLITS.items():
+        sources, references = read(DATA / f"{stem}.de.gz"), read(DATA / f"{stem}.en.gz")
+        if args.limit:
+            sources, references = sources[: args.limit], references[: args.limit]
+        started = time.perf_counter()
+        translations = translator.translate_with_details(sources, request)
+        seconds = time.perf_counter() - started
+        quality = [chrf.sentence_score(t.text, [r]).score for t, r in zip(translations, references, strict=True)]
+        measured[split] = {"signals": signals_of(translations, chrf), "chrf": quality, "seconds": seconds}
+        print(f"{split}: {len(sources)} sentences in {seconds:.0f} s", file=sys.stderr)
+    # the combination: fitted on validation alone, standardised with validation's means and deviations
+    val = measured["val"]
+    x_val = np.array([val["signals"][name] for name in SIGNALS]).T
+    mean, std = x_val.mean(0), x_val.std(0) + 1e-12
+    design = np.c_[(x_val - mean) / std, np.ones(len(x_val))]
+    weights, *_ = np.linalg.lstsq(design, np.array(val["chrf"]), rcond=None)
+    table: dict[str, dict] = {}
+    for split, m in measured.items():
+        quality = np.array(m["chrf"])
+        x = np.array([m["signals"][name] for name in SIGNALS]).T
+        rows = {name: judge(x[:, i], quality) for i, name in enumerate(SIGNALS)}
+        rows["combined"] = judge(np.c_[(x - mean) / std, np.ones(len(x))] @ weights, quality)
+        table[split] = {"sentences": len(quality), "mean_chrf": round(float(quality.mean()), 2), "signals": rows}
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    result = {
+        "commit": commit,
+        "date": time.strftime("%Y-%m-%d"),
+        "cpu": cpu_name(),
+        "threads": os.cpu_count(),
+        "model": args.model_dir,
+        "decoding": "beam 4, 4-best, alignment, fp32",
+        "chosen_on": "val",
+        "held_out": ["test_2016", "test_2017"],
+        "combined_weights": dict(zip([*SIGNALS, "intercept"], np.round(weights, 4).tolist(), strict=True)),
+        "splits": table,
+    }
+    RESULTS.write_text(json.dumps(result, indent=1) + "\n")
+    for split, row in table.items():
+        print(split, json.dumps({k: v["pearson"] for k, v in row["signals"].items()}))
+
+
+if __name__ == "__main__":
+    main()
