@@ -12,7 +12,10 @@ each from the beam's output (beam 4, its 4 best kept) and the model's cross-atte
 - min_prob: the probability of its least likely token;
 - score: the beam's own score (log-probability over GNMT's length penalty);
 - agreement: the mean sentence chrF between the best translation and the other three of the 4-best;
-- coverage: the share of source words the best translation's words are aligned to (translate/align.py);
+- low_share: the share of its tokens the model gave under 0.5 (negated: more is worse);
+- length_gap: |log(output tokens / source tokens)| (negated: a translation far longer or shorter than its source);
+- round_trip (with --reverse, a model of the other direction): the mean log-probability the reverse model gives the
+  source, reading the translation (a teacher-forced pass, no search);
 - combined: a least-squares fit of sentence chrF on the standardised signals, fitted on validation only.
 For each: Pearson and Spearman correlation with sentence chrF, and the mean chrF of the 10% least confident
 sentences against the rest.
@@ -40,7 +43,7 @@ from vaswani.runtime.machine import cpu_name
 DATA = Path(__file__).resolve().parents[2] / "shared/data/multi30k/raw"
 RESULTS = Path(__file__).parent / "results" / "confidence.json"
 SPLITS = {"val": "val", "test_2016": "test_2016_flickr", "test_2017": "test_2017_flickr"}
-SIGNALS = ("mean_prob", "mean_log_prob", "min_prob", "score", "agreement", "coverage")
+SIGNALS = ("mean_prob", "mean_log_prob", "min_prob", "score", "agreement", "low_share", "length_gap")
 
 
 def read(name: str) -> list[str]:
@@ -48,10 +51,10 @@ def read(name: str) -> list[str]:
         return [line.rstrip("\n") for line in f]
 
 
-def signals_of(translations, chrf: CHRF) -> dict[str, list[float]]:
-    """Each signal for each sentence, from the translations the Translator returned (n-best, alignment)."""
+def signals_of(translations, sources_ids, chrf: CHRF) -> dict[str, list[float]]:
+    """Each signal for each sentence, from the translations the Translator returned (n-best) and the sources' ids."""
     out: dict[str, list[float]] = {name: [] for name in SIGNALS}
-    for t in translations:
+    for t, ids in zip(translations, sources_ids, strict=True):
         best, others = t.candidates[0], t.candidates[1:]
         lps = best.token_log_probs
         out["mean_prob"].append(best.confidence)
@@ -60,8 +63,22 @@ def signals_of(translations, chrf: CHRF) -> dict[str, list[float]]:
         out["score"].append(best.score)
         agree = [chrf.sentence_score(best.text, [o.text]).score for o in others] if others else [100.0]
         out["agreement"].append(sum(agree) / len(agree))
-        links = t.alignment.links if t.alignment is not None else ()
-        out["coverage"].append(sum(1 for x in links if x) / len(links) if links else 0.0)
+        out["low_share"].append(-sum(lp < math.log(0.5) for lp in lps) / len(lps))
+        out["length_gap"].append(-abs(math.log(len(lps) / (len(ids) + 1))))
+    return out
+
+
+def round_trip(reverse, sources: list[str], translations) -> list[float]:
+    """The mean log-probability of each source (its tokens and EOS) under the reverse model, given the translation."""
+    from vaswani.translate.term_placement import forced_log_probs
+
+    after = reverse.config.decode.ban_after_softmax
+    back = reverse.encode_sources([t.text for t in translations])
+    targets = reverse.tokenizer.encode_tgt(sources)
+    out = []
+    for src_ids, tgt_ids in zip(back, targets, strict=True):
+        picked = forced_log_probs(reverse.model, src_ids, [tgt_ids], after, pick=True)[0]
+        out.append(float(picked.mean()))
     return out
 
 
@@ -90,12 +107,15 @@ def judge(signal: np.ndarray, quality: np.ndarray) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model_dir")
+    parser.add_argument("--reverse", help="a model of the other direction (en→de): the round_trip signal")
     parser.add_argument("--limit", type=int, default=0, help="sentences a split (0: all)")
     args = parser.parse_args()
     from vaswani.translate.translator import Translator
 
     translator = Translator.load(args.model_dir)
-    request = translator.request(beam_size=4, n_best=4, alignment=True)
+    reverse = Translator.load(args.reverse) if args.reverse else None
+    signals = (*SIGNALS, "round_trip") if reverse else SIGNALS
+    request = translator.request(beam_size=4, n_best=4)
     chrf = CHRF()
     measured: dict[str, dict] = {}
     for split, stem in SPLITS.items():
@@ -106,19 +126,22 @@ def main() -> None:
         translations = translator.translate_with_details(sources, request)
         seconds = time.perf_counter() - started
         quality = [chrf.sentence_score(t.text, [r]).score for t, r in zip(translations, references, strict=True)]
-        measured[split] = {"signals": signals_of(translations, chrf), "chrf": quality, "seconds": seconds}
+        found = signals_of(translations, translator.encode_sources(sources), chrf)
+        if reverse is not None:
+            found["round_trip"] = round_trip(reverse, sources, translations)
+        measured[split] = {"signals": found, "chrf": quality, "seconds": seconds}
         print(f"{split}: {len(sources)} sentences in {seconds:.0f} s", file=sys.stderr)
     # the combination: fitted on validation alone, standardised with validation's means and deviations
     val = measured["val"]
-    x_val = np.array([val["signals"][name] for name in SIGNALS]).T
+    x_val = np.array([val["signals"][name] for name in signals]).T
     mean, std = x_val.mean(0), x_val.std(0) + 1e-12
     design = np.c_[(x_val - mean) / std, np.ones(len(x_val))]
     weights, *_ = np.linalg.lstsq(design, np.array(val["chrf"]), rcond=None)
     table: dict[str, dict] = {}
     for split, m in measured.items():
         quality = np.array(m["chrf"])
-        x = np.array([m["signals"][name] for name in SIGNALS]).T
-        rows = {name: judge(x[:, i], quality) for i, name in enumerate(SIGNALS)}
+        x = np.array([m["signals"][name] for name in signals]).T
+        rows = {name: judge(x[:, i], quality) for i, name in enumerate(signals)}
         rows["combined"] = judge(np.c_[(x - mean) / std, np.ones(len(x))] @ weights, quality)
         table[split] = {"sentences": len(quality), "mean_chrf": round(float(quality.mean()), 2), "signals": rows}
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
@@ -128,10 +151,12 @@ def main() -> None:
         "cpu": cpu_name(),
         "threads": os.cpu_count(),
         "model": args.model_dir,
-        "decoding": "beam 4, 4-best, alignment, fp32",
+        "reverse_model": args.reverse,
+        "decoding": "beam 4, 4-best, fp32",
         "chosen_on": "val",
         "held_out": ["test_2016", "test_2017"],
-        "combined_weights": dict(zip([*SIGNALS, "intercept"], np.round(weights, 4).tolist(), strict=True)),
+        "best_single_on_val": max(signals, key=lambda n: table["val"]["signals"][n]["pearson"]),
+        "combined_weights": dict(zip([*signals, "intercept"], np.round(weights, 4).tolist(), strict=True)),
         "splits": table,
     }
     RESULTS.write_text(json.dumps(result, indent=1) + "\n")

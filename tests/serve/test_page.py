@@ -209,3 +209,28 @@ def test_a_file_chosen_in_the_page_comes_back_as_a_download_the_server_s_own_tra
         assert "broken.docx: cannot be read" in page.inner_text("#error") and page.locator("#download").is_hidden()
         browser.close()
     assert not errors, errors
+
+
+def test_sentences_under_the_flag_threshold_are_shaded_and_the_text_kept(server):
+    sent = []
+    with playwright_api.sync_playwright() as p:
+        browser, page = _loaded_page(p, server, sent)
+        page.fill("#source", PARAGRAPHS)
+        body = {"text": [PARAGRAPHS], "attention": True}
+        [translation] = httpx.post(f"{server}/v1/translate", json=body).json()["translations"]
+        confidences = sorted(s["confidence"] for s in translation["sentences"])
+        threshold = (confidences[1] + confidences[2]) / 2  # the two least sure sentences under it
+        page.fill("#min-confidence", f"{threshold:.6f}")
+        page.click("#translate")
+        page.wait_for_function("document.getElementById('translation').textContent.length > 0")
+        page.wait_for_function("!document.getElementById('translate').disabled")
+        assert sent[-1]["min_confidence"] == pytest.approx(threshold, abs=1e-6)
+        shaded = page.locator("#translation mark.low-confidence")
+        low = [s["text"] for s in translation["sentences"] if s["confidence"] < threshold]
+        assert shaded.count() == len(low) == 2 and [shaded.nth(i).inner_text() for i in range(2)] == low
+        assert page.inner_text("#translation") == translation["text"]  # shading changes no character
+        page.fill("#min-confidence", "0")  # nothing flagged, nothing asked
+        page.click("#translate")
+        page.wait_for_function("!document.getElementById('translate').disabled")
+        assert "min_confidence" not in sent[-1] and shaded.count() == 0
+        browser.close()

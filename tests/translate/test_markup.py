@@ -10,7 +10,7 @@ from tests.helpers.browser import REAL_PAGES
 from vaswani.translate.align import Alignment, align, piece_words, word_spans
 from vaswani.translate.document import DocumentTranslation
 from vaswani.translate.markup import Atom, Placement, parse, pieces, render_run, split_run
-from vaswani.translate.translator import Candidate, Translation
+from vaswani.translate.translation import Candidate, Translation
 
 HTML = """<!DOCTYPE html>
 <html><head><title>Ein Test</title><style>p { color: red; }</style><script>if (a < b) x = "<b>";</script></head>

@@ -2,8 +2,8 @@
 
 Each module registers its family of verbs next to the code that runs them:
 train.py (model, train, prepare, finetune, distill, average), lm.py (generate, classify),
-translate.py (translate, evaluate, attention), detect.py (detect), shortlist.py (shortlist), serve.py (serve),
-export.py (export), pretrained.py (import); lines.py is what they share.
+translate.py (translate), evaluate.py (evaluate, attention), detect.py (detect), shortlist.py (shortlist),
+serve.py (serve), export.py (export), pretrained.py (import); lines.py is what they share.
 Nothing here imports torch: the command functions import the library when they run."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from vaswani.cli import detect, export, lm, pretrained, serve, shortlist, train, translate
+from vaswani.cli import detect, evaluate, export, lm, pretrained, serve, shortlist, train, translate
 from vaswani.config import ConfigError
 from vaswani.runtime.allocator import keep_freed_memory
 
@@ -20,7 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vaswani", description="The Transformer of 'Attention Is All You Need'.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
-    for family in (train, lm, translate, detect, shortlist, serve, export, pretrained):
+    for family in (train, lm, translate, evaluate, detect, shortlist, serve, export, pretrained):
         family.register(commands)
     return parser
 

@@ -22,7 +22,8 @@ from typing import Any
 
 from vaswani.decode.request import DecodeRequest
 from vaswani.serve.compute import ComputeThread
-from vaswani.translate.translator import Translation, Translator
+from vaswani.translate.translation import Translation
+from vaswani.translate.translator import Translator
 
 
 @dataclass

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from vaswani.translate.sentences import sentence_spans
 
 if TYPE_CHECKING:
-    from vaswani.translate.translator import Translation
+    from vaswani.translate.translation import Translation
 
 _LINE = re.compile(r"[^\n\r\u2028\u2029\x85\x0b\x0c]+")  # text between line breaks
 # Languages written without spaces between sentences: their translations are joined without one too.

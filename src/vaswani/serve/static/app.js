@@ -14,7 +14,7 @@
     canvas: $("heatmap"), wrap: $("heatmap-wrap"), layer: $("layer"), head: $("head"), sentence: $("sentence"),
     tooltip: $("tooltip"), hint: $("hint"), counter: $("counter"), apikey: $("apikey"), auth: $("auth"),
     glossary: $("glossary"), format: $("format"), file: $("file"), fileButton: $("translate-file"),
-    fileStatus: $("file-status"), download: $("download"),
+    fileStatus: $("file-status"), download: $("download"), minConfidence: $("min-confidence"),
   };
   let maxBeam = 16, defaultBeam = 4, maxChars = null, maxAttention = null, maxFile = null, busy = false;
   let sentences = []; // [{source, attention}] of the shown translation, one per sentence with attention
@@ -152,7 +152,8 @@
     els.targetLanguageField.hidden = languages.length === 0;
     // A many-to-many model (NLLB, M2M-100, mBART-50): each text names its own language too.
     const sources = Array.isArray(m.source_languages) ? m.source_languages : [];
-    els.sourceLanguage.replaceChildren(...sources.map((code) => new Option(code, code)));
+    const detect = sources.length ? [new Option("Detect (auto)", "auto")] : [];
+    els.sourceLanguage.replaceChildren(...detect, ...sources.map((code) => new Option(code, code)));
     els.sourceLanguageField.hidden = sources.length === 0;
     const pick = (select, codes, wanted) => {  // the model's own pair where it names one, e.g. deu_Latn → eng_Latn
       const code = codes.find((c) => wanted && c.toLowerCase().startsWith(wanted.toLowerCase()));
@@ -212,6 +213,7 @@
         ...(els.sourceLanguageField.hidden ? {} : { source_language: els.sourceLanguage.value }),
         ...(glossary.length ? { glossary } : {}),
         ...(els.format.value !== "text" ? { format: els.format.value } : {}),
+        ...(flagBelow() !== null ? { min_confidence: flagBelow() } : {}),
       }),
     });
     try {
@@ -229,6 +231,7 @@
       render(t, data.elapsed_ms);
       const missing = Array.isArray(t.missing_terms) ? t.missing_terms : [];
       if (missing.length) note = `${note} Not in the translation (no room within the length limit): ${missing.join(", ")}.`.trim();
+      note = `${note} ${languageNote(t)}`.trim();
       setHint(note);
     } catch (err) {
       if (err.status === 401) requireKey(err.message);
@@ -298,8 +301,50 @@
     els.translation.setAttribute("aria-busy", String(on));
   }
 
+  // The confidence under which a sentence is shaded (null: none asked for).
+  function flagBelow() {
+    const v = Number.parseFloat(els.minConfidence.value);
+    return Number.isFinite(v) && v > 0 && v <= 1 ? v : null;
+  }
+
+  // What the server detected: a text's language (source "auto"), or sentences in another language than a
+  // one-language model reads (translated anyway).
+  function languageNote(t) {
+    const parts = Array.isArray(t.sentences) ? t.sentences : [t];
+    const d = t.detected_language;
+    const notes = [];
+    if (d && d.language) notes.push(`Detected: ${d.language} (${Math.round(100 * (d.probability || 0))}%).`);
+    const others = parts.filter((s) => s.other_language).map((s) => s.other_language.language);
+    if (others.length) {
+      const n = others.length;
+      notes.push(`${n} sentence${n > 1 ? "s" : ""} read as another language than the model's (${[...new Set(others)].join(", ")}).`);
+    }
+    return notes.join(" ");
+  }
+
+  // The translation's text with each low-confidence sentence shaded (found in order in the text; a sentence
+  // whose text the markup changed is left unshaded), its confidence on hover.
+  function fillTranslation(t) {
+    const text = t.text || "";
+    const parts = Array.isArray(t.sentences) ? t.sentences : [t];
+    const nodes = [];
+    let at = 0;
+    for (const s of parts) {
+      const piece = String(s.text || "");
+      const i = piece ? text.indexOf(piece, at) : -1;
+      if (i < 0 || !s.low_confidence) continue;
+      if (i > at) nodes.push(document.createTextNode(text.slice(at, i)));
+      const mark = element("mark", "low-confidence", piece);
+      mark.title = `confidence ${isNum(s.confidence) ? s.confidence.toFixed(2) : "?"}: worth checking`;
+      nodes.push(mark);
+      at = i + piece.length;
+    }
+    nodes.push(document.createTextNode(text.slice(at)));
+    els.translation.replaceChildren(...nodes);
+  }
+
   function render(t, elapsedMs) {
-    els.translation.textContent = t.text || "";
+    fillTranslation(t);
     els.translation.classList.remove("placeholder");
     $("truncated").hidden = !t.truncated;
     $("elapsed").textContent = isNum(elapsedMs) ? `${elapsedMs.toFixed(1)} ms` : "";

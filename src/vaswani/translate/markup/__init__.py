@@ -22,7 +22,7 @@ from vaswani.translate.align import Alignment, word_spans
 from vaswani.translate.document import Document, DocumentTranslation, split
 
 if TYPE_CHECKING:
-    from vaswani.translate.translator import Translation
+    from vaswani.translate.translation import Translation
 from vaswani.translate.markup.model import FORMATS, Markup, MarkupBuilder, pieces  # noqa: F401  callers import here
 from vaswani.translate.markup.nodes import Atom, Mark, Node, Run, url_spans  # noqa: F401
 from vaswani.translate.markup.render import _core_end, _core_start, _punctuation, render_run  # noqa: F401
