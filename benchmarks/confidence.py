@@ -8,14 +8,14 @@ Multi30k validation chooses (each signal's direction, the combination's weights,
 test_2016_flickr and test_2017_flickr are the held-out checks, measured once with what validation chose. Signals,
 each from the beam's output (beam 4, its 4 best kept) and the model's cross-attention:
 - mean_prob: the mean probability of the best translation's tokens (vaswani's `confidence` before this issue);
-- mean_log_prob: the mean of their log-probabilities (a geometric mean probability);
+- mean_log_prob: the mean of their log-probabilities, and geometric_mean_prob, its exponential;
 - min_prob: the probability of its least likely token;
 - score: the beam's own score (log-probability over GNMT's length penalty);
 - agreement: the mean sentence chrF between the best translation and the other three of the 4-best;
 - low_share: the share of its tokens the model gave under 0.5 (negated: more is worse);
 - length_gap: |log(output tokens / source tokens)| (negated: a translation far longer or shorter than its source);
-- round_trip (with --reverse, a model of the other direction): the mean log-probability the reverse model gives the
-  source, reading the translation (a teacher-forced pass, no search);
+- round_trip (with --reverse, a model of the other direction): the geometric mean probability the reverse model
+  gives the source's tokens, reading the translation (a teacher-forced pass, no search);
 - combined: a least-squares fit of sentence chrF on the standardised signals, fitted on validation only.
 For each: Pearson and Spearman correlation with sentence chrF, and the mean chrF of the 10% least confident
 sentences against the rest.
@@ -43,7 +43,16 @@ from vaswani.runtime.machine import cpu_name
 DATA = Path(__file__).resolve().parents[2] / "shared/data/multi30k/raw"
 RESULTS = Path(__file__).parent / "results" / "confidence.json"
 SPLITS = {"val": "val", "test_2016": "test_2016_flickr", "test_2017": "test_2017_flickr"}
-SIGNALS = ("mean_prob", "mean_log_prob", "min_prob", "score", "agreement", "low_share", "length_gap")
+SIGNALS = (
+    "mean_prob",
+    "mean_log_prob",
+    "geometric_mean_prob",
+    "min_prob",
+    "score",
+    "agreement",
+    "low_share",
+    "length_gap",
+)
 
 
 def read(name: str) -> list[str]:
@@ -59,6 +68,7 @@ def signals_of(translations, sources_ids, chrf: CHRF) -> dict[str, list[float]]:
         lps = best.token_log_probs
         out["mean_prob"].append(best.confidence)
         out["mean_log_prob"].append(sum(lps) / len(lps))
+        out["geometric_mean_prob"].append(math.exp(sum(lps) / len(lps)))
         out["min_prob"].append(math.exp(min(lps)))
         out["score"].append(best.score)
         agree = [chrf.sentence_score(best.text, [o.text]).score for o in others] if others else [100.0]
@@ -69,7 +79,8 @@ def signals_of(translations, sources_ids, chrf: CHRF) -> dict[str, list[float]]:
 
 
 def round_trip(reverse, sources: list[str], translations) -> list[float]:
-    """The mean log-probability of each source (its tokens and EOS) under the reverse model, given the translation."""
+    """The geometric mean probability of each source's tokens (EOS's too) under the reverse model, given the
+    translation."""
     from vaswani.translate.term_placement import forced_log_probs
 
     after = reverse.config.decode.ban_after_softmax
@@ -78,7 +89,7 @@ def round_trip(reverse, sources: list[str], translations) -> list[float]:
     out = []
     for src_ids, tgt_ids in zip(back, targets, strict=True):
         picked = forced_log_probs(reverse.model, src_ids, [tgt_ids], after, pick=True)[0]
-        out.append(float(picked.mean()))
+        out.append(math.exp(float(picked.mean())))  # a probability: a few hopeless sources do not swamp it
     return out
 
 
@@ -156,6 +167,8 @@ def main() -> None:
         "chosen_on": "val",
         "held_out": ["test_2016", "test_2017"],
         "best_single_on_val": max(signals, key=lambda n: table["val"]["signals"][n]["pearson"]),
+        # vaswani's confidence (mean_prob) under which a tenth of validation's sentences fall: the page's default
+        "mean_prob_val_10pct": round(float(np.quantile(val["signals"]["mean_prob"], 0.10)), 4),
         "combined_weights": dict(zip([*signals, "intercept"], np.round(weights, 4).tolist(), strict=True)),
         "splits": table,
     }

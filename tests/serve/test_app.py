@@ -227,7 +227,7 @@ def test_a_request_gets_the_same_result_alone_or_batched_with_others(translator,
         alone = MicroBatcher(translator, max_wait=0.0, max_sentences=1)
         single = [asyncio.run(run(alone, [texts], options))[0] for texts in groups]
         alone.close()
-        assert alone.stats.batches == len(groups)
+        assert alone.stats.batches == sum(map(len, groups))  # each sentence alone
         for b, s in zip(batched, single, strict=True):
             # The same outputs; the scores agree to float rounding (matrix products of other shapes).
             assert [[(c.text, c.tokens) for c in t.candidates] for t in b] == [
@@ -295,6 +295,43 @@ def test_the_batcher_never_mixes_options_and_respects_its_budget(translator):
     assert batcher.stats.largest <= 3 and batcher.stats.batches >= 4  # 4 beam-1, 4 beam-2 sentences
     for i, (sentence, [result]) in enumerate(zip(SENTENCES, results, strict=True)):
         assert result.text == translator.translate([sentence], beam_size=1 + i % 2)[0]
+
+
+def test_a_long_document_shares_each_batch_with_the_short_requests_after_it(translator):
+    document = [SENTENCES[i % len(SENTENCES)] for i in range(40)]
+    order = []
+
+    async def run(batcher):
+        async def one(name, texts):
+            result = await batcher.translate(texts)
+            order.append(name)
+            return result
+
+        long = asyncio.ensure_future(one("document", document))
+        await asyncio.sleep(0.01)
+        shorts = [asyncio.ensure_future(one(f"short {i}", [s])) for i, s in enumerate(SENTENCES[:3])]
+        return await long, await asyncio.gather(*shorts)
+
+    batcher = MicroBatcher(translator, max_wait=0.1, max_sentences=8)
+    long, shorts = asyncio.run(run(batcher))
+    batcher.close()
+    assert batcher.stats.batches >= 5 and order[-1] == "document"  # the short ones answered first, not after it
+    assert [t.text for t in long] == translator.translate(document)  # its sentences over 5 batches, in order
+    assert [r[0].text for r in shorts] == translator.translate(SENTENCES[:3])
+
+
+def test_a_request_whose_client_went_away_is_not_decoded(translator):
+    async def run(batcher):
+        gone = asyncio.ensure_future(batcher.translate(SENTENCES * 5))
+        await asyncio.sleep(0.01)
+        gone.cancel()  # as the server's handler is cancelled when its client disconnects
+        return await batcher.translate(SENTENCES[:1])
+
+    batcher = MicroBatcher(translator, max_wait=0.2)
+    [result] = asyncio.run(run(batcher))
+    batcher.close()
+    assert result.text == translator.translate(SENTENCES[:1])[0]
+    assert batcher.stats.sentences == 1 and batcher.queued == 0  # none of the cancelled request's sentences
 
 
 BAD_REQUESTS = [  # (what, request keyword arguments, status, words the error must contain)

@@ -99,7 +99,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="how long a request waits for others to be translated with (default 5 ms)",
     )
     serve.add_argument("--max-batch-tokens", type=int, default=4096, help="source tokens per batch (default 4096)")
-    serve.add_argument("--no-batching", action="store_true", help="translate one request at a time")
+    serve.add_argument("--no-batching", action="store_true", help="translate one sentence at a time")
     serve.add_argument("--device", default="auto", help="cpu, cuda, ... (default: the GPU if any)")
     serve.add_argument("--precision", choices=DECODING_PRECISIONS, default="auto", help="as for vaswani translate")
     add_shortlist_option(serve)

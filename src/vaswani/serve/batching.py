@@ -3,9 +3,12 @@
 Requests put their sentences on a queue and wait. One worker (torch already uses every core for one batch),
 running on the service's compute thread (serve/compute.py: the thread that loaded the model), takes the
 oldest waiting request, waits up to `max_wait` seconds for more with the same decoding request (decode/request.py:
-frozen, so it is the batch key), until `max_tokens` source tokens or `max_sentences` sentences are gathered, and
-translates them in one call. The search is batch-invariant (tests/decode: batch-of-N == N-of-1), so a
-request's result never depends on what it was batched with.
+frozen, so it is the batch key), and fills a batch of at most `max_tokens` source tokens and `max_sentences`
+sentences one sentence of each waiting request in turn, oldest first: a long document's sentences share each batch
+with the short requests that came after it, so that their wait does not grow with its length. The search sorts a
+batch by length (decode/search.py). A request is answered when its last sentence is translated. The search is
+batch-invariant (tests/decode: batch-of-N == N-of-1), so a request's result never depends on what it was batched
+with.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from vaswani.translate.translation import Translation
 from vaswani.translate.translator import Translator
 
 
-@dataclass
+@dataclass(eq=False)  # a request is itself: hashed by identity
 class _Job:
     texts: list[str]
     ids: list[list[int]]  # the texts' source token ids (Translator.encode_sources): tokenized once, by the caller
@@ -35,14 +38,36 @@ class _Job:
     future: asyncio.Future
     languages: list[str | None] | None = None  # per text, its target language (a many-to-many model's code)
     queued: float = field(default_factory=time.perf_counter)
-    tokens: int = field(init=False)  # source tokens: counted once, read at every look at the queue
+    taken: int = 0  # sentences handed to a batch so far, in order
+    tokens_left: int = field(init=False)  # source tokens of the sentences not taken: read at every look at the queue
+    results: list[Translation | None] = field(init=False)
+    done: int = 0  # sentences translated
 
     def __post_init__(self) -> None:
-        self.tokens = sum(map(len, self.ids))
+        self.tokens_left = sum(map(len, self.ids))
+        self.results = [None] * len(self.texts)
 
     @property
     def key(self) -> Hashable:
         return self.request
+
+    @property
+    def left(self) -> int:
+        """Sentences not yet handed to a batch."""
+        return len(self.texts) - self.taken
+
+    def take(self) -> int:
+        """The next sentence's index, handed to a batch."""
+        self.taken += 1
+        self.tokens_left -= len(self.ids[self.taken - 1])
+        return self.taken - 1
+
+    def drop(self) -> None:
+        """No more of its sentences are taken (it failed, or its client went away)."""
+        self.taken, self.tokens_left = len(self.texts), 0
+
+
+_Item = tuple[_Job, int]  # a request and one of its sentences
 
 
 @dataclass
@@ -103,7 +128,7 @@ class MicroBatcher:
     def queued(self) -> int:
         """Sentences waiting for the worker."""
         with self._ready:
-            return sum(len(job.texts) for job in self._pending)
+            return sum(job.left for job in self._pending)
 
     async def translate(
         self,
@@ -125,7 +150,7 @@ class MicroBatcher:
         with self._ready:
             if not self.alive:
                 raise BusyError("the translation worker has stopped")
-            if self._pending and sum(len(j.texts) for j in self._pending) + len(texts) > self.max_queued:
+            if self._pending and sum(j.left for j in self._pending) + len(texts) > self.max_queued:
                 raise BusyError(f"more than {self.max_queued} sentences are waiting to be translated; retry shortly")
             self._pending.append(job)
             self._ready.notify()
@@ -140,8 +165,9 @@ class MicroBatcher:
         if self._own:
             self._compute.close()
 
-    def _take(self) -> list[_Job] | None:
-        """The next batch: the oldest job and the waiting jobs with its options, within the budgets."""
+    def _take(self) -> list[_Item] | None:
+        """The next batch: sentences of the oldest request and of the waiting ones with its options, one of each
+        in turn, within the budgets."""
         with self._ready:
             while not self._pending:
                 if self._closed:
@@ -151,25 +177,30 @@ class MicroBatcher:
             deadline = first.queued + self.max_wait
             while not self._closed and not self._full(first.key) and time.perf_counter() < deadline:
                 self._ready.wait(max(0.0, deadline - time.perf_counter()))
-            batch, sentences, tokens, kept = [], 0, 0, deque()
-            while self._pending:
-                job = self._pending.popleft()
-                fits = not batch or (
-                    sentences + len(job.texts) <= self.max_sentences and tokens + job.tokens <= self.max_tokens
-                )
-                if job.key == first.key and fits:
-                    batch.append(job)
-                    sentences, tokens = sentences + len(job.texts), tokens + job.tokens
-                else:
-                    kept.append(job)
-            self._pending = kept
+            for job in self._pending:
+                if job.future.done():  # its client went away (a cancelled future): its sentences are not decoded
+                    job.drop()
+            jobs = [job for job in self._pending if job.key == first.key and job.left]
+            batch: list[_Item] = []
+            tokens, added = 0, True
+            while added and len(batch) < self.max_sentences:
+                added = False
+                for job in jobs:
+                    if not job.left or len(batch) >= self.max_sentences:
+                        continue
+                    n = len(job.ids[job.taken])
+                    if batch and tokens + n > self.max_tokens:
+                        continue  # a shorter sentence of another request may still fit
+                    batch.append((job, job.take()))
+                    tokens, added = tokens + n, True
+            self._pending = deque(job for job in self._pending if job.left)
             return batch
 
     def _full(self, key: Hashable) -> bool:
         jobs = [job for job in self._pending if job.key == key]
         return (
-            sum(len(job.texts) for job in jobs) >= self.max_sentences
-            or sum(job.tokens for job in jobs) >= self.max_tokens
+            sum(job.left for job in jobs) >= self.max_sentences
+            or sum(job.tokens_left for job in jobs) >= self.max_tokens
         )
 
     def _run(self) -> None:
@@ -183,35 +214,38 @@ class MicroBatcher:
             for job in left:
                 _reply(job, None, BusyError("the translation worker has stopped"))
 
-    def _translate(self, batch: list[_Job]) -> None:
-        texts = [text for job in batch for text in job.texts]
-        ids = [x for job in batch for x in job.ids]
+    def _translate(self, batch: list[_Item]) -> None:
+        texts = [job.texts[i] for job, i in batch]
+        ids = [job.ids[i] for job, i in batch]
+        jobs = list(dict.fromkeys(job for job, _ in batch))  # the requests in the batch, in order
         started = time.perf_counter()
         try:
-            known = all(job.languages is not None for job in batch)
-            languages = [x for job in batch for x in job.languages] if known else None
+            known = all(job.languages is not None for job in jobs)
+            languages = [job.languages[i] for job, i in batch] if known else None
             results = self.translator.translate_with_details(
-                texts, batch[0].request, encoded=ids, target_language=languages
+                texts, batch[0][0].request, encoded=ids, target_language=languages
             )
         except Exception as error:
-            if len(batch) > 1:  # one request's failure must not fail the others: each alone
-                for job in batch:
-                    self._translate([job])
+            if len(jobs) > 1:  # one request's failure must not fail the others: each alone
+                for job in jobs:
+                    self._translate([item for item in batch if item[0] is job])
                 return
-            _reply(batch[0], None, error)
+            with self._ready:
+                jobs[0].drop()
+            _reply(jobs[0], None, error)
             return
         self.stats.batches += 1
-        self.stats.requests += len(batch)
         self.stats.sentences += len(texts)
         self.stats.largest = max(self.stats.largest, len(texts))
         if self.on_batch is not None:
             generated = sum(len(r.candidates[0].tokens) for r in results if r.candidates)
-            tokens = sum(job.tokens for job in batch)
-            self.on_batch(len(texts), len(batch), tokens, generated, time.perf_counter() - started)
-        start = 0
-        for job in batch:
-            _reply(job, results[start : start + len(job.texts)], None)
-            start += len(job.texts)
+            self.on_batch(len(texts), len(jobs), sum(map(len, ids)), generated, time.perf_counter() - started)
+        for (job, i), result in zip(batch, results, strict=True):
+            job.results[i] = result
+            job.done += 1
+            if job.done == len(job.texts):  # its last sentence: the request is answered now
+                self.stats.requests += 1
+                _reply(job, job.results, None)
 
 
 def _reply(job: _Job, result: Any, error: BaseException | None) -> None:
