@@ -1,7 +1,6 @@
 """precision auto in the trainer, train.max_time, the budget schedule, and progress lines in a log."""
 
 import io
-import math
 import time
 
 import pytest
@@ -87,25 +86,27 @@ def test_progress_lines_appear_in_a_log_before_the_first_validation(tmp_path):
     assert lines[-1].startswith("speed: ") and "MFLOP per token" in lines[-1] and "of measured CPU" in lines[-1]
 
 
+STOP_WITHIN = 2.0  # seconds past train.max_time a toy run may take to stop: its last update, validation and save
+
+
 @pytest.mark.slow
 def test_max_time_stops_validates_and_saves_and_a_resume_counts_the_time_spent(tmp_path):
     config = toy_config(max_steps=100_000, valid_every=100_000, max_time="1s")
     console, log = _log()
     state = Trainer(config, tmp_path / "run", console).train()
-    assert 0 < state.step < 100_000 and state.elapsed >= 1.0
+    # the stop (the update under way, a validation of the toy set, a save) is bounded in advance, not by a first run
+    assert 0 < state.step < 100_000 and 1.0 <= state.elapsed < 1.0 + STOP_WITHIN
     assert f"training ended at step {state.step}" in log.getvalue()
     assert "reached train.max_time (1s" in log.getvalue()
     assert (tmp_path / f"run/checkpoints/step_{state.step:08d}").is_dir()  # validated and saved there
     assert "valid_loss" in state.history[-1]
     again = Trainer(config, tmp_path / "run", quiet()).train()
     assert again.step == state.step  # the budget was already spent
-    # the first run's overshoot (its last update, the validation and the save) on this CPU sizes the second's
-    overshoot = state.elapsed - 1.0
-    budget = math.ceil(state.elapsed) + 1
+    budget = 3  # a resumed run: its budget counts the first run's time, its stop bounded alike
     longer = Trainer(
         toy_config(max_steps=100_000, valid_every=100_000, max_time=f"{budget}s"), tmp_path / "run", quiet()
     ).train()
-    assert longer.step > state.step and budget <= longer.elapsed < budget + 2 * overshoot + 1.0
+    assert longer.step > state.step and budget <= longer.elapsed < budget + STOP_WITHIN
 
 
 @pytest.mark.slow
