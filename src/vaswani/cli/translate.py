@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
     from vaswani.decode.request import DecodeRequest
     from vaswani.translate.translation import Translation
-from vaswani.translate.translator import Translator
+    from vaswani.translate.translator import Translator
 
 
 def decode_request(args: argparse.Namespace, translator: Translator) -> DecodeRequest:

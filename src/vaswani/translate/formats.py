@@ -25,7 +25,7 @@ from vaswani.translate.markup import Markup, MarkupTranslation, assemble_markup,
 if TYPE_CHECKING:
     from vaswani.decode.request import DecodeRequest
     from vaswani.translate.translation import Translation
-from vaswani.translate.translator import Translator
+    from vaswani.translate.translator import Translator
 
 TEXT_FORMATS = ("text", "html", "markdown")
 
