@@ -10,15 +10,24 @@ import random
 import pytest
 
 from tests.fuzz import run_surface
-from tests.fuzz.catalog import NAMES, surfaces
+from tests.fuzz.catalog import surfaces
 
 EXAMPLES = 200  # the full suite's (slow); the inner loop draws QUICK per surface
 QUICK = 8
+# Surfaces whose every input imports or serves a model (seconds each): the full suite's 200 only; their logic's fast
+# tests are tests/pretrained (the importers' refusals) and tests/serve (the API's 4xx and codes)
+HEAVY = frozenset({"hub_checkpoint", "multilingual_api"})
 SEED = int(os.environ.get("VASWANI_FUZZ_SEED") or random.SystemRandom().randrange(1 << 32))
 
 
-@pytest.mark.parametrize("examples", [QUICK, pytest.param(EXAMPLES, marks=pytest.mark.slow)])
-@pytest.mark.parametrize("surface", surfaces(), ids=NAMES)
+CASES = [
+    pytest.param(surface, n, id=f"{surface.name}-{n}", marks=[pytest.mark.slow] if slow else [])
+    for surface in surfaces()
+    for n, slow in ((QUICK, surface.name in HEAVY), (EXAMPLES, True))
+]
+
+
+@pytest.mark.parametrize(("surface", "examples"), CASES)
 def test_every_generated_input_keeps_the_surface_s_promise(surface, examples):
     print(f"fuzz seed: VASWANI_FUZZ_SEED={SEED}")
     try:
