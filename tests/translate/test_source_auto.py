@@ -70,3 +70,21 @@ def test_a_mixed_input_is_read_line_by_line_in_the_language_each_is_in(nllb, tmp
         named = translator.translate([german[3]], source_language="deu_Latn", target_language="fra_Latn")
         assert answer.json()["translations"][0]["text"] == named[0]
         assert json.dumps(answer.json())  # plain JSON
+
+
+@pytest.mark.slow  # the multilingual fixture model
+def test_a_mixed_document_is_read_paragraph_by_paragraph(nllb):
+    from vaswani.translate.formats import translate_documents
+
+    german, english = multi30k("test_2016_flickr", "de", 6), multi30k("test_2016_flickr", "en", 6)
+    paragraphs = [f"{german[4]} {german[5]}", f"{english[4]} {english[5]}"]
+    translator = Translator.load(nllb)
+    [result] = translate_documents(translator, ["\n\n".join(paragraphs)], source_language="auto",
+                                   target_language="fra_Latn")  # fmt: skip
+    codes = [s.detected[0] for s in result.sentences]
+    assert codes == ["deu_Latn", "deu_Latn", "eng_Latn", "eng_Latn"]  # one language a paragraph, for its sentences
+    named = [
+        translate_documents(translator, [text], source_language=code, target_language="fra_Latn")[0].text
+        for text, code in zip(paragraphs, ("deu_Latn", "eng_Latn"), strict=True)
+    ]
+    assert result.text == "\n\n".join(named)  # as if each paragraph's language had been named

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from vaswani.decode.request import DecodeRequest
 from vaswani.serve.batching import BusyError
-from vaswani.translate.formats import Split, text_format
+from vaswani.translate.formats import Split, detect_paragraphs, text_format
 from vaswani.translate.language_policy import AUTO
 from vaswani.translate.quality import flag
 
@@ -278,8 +278,8 @@ async def translate(body: TranslateRequest, request: Request) -> JSONResponse:
     try:  # a multilingual model refuses sentences without a target language
         source = translator.languages.model_source(body.source_language)
         detected = None
-        if source == AUTO:  # each sentence's language detected (translate/language_id.py), off the event loop
-            detected = await asyncio.to_thread(translator.detect_sources, sentences)
+        if source == AUTO:  # each paragraph's language detected (translate/formats.py), off the event loop
+            detected = await asyncio.to_thread(detect_paragraphs, translator, split)
             source = [code for code, _ in detected]
         ids = translator.encode_sources(sentences, body.target_language, source)
         # one target per sentence where the model takes one (a batch mixes requests); a 422 here, not in the batch
@@ -391,7 +391,7 @@ async def translate_file(request: Request) -> Response:
     try:
         source = translator.languages.model_source(fields["source_language"])
         if source == AUTO:  # each sentence's language detected
-            source = [code for code, _ in await asyncio.to_thread(translator.detect_sources, sentences)]
+            source = [code for code, _ in await asyncio.to_thread(detect_paragraphs, translator, split)]
         ids = translator.encode_sources(sentences, fields["target_language"], source)
         languages = translator.languages.per_sentence(fields["target_language"], len(sentences))
         results = await state.batcher.translate(sentences, ids, split.request(decode), languages)

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from vaswani.translate.translation import Translation
 
 _LINE = re.compile(r"[^\n\r\u2028\u2029\x85\x0b\x0c]+")  # text between line breaks
+_BREAK = re.compile(r"[\n\r\u2028\u2029\x85\x0b\x0c]")
 # Languages written without spaces between sentences: their translations are joined without one too.
 # ISO 639-1 and -3 codes (OPUS-MT's >>lang<< tokens are 639-3, some with a script: zho_Hans).
 UNSPACED = frozenset({"zh", "ja", "th", "lo", "km", "my", "zho", "cmn", "yue", "jpn", "tha", "lao", "khm", "mya"})
@@ -47,6 +48,16 @@ class Document:
     @property
     def text(self) -> str:
         return self.join(self.sentences, spaced=False)
+
+    def lines(self) -> list[list[int]]:
+        """The sentences of each line (a paragraph, a list item, a heading), as their indices: no sentence spans a
+        line break, so a line is the sentences between two gaps that hold one."""
+        out: list[list[int]] = []
+        for i in range(len(self.sentences)):
+            if not out or _BREAK.search(self.gaps[i]):
+                out.append([])
+            out[-1].append(i)
+        return out
 
     def join(self, translations: Sequence[str], spaced: bool = True) -> str:
         """The text with each sentence replaced by its translation. Where two sentences met without a

@@ -14,12 +14,14 @@ format it holds.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from vaswani.data.corpus import clean_line
 from vaswani.translate.document import Document, DocumentTranslation, assemble, puts_spaces, split
+from vaswani.translate.language_policy import AUTO
 from vaswani.translate.markup import Markup, MarkupTranslation, assemble_markup, parse, split_run
 
 if TYPE_CHECKING:
@@ -36,6 +38,7 @@ class Split(Protocol):
     sentences: list[str]  # every sentence of every text, in order
     counts: list[int]  # how many of them each text has
     kept: list[str]  # what the format left as written, each with its reason (markup it could not read back)
+    paragraphs: list[list[int]]  # the sentences of each paragraph (a line; a line of text alone), as indices
 
     def request(self, request: DecodeRequest) -> DecodeRequest: ...
 
@@ -53,6 +56,10 @@ class _LineSplit:
     sentences: list[str]
     counts: list[int] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)
+
+    @property
+    def paragraphs(self) -> list[list[int]]:
+        return [[i] for i in range(len(self.sentences))]
 
     def request(self, request: DecodeRequest) -> DecodeRequest:
         return request
@@ -83,6 +90,14 @@ class _DocumentSplit:
     @property
     def counts(self) -> list[int]:
         return [len(d.sentences) for d in self.documents]
+
+    @property
+    def paragraphs(self) -> list[list[int]]:
+        out, offset = [], 0
+        for document in self.documents:
+            out += [[offset + i for i in line] for line in document.lines()]
+            offset += len(document.sentences)
+        return out
 
     def request(self, request: DecodeRequest) -> DecodeRequest:
         return request
@@ -123,6 +138,10 @@ class _MarkupSplit:
     @property
     def kept(self) -> list[str]:
         return [reason for markup in self.markups for reason in markup.kept]
+
+    @property
+    def paragraphs(self) -> list[list[int]]:
+        return self.runs.paragraphs  # each block's lines
 
     def request(self, request: DecodeRequest) -> DecodeRequest:
         return request.replace(alignment=True)  # the tags go where the words are aligned
@@ -168,8 +187,27 @@ def translate_split(
     passed = {k: options.pop(k) for k in ("target_language", "source_language", "warn", "progress") if k in options}
     request = split.request(request or translator.request(**options))
     sentences = [clean_line(s) for s in split.sentences]  # NUL: as in line mode
+    detected = None
+    if passed.get("source_language") == AUTO:  # each paragraph's language, for its sentences
+        detected = detect_paragraphs(translator, split)
+        passed["source_language"] = [code for code, _ in detected]
     results = translator.translate_with_details(sentences, request, **passed)
+    if detected is not None:
+        results = [dataclasses.replace(r, detected=d) for r, d in zip(results, detected, strict=True)]
     return split.assemble(results, translator.languages.target_iso(passed.get("target_language")))
+
+
+def detect_paragraphs(translator: Translator, split: Split) -> list[tuple[str, float]]:
+    """Each sentence's source language (the model's code) and its probability, detected once for its whole
+    paragraph (`Translator.detect_sources`): a paragraph says more than its shortest sentence."""
+    sentences = split.sentences
+    groups = split.paragraphs
+    found = translator.detect_sources([" ".join(sentences[i] for i in group) for group in groups])
+    out: list[tuple[str, float]] = [("", 0.0)] * len(sentences)
+    for group, language in zip(groups, found, strict=True):
+        for i in group:
+            out[i] = language
+    return out
 
 
 def translate_documents(
