@@ -40,7 +40,11 @@ def _serve(args: argparse.Namespace) -> None:
     batching = (
         dict(max_wait=0.0, max_batch_sentences=1)
         if args.no_batching
-        else dict(max_wait=args.max_wait_ms / 1000, max_batch_tokens=args.max_batch_tokens)
+        else dict(
+            max_wait=args.max_wait_ms / 1000,
+            max_batch_tokens=args.max_batch_tokens,
+            continuous=not args.batch_by_request,
+        )
     )
     settings = Settings(
         max_texts=args.max_texts,
@@ -98,8 +102,16 @@ def register(commands: argparse._SubParsersAction) -> None:
         default=5.0,
         help="how long a request waits for others to be translated with (default 5 ms)",
     )
-    serve.add_argument("--max-batch-tokens", type=int, default=4096, help="source tokens per batch (default 4096)")
+    serve.add_argument(
+        "--max-batch-tokens", type=int, default=4096, help="source tokens in a batch at once (default 4096)"
+    )
     serve.add_argument("--no-batching", action="store_true", help="translate one sentence at a time")
+    serve.add_argument(
+        "--batch-by-request",
+        action="store_true",
+        help="run each batch to its end before the next starts, instead of sentences joining and leaving the "
+        "running batch at every decoding step (continuous batching, the default)",
+    )
     serve.add_argument("--device", default="auto", help="cpu, cuda, ... (default: the GPU if any)")
     serve.add_argument("--precision", choices=DECODING_PRECISIONS, default="auto", help="as for vaswani translate")
     add_shortlist_option(serve)

@@ -91,6 +91,12 @@ class _Beams:
     token_log_probs: Tensor  # (n, width, t)
     host_scores: Tensor  # (n, width)
     scores: Tensor  # (n, width) on the device
+    begun: Tensor | None = None  # (n,) where each sentence's tokens begin in `history`; None: at 0 (all began together)
+
+    def past(self, i: int) -> tuple[list[list[int]], list[list[float]]]:
+        """The i-th sentence's hypotheses: each one's tokens and their log-probabilities, as lists."""
+        start = 0 if self.begun is None else int(self.begun[i])
+        return self.history[i, :, start:].tolist(), self.token_log_probs[i, :, start:].tolist()
 
     @classmethod
     def start(cls, B: int, width: int, device: torch.device) -> _Beams:
@@ -154,10 +160,11 @@ def _finish(
     beams: _Beams,
     candidates: Candidates,
     sentences: _Sentences,
-    t: int,
+    t: int | Tensor,
 ) -> tuple[Tensor, Tensor]:
-    """The hypotheses that finish at this step, added to their sentences' finished ones; returns the continuations
-    that stay live (n, k) and which sentences are done (n,)."""
+    """The hypotheses that finish at this step (`t`: the step, or each sentence's (n,) where they began at different
+    steps: decode/continuous.py), added to their sentences' finished ones; returns the continuations that stay live
+    (n, k) and which sentences are done (n,)."""
     top_scores, origin, word, word_log_probs = candidates
     k, forced_eos, finished = strategy.k, request.decode.forced_eos, sentences.finished
     is_eos = word == eos
@@ -171,8 +178,7 @@ def _finish(
     if ends or at_limit_rows:  # Python lists: indexing tensors one element at a time costs far more (a GPU waits)
         scores_l, origin_l, word_l, word_lp_l = (x.tolist() for x in (top_scores, origin, word, word_log_probs))
         eos_l = is_eos[:, :k].tolist()
-        past = {i: (beams.history[i].tolist(), beams.token_log_probs[i].tolist()) for i in {i for i, _ in ends}}
-        past |= {i: (beams.history[i].tolist(), beams.token_log_probs[i].tolist()) for i in at_limit_rows}
+        past = {i: beams.past(i) for i in {i for i, _ in ends} | set(at_limit_rows)}
         for i, j in ends:
             tokens, lps = past[i][0][origin_l[i][j]], past[i][1][origin_l[i][j]]
             finished[sentence[i]].add(tokens, scores_l[i][j], True, [*lps, word_lp_l[i][j]])
@@ -192,7 +198,13 @@ def _finish(
 
 
 def _stopped(
-    request: DecodeRequest, k: int, beams: _Beams, top_scores: Tensor, live: Tensor, sentences: _Sentences, t: int
+    request: DecodeRequest,
+    k: int,
+    beams: _Beams,
+    top_scores: Tensor,
+    live: Tensor,
+    sentences: _Sentences,
+    t: int | Tensor,
 ) -> Tensor:
     """Which running sentences can stop: the request's stopping rule (the module's docstring). Shape: (n,)"""
     d, sentence, finished = request.decode, beams.active.tolist(), sentences.finished
@@ -200,7 +212,8 @@ def _stopped(
         return torch.tensor([len(finished[s]) >= k for s in sentence])
     best_live = top_scores.gather(1, live).max(dim=1).values  # (n,)
     if d.early_stopping == "heuristic":  # the best live score at its current length (transformers')
-        current = (best_live / length_penalty(t + 1, d.length_penalty, d.length_rule)).tolist()
+        penalty = length_penalty(t + 1 if isinstance(t, int) else (t + 1).double(), d.length_penalty, d.length_rule)
+        current = (best_live / (penalty if isinstance(t, int) else penalty.to(best_live.dtype))).tolist()
         return torch.tensor([finished[s].cannot_improve(k, r) for s, r in zip(sentence, current, strict=True)])
     # the best live score, were it to end at the length limit with nothing more lost
     reachable = (best_live / sentences.largest_penalty[beams.active]).tolist()
@@ -235,4 +248,6 @@ def _go_on(
     rows = to_device((keep[:, None] * beams.width + new_origin).view(-1))  # (n'*k,)
     steps.reorder(rows, kept=None if keep.numel() == n else to_device(keep))
     beams.active, beams.width = beams.active[keep], live.size(1)
+    if beams.begun is not None:
+        beams.begun = beams.begun[keep]
     return tokens

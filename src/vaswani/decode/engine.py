@@ -18,6 +18,7 @@ from vaswani.runtime.allocator import freed_memory_returned
 if TYPE_CHECKING:  # imported where used: the CLI reads CT2_TYPES and ENGINES without loading torch
     import torch
 
+    from vaswani.decode.continuous import ContinuousSearch
     from vaswani.decode.request import DecodeRequest
     from vaswani.decode.search import Hypothesis
     from vaswani.decode.shortlist import Shortlist
@@ -172,6 +173,15 @@ class TorchEngine:
         return search_ids(
             self.model, sources, request, precision, progress, step, self.shortlist, PerSource(constraints, forced)
         )
+
+    def continuous(self, request: DecodeRequest) -> ContinuousSearch | None:
+        """A running batch that sentences join and leave at every step (decode/continuous.py), where this engine runs
+        `request` on the model's own eager step without a shortlist and the search takes it; else None."""
+        from vaswani.decode.continuous import ContinuousSearch, supports
+
+        if self.shortlist is not None or self.step_choice(request).kind != "eager" or supports(self.model, request):
+            return None
+        return ContinuousSearch(self.model, request, self.choose_precision(request).precision)
 
     def step_choice(self, request: DecodeRequest) -> StepChoice:
         """The step this engine runs for `request` (choose_step)."""

@@ -140,6 +140,12 @@ class PerSource:
     forced: Sequence[int] | None = None
 
 
+def collated(model, sources: Sequence[Sequence[int]], device: torch.device) -> Tensor:
+    """Sources as one padded batch, each with the model's EOS where it takes one. Shape: -> (B, S) on `device`"""
+    c = model.config
+    return collate([(s, []) for s in sources], c.pad_id, c.bos_id, c.eos_id, c.source_eos).src.to(device)
+
+
 def _of(forced: Sequence[int] | None, indices: Sequence[int]) -> Tensor | None:
     """The forced tokens of these sources. Shape: -> (B,)"""
     return None if forced is None else torch.tensor([forced[i] for i in indices], dtype=torch.long)
@@ -166,8 +172,7 @@ class _Batches:
             self.continues_word = mask.to(self.device)
 
     def _src(self, sources: Sequence[Sequence[int]]) -> Tensor:
-        c = self.model.config
-        return collate([(s, []) for s in sources], c.pad_id, c.bos_id, c.eos_id, c.source_eos).src.to(self.device)
+        return collated(self.model, sources, self.device)
 
     def _step(self, src: Tensor, terms: Sequence[Sequence[int]] = ()) -> DecodeStep | None:
         if self.shortlist is None:

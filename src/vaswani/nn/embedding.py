@@ -64,9 +64,9 @@ class SinusoidalPositions(nn.Module):
         return sinusoid_table(length, self.d_model, start).to(self.table.device)
 
     def at(self, position: Tensor) -> Tensor:
-        """The encoding of one position given as a tensor, read on the device (a CUDA graph's step).
-        Shape: position () -> (1, D)"""
-        return self.table.index_select(0, position.view(1))
+        """The encoding of positions given as a tensor, read on the device (a CUDA graph's step; one per row of a
+        continuous batch). Shape: position () -> (1, D); (n,) -> (n, D)"""
+        return self.table.index_select(0, position.view(-1))
 
 
 class LearnedPositions(nn.Module):
@@ -93,8 +93,8 @@ class LearnedPositions(nn.Module):
         return self.weight[start : start + length]
 
     def at(self, position: Tensor) -> Tensor:
-        """Shape: position () -> (1, D)"""
-        return self.weight.index_select(0, position.view(1))
+        """Shape: position () -> (1, D); (n,) -> (n, D)"""
+        return self.weight.index_select(0, position.view(-1))
 
 
 class Embeddings(nn.Module):
@@ -122,9 +122,14 @@ class Embeddings(nn.Module):
 
     def forward(self, ids: Tensor, start: int | Tensor = 0, segments: Tensor | None = None) -> Tensor:
         """Shape: ids (B, L), segments None or (B, L) -> (B, L, D), positions start, ..., start + L - 1; a tensor
-        `start` (shape (), one position: L is 1) is read on the device"""
+        `start` (L is 1) is read on the device: shape () one position for every row, (B,) one per row (a continuous
+        batch's rows, decode/continuous.py)"""
         x = self.tokens(ids)
         if self.segments is not None:
             x = x + (self.segments[0] if segments is None else F.embedding(segments, self.segments)).to(x.dtype)
-        positions = self.positions.at(start) if isinstance(start, Tensor) else self.positions(start, ids.size(1))
+        if isinstance(start, Tensor):
+            positions = self.positions.at(start)
+            positions = positions[:, None] if start.dim() == 1 else positions  # (B, 1, D): a row's own
+        else:
+            positions = self.positions(start, ids.size(1))
         return self.dropout(self.norm(x + positions.to(x.dtype)))

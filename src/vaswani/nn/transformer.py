@@ -14,6 +14,7 @@ from vaswani.nn.cache import GrowingKVCache, KVCache, StaticView
 from vaswani.nn.embedding import Embeddings, LearnedPositions, SinusoidalPositions, TokenEmbedding
 from vaswani.nn.layers import TransformerLayer
 from vaswani.nn.masks import padding_mask
+from vaswani.nn.rows_cache import RowsKVCache
 from vaswani.nn.unpad import TokenRows, at_inference
 
 # The logit of a word the output layer does not produce (model.output_words target): finite, so that a forced
@@ -115,6 +116,21 @@ class Decoder(nn.Module):
         visible = cache.visible()
         for layer, slot, cross_kv in zip(self.layers, cache.self_kv, cache.cross_kv, strict=True):
             x, _, _ = layer(x, mask=visible, past=slot, memory_kv=cross_kv, memory_mask=cache.cross_mask)
+        return self.norm(x)
+
+    def rows_step(self, tokens: Tensor, cache: RowsKVCache) -> Tensor:
+        """One step of a continuous batch (nn/rows_cache.py): each row's token at its own position, its keys and
+        values written in the cache's next column, the columns before the row's start hidden from it.
+
+        Shape: tokens (rows,) -> hidden (rows, 1, D)
+        """
+        x = self.embed(tokens[:, None], start=cache.positions())
+        visible = cache.visible()
+        for i, layer in enumerate(self.layers):
+            x, _, _ = layer(
+                x, mask=visible, past=cache.slot(i), memory_kv=cache.cross_kv[i], memory_mask=cache.cross_mask
+            )
+        cache.advance(1)
         return self.norm(x)
 
     def forward(
@@ -267,6 +283,12 @@ class Transformer(nn.Module):
         hidden, cache, _ = self.decoder(tokens, memory_mask, cache)
         logits = self.logits(hidden[:, -1] if one else hidden, rows)
         return logits, cache
+
+    def rows_step(self, tokens: Tensor, cache: RowsKVCache, rows: OutputRows | None = None) -> Tensor:
+        """`decode_step` on a continuous batch's cache (nn/rows_cache.py): rows that joined at different steps, each
+        at its own position; the cache is advanced in place. Shape: tokens (rows,) -> logits (rows, V)"""
+        check_ids(tokens[:, None], "tokens")
+        return self.logits(self.decoder.rows_step(tokens, cache)[:, -1], rows)
 
     def static_step(self, tokens: Tensor, cache: StaticView) -> Tensor:
         """`decode_step` on a static cache (nn/cache.py StaticKVCache): the same logits, fixed shapes, the cache

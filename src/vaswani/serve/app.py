@@ -69,6 +69,7 @@ class Settings:
     max_wait: float = 0.005  # seconds the oldest request waits for others to batch with
     max_batch_tokens: int = 4096  # source tokens per decoding batch
     max_batch_sentences: int = 256
+    continuous: bool = True  # sentences join and leave the running batch at every step (serve/continuous.py)
     api_key: str | None = None
     metrics_token: str | None = None  # guards /metrics instead of api_key (a scraper's own token)
     cors_origins: tuple[str, ...] = ()
@@ -147,6 +148,7 @@ async def lifespan(app: FastAPI):
         s.max_queued,
         state.metrics.batch,
         thread,
+        s.continuous,
     )
     state.metrics.watch_queue(lambda: batcher.queued)
     state.batcher = batcher

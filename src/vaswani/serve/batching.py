@@ -1,80 +1,50 @@
 """Micro-batching: the sentences of concurrent requests are translated together.
 
 Requests put their sentences on a queue and wait. One worker (torch already uses every core for one batch),
-running on the service's compute thread (serve/compute.py: the thread that loaded the model), takes the
-oldest waiting request, waits up to `max_wait` seconds for more with the same decoding request (decode/request.py:
-frozen, so it is the batch key), and fills a batch of at most `max_tokens` source tokens and `max_sentences`
-sentences one sentence of each waiting request in turn, oldest first: a long document's sentences share each batch
-with the short requests that came after it, so that their wait does not grow with its length. The search sorts a
-batch by length (decode/search.py). A request is answered when its last sentence is translated. The search is
-batch-invariant (tests/decode: batch-of-N == N-of-1), so a request's result never depends on what it was batched
-with.
+running on the service's compute thread (serve/compute.py: the thread that loaded the model), takes the oldest waiting
+request, waits up to `max_wait` seconds for more with the same decoding request (decode/request.py: frozen, so it is
+the batch key), and takes one sentence of each waiting request in turn, oldest first, within `max_tokens` source
+tokens and `max_sentences` sentences: a long document's sentences share the batch with the short requests that came
+after it, so that their wait does not grow with its length.
+
+By default the batch is continuous (serve/continuous.py): the sentences join the running search at its next decoding
+step and leave it the step they are done, and a request is answered as soon as its last sentence is. With
+`continuous=False` (`vaswani serve --batch-by-request`), and for requests the continuous search does not take (a
+glossary, sampling, repetition rules, a shortlist, a compiled step, CTranslate2), a batch runs to its end
+(`Translator.translate_with_details`) before the next is taken. Either way a request's result never depends on what it
+was batched with (tests/decode: batch-of-N == N-of-1, rows joining mid-batch == alone).
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from vaswani.decode.request import DecodeRequest
 from vaswani.serve.compute import ComputeThread
+from vaswani.serve.continuous import ContinuousRun
+from vaswani.serve.jobs import Job as _Job
+from vaswani.serve.jobs import reply as _reply
+from vaswani.serve.jobs import take_in_turn
 from vaswani.translate.translation import Translation
 from vaswani.translate.translator import Translator
-
-
-@dataclass(eq=False)  # a request is itself: hashed by identity
-class _Job:
-    texts: list[str]
-    ids: list[list[int]]  # the texts' source token ids (Translator.encode_sources): tokenized once, by the caller
-    request: DecodeRequest  # one batch shares it
-    loop: asyncio.AbstractEventLoop
-    future: asyncio.Future
-    languages: list[str | None] | None = None  # per text, its target language (a many-to-many model's code)
-    queued: float = field(default_factory=time.perf_counter)
-    taken: int = 0  # sentences handed to a batch so far, in order
-    tokens_left: int = field(init=False)  # source tokens of the sentences not taken: read at every look at the queue
-    results: list[Translation | None] = field(init=False)
-    done: int = 0  # sentences translated
-
-    def __post_init__(self) -> None:
-        self.tokens_left = sum(map(len, self.ids))
-        self.results = [None] * len(self.texts)
-
-    @property
-    def key(self) -> Hashable:
-        return self.request
-
-    @property
-    def left(self) -> int:
-        """Sentences not yet handed to a batch."""
-        return len(self.texts) - self.taken
-
-    def take(self) -> int:
-        """The next sentence's index, handed to a batch."""
-        self.taken += 1
-        self.tokens_left -= len(self.ids[self.taken - 1])
-        return self.taken - 1
-
-    def drop(self) -> None:
-        """No more of its sentences are taken (it failed, or its client went away)."""
-        self.taken, self.tokens_left = len(self.texts), 0
-
 
 _Item = tuple[_Job, int]  # a request and one of its sentences
 
 
 @dataclass
 class BatchStats:
-    """What the worker has done: batches, requests and sentences translated."""
+    """What the worker has done: batches (a continuous batch counts once, from its first sentence to its last), their
+    decoding steps (a continuous batch's), requests and sentences translated, and the most sentences in one batch."""
 
     batches: int = 0
+    steps: int = 0
+    running: int = 0  # sentences a step ran, summed over the steps: / steps, the mean a continuous batch held
     requests: int = 0
     sentences: int = 0
     largest: int = 0
@@ -104,6 +74,7 @@ class MicroBatcher:
         max_queued: int = 4096,
         on_batch: OnBatch | None = None,
         compute: ComputeThread | None = None,
+        continuous: bool = True,
     ) -> None:
         self.translator, self.max_wait, self.max_tokens, self.max_sentences = (
             translator,
@@ -111,7 +82,7 @@ class MicroBatcher:
             max_tokens,
             max_sentences,
         )
-        self.max_queued, self.on_batch = max_queued, on_batch
+        self.max_queued, self.on_batch, self.continuous = max_queued, on_batch, continuous
         self.stats = BatchStats()
         self._pending: deque[_Job] = deque()
         self._ready = threading.Condition()
@@ -165,36 +136,34 @@ class MicroBatcher:
         if self._own:
             self._compute.close()
 
-    def _take(self) -> list[_Item] | None:
-        """The next batch: sentences of the oldest request and of the waiting ones with its options, one of each
-        in turn, within the budgets."""
+    def _next(self) -> DecodeRequest | None:
+        """The oldest waiting request's decoding request, once there is one; None once closed and none waits."""
         with self._ready:
             while not self._pending:
                 if self._closed:
                     return None
                 self._ready.wait()
+            return self._pending[0].key
+
+    def _take(self) -> list[_Item]:
+        """The next batch: sentences of the oldest request and of the waiting ones with its options, one of each
+        in turn, within the budgets."""
+        with self._ready:
             first = self._pending[0]
-            deadline = first.queued + self.max_wait
-            while not self._closed and not self._full(first.key) and time.perf_counter() < deadline:
-                self._ready.wait(max(0.0, deadline - time.perf_counter()))
+            self.wait_for_company(first)
             for job in self._pending:
                 if job.future.done():  # its client went away (a cancelled future): its sentences are not decoded
                     job.drop()
             jobs = [job for job in self._pending if job.key == first.key and job.left]
-            batch: list[_Item] = []
-            tokens, added = 0, True
-            while added and len(batch) < self.max_sentences:
-                added = False
-                for job in jobs:
-                    if not job.left or len(batch) >= self.max_sentences:
-                        continue
-                    n = len(job.ids[job.taken])
-                    if batch and tokens + n > self.max_tokens:
-                        continue  # a shorter sentence of another request may still fit
-                    batch.append((job, job.take()))
-                    tokens, added = tokens + n, True
+            batch = take_in_turn(jobs, 0, 0, self.max_sentences, self.max_tokens)
             self._pending = deque(job for job in self._pending if job.left)
             return batch
+
+    def wait_for_company(self, first: _Job) -> None:
+        """Up to `max_wait` after `first` came, until requests with its options fill a batch (the lock held)."""
+        deadline = first.queued + self.max_wait
+        while not self._closed and not self._full(first.key) and time.perf_counter() < deadline:
+            self._ready.wait(max(0.0, deadline - time.perf_counter()))
 
     def _full(self, key: Hashable) -> bool:
         jobs = [job for job in self._pending if job.key == key]
@@ -205,8 +174,12 @@ class MicroBatcher:
 
     def _run(self) -> None:
         try:
-            while (batch := self._take()) is not None:
-                self._translate(batch)
+            while (request := self._next()) is not None:
+                search = self.translator.continuous(request) if self.continuous else None
+                if search is not None:  # sentences join and leave the running batch at every step
+                    ContinuousRun(self, request, search).run()
+                else:
+                    self._translate(self._take())
         finally:  # whatever stopped the worker, nobody waits for ever
             with self._ready:
                 self._closed = True
@@ -246,17 +219,3 @@ class MicroBatcher:
             if job.done == len(job.texts):  # its last sentence: the request is answered now
                 self.stats.requests += 1
                 _reply(job, job.results, None)
-
-
-def _reply(job: _Job, result: Any, error: BaseException | None) -> None:
-    with contextlib.suppress(RuntimeError):  # the event loop has closed: nobody is waiting
-        job.loop.call_soon_threadsafe(_set, job.future, result, error)
-
-
-def _set(future: asyncio.Future, result: Any, error: BaseException | None) -> None:
-    if future.cancelled():  # the client went away
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(result)

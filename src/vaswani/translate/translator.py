@@ -44,6 +44,31 @@ from vaswani.translate.translation import Candidate, Translation, one_line
 Warn = Callable[[int, str], None]  # (index of the input sentence, message)
 
 
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+    """A job's sentences made ready for the search (Translator.prepare): each one's source ids (cut to the model's
+    limit: `truncated`), which are searched (`todo`: not empty, not copied) and the token each of those starts with
+    (`forced`, a many-to-many model's target language; None: none), and what is reported beside the translations."""
+
+    sentences: list[str]
+    request: DecodeRequest
+    ids: list[list[int]]
+    todo: list[int]
+    forced: list[int] | None
+    truncated: set[int]
+    detected: list[tuple[str, float]] | None
+    others: list | None
+    copied: list
+
+    @property
+    def searched(self) -> list[str]:
+        return [self.sentences[i] for i in self.todo]
+
+    @property
+    def sources(self) -> list[list[int]]:
+        return [self.ids[i] for i in self.todo]
+
+
 class Translator:
     """A trained model, its tokenizer, its decoding settings and the engine that decodes with them.
 
@@ -217,6 +242,29 @@ class Translator:
         sentence detected as another language marked (`Translation.other_language`); copy, such sentences copied
         unchanged instead of translated."""
         request = self._request(request, options)
+        job = self.prepare(sentences, request, warn, progress, encoded, target_language, source_language)
+        found = self._search(job.searched, job.sources, request, progress, job.forced)
+        return self.finish(job, found, warn)
+
+    def continuous(self, request: DecodeRequest):
+        """A running batch for `request` that sentences join and leave at every step (decode/continuous.py:
+        ContinuousSearch), where the engine runs one for it; else None (search in batches: translate_with_details)."""
+        start = getattr(self.engine, "continuous", None)
+        return None if start is None else start(request)
+
+    def prepare(
+        self,
+        sentences: Sequence[str],
+        request: DecodeRequest,
+        warn: Warn | None = None,
+        progress: Callable[[int], None] | None = None,
+        encoded: Sequence[list[int]] | None = None,
+        target_language: str | Sequence[str | None] | None = None,
+        source_language: str | None = None,
+    ) -> Prepared:
+        """What `translate_with_details` searches for (its arguments): the sources, their forced first tokens, which
+        sentences are left out (empty, copied); `finish` makes the translations of the search's hypotheses. The
+        server's continuous batch (serve/continuous.py) runs the search between them."""
         mode = request.other_languages
         others = self.other_languages(sentences, mode == "copy") if mode else None
         copied = others if mode == "copy" else [None] * len(sentences)
@@ -225,12 +273,16 @@ class Translator:
         todo = [i for i, x in enumerate(ids) if x and not copied[i]]  # empty lines stay empty, without the model
         if progress is not None and len(todo) < len(ids):
             progress(len(ids) - len(todo))
-        terms = self.terms.targets(sentences, request.glossary)
         forced = self.languages.forced(target_language, len(sentences))
         forced = None if forced is None else [forced[i] for i in todo]
-        found = self._search([sentences[i] for i in todo], [ids[i] for i in todo], request, progress, forced)
+        return Prepared(list(sentences), request, ids, todo, forced, truncated, detected, others, copied)
+
+    def finish(self, job: Prepared, found: Sequence[list[Hypothesis]], warn: Warn | None = None) -> list[Translation]:
+        """The translations of a prepared job (`prepare`) from the hypotheses `found` for its sentences searched."""
+        sentences, request, ids = job.sentences, job.request, job.ids
+        terms = self.terms.targets(sentences, request.glossary)
         results: list[list[Hypothesis]] = [[] for _ in sentences]
-        for i, hyps in zip(todo, found, strict=True):
+        for i, hyps in zip(job.todo, found, strict=True):
             results[i] = hyps
         translations = []
         for i, (sentence, hyps, candidates) in enumerate(
@@ -240,10 +292,10 @@ class Translator:
             translation = Translation(
                 sentence,
                 candidates,
-                truncated=i in truncated,
+                truncated=i in job.truncated,
                 missing_terms=missing,
-                detected=None if detected is None or not sentence.strip() else detected[i],
-                other_language=others[i] if others else None,
+                detected=None if job.detected is None or not sentence.strip() else job.detected[i],
+                other_language=job.others[i] if job.others else None,
             )
             if missing and warn is not None:
                 shown = ", ".join(repr(term) for term in missing)
@@ -254,6 +306,7 @@ class Translator:
         if request.alignment:
             aligned = alignments(self.model, self.tokenizer, translations, ids)
             translations = [dataclasses.replace(t, alignment=a) for t, a in zip(translations, aligned, strict=True)]
+        copied = job.copied
         return [Translation.copied(s, c) if c else t for s, t, c in zip(sentences, translations, copied, strict=True)]
 
     def _candidates(self, results: Sequence[Sequence[Hypothesis]]) -> list[list[Candidate]]:
