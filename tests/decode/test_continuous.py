@@ -22,23 +22,28 @@ def _sources(seed: int = 0) -> list[list[int]]:
     return [src[i, :n].tolist() for i, n in enumerate(LENGTHS)]
 
 
-def _run(search: ContinuousSearch, sources, forced=None, seed: int = 1, drop_at: dict | None = None):
+def _run(search: ContinuousSearch, sources, forced=None, seed: int = 1, drop_after: dict | None = None):
     """Sentences added 0 to 2 at a time between steps, in a seeded random pattern, so most join a batch already
-    running; returns each sentence's hypotheses (by index) and how many joined while others ran."""
+    running; returns each sentence's hypotheses (by index) and how many joined while others ran. `drop_after`: a
+    sentence dropped once it has run so many steps."""
     rng, found, nxt, joined_mid, steps = random.Random(seed), {}, 0, 0, 0
+    drop_after, seen, dropped = drop_after or {}, {}, set()
     while nxt < len(sources) or search.running:
         for _ in range(rng.randint(0, 2)):
             if nxt < len(sources):
                 joined_mid += search.running > 0
                 search.add(nxt, sources[nxt], None if forced is None else forced[nxt])
                 nxt += 1
-        if drop_at and steps in drop_at:
-            assert drop_at[steps] in search.keys  # running, rows in the cache
-            search.drop({drop_at[steps]})
+        for key in [key for key in drop_after if key in search.keys]:  # running, rows in the cache
+            seen[key] = seen.get(key, 0) + 1
+            if seen[key] > drop_after[key]:
+                search.drop({key})
+                dropped.add(key)
         found.update(search.step())
         steps += 1
         if search.cache is not None and search.keys:  # each running sentence holds k rows, each source one
             assert search.cache.rows == search.k * len(search.keys) and search.cache.sources == len(search.keys)
+    assert dropped == set(drop_after)
     return found, joined_mid
 
 
@@ -102,7 +107,7 @@ def test_forced_first_tokens_and_rows_without_one_share_a_batch(model, beam_size
 @pytest.mark.parametrize("beam_size", [1, 4])
 def test_a_dropped_sentence_leaves_and_the_others_are_unchanged(model, beam_size):
     sources, request = _sources(3), DecodeRequest.of(beam_size=beam_size, max_len_a=2.0, max_len_b=8)
-    found, _ = _run(ContinuousSearch(model, request), sources, drop_at={3: 0, 6: 3})
+    found, _ = _run(ContinuousSearch(model, request), sources, drop_after={0: 1, 3: 2})
     assert 0 not in found and 3 not in found  # a client gone: no result, its rows freed
     _assert_same(found, _alone(model, sources, request), [i for i in range(len(sources)) if i not in (0, 3)])
 

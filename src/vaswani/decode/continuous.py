@@ -30,6 +30,10 @@ from vaswani.decode.top_words import row_argmax
 from vaswani.families import TRANSLATE, family
 from vaswani.nn.rows_cache import RowsKVCache
 
+# Sentences join together, encoded as one batch, when so many wait, or once the first has waited that many steps (or
+# at once into an empty batch): one at a time, encoding a single sentence and copying the cache for it cost a sixth of a
+# 32-sentence beam step's time (benchmarks/serve_offline.py; docs/benchmarks.md, "Serving")
+JOIN_AT = 2
 Done = tuple[Hashable, list[Hypothesis]]  # a sentence's key and its hypotheses (n_best, best first)
 
 
@@ -68,6 +72,7 @@ class ContinuousSearch:
         self.k = 1 if self.greedy else request.decode.beam_size
         self.device = next(model.parameters()).device
         self.joining: list[_Joining] = []
+        self.waited = 0  # steps the sentences joining have waited
         self._reset()
         c = model.config
         self.banned = torch.tensor([i for i in (c.pad_id, c.bos_id) if i != c.eos_id], device=self.device)
@@ -96,8 +101,8 @@ class ContinuousSearch:
         return held + sum(len(j.ids) for j in self.joining)
 
     def add(self, key: Hashable, ids: Sequence[int], forced: int | None = None) -> None:
-        """`ids` (a source without its EOS: model.source_end) joins at the next step; `key` names it in what `step`
-        returns."""
+        """`ids` (a source without its EOS: model.source_end) joins at one of the next JOIN_AT steps; `key` names it
+        in what `step` returns."""
         self.joining.append(_Joining(key, list(ids), forced))
 
     def clear(self) -> None:
@@ -116,8 +121,9 @@ class ContinuousSearch:
             return
         kept = torch.tensor(going, dtype=torch.long)
         rows = (kept[:, None] * self.k + torch.arange(self.k)).view(-1)
-        self.tokens = self.tokens.index_select(0, rows.to(self.device))
-        self.reorder(rows.to(self.device), kept.to(self.device))
+        with decoding(self.device, self.precision):  # the cache's tensors are inference tensors, written in place
+            self.tokens = self.tokens.index_select(0, rows.to(self.device))
+            self.reorder(rows.to(self.device), kept.to(self.device))
         if self.greedy:
             self._keep_sentences(kept)
             return
@@ -130,8 +136,11 @@ class ContinuousSearch:
     def step(self) -> list[Done]:
         """One decoding step of every running sentence, the joining ones first added; returns those done."""
         with decoding(self.device, self.precision):
-            if self.joining:
+            if self.joining and (len(self.joining) >= JOIN_AT or self.waited >= JOIN_AT or not self.keys):
                 self._join()
+                self.waited = 0
+            elif self.joining:
+                self.waited += 1
             if not self.keys:
                 return []
             return self._greedy_step() if self.greedy else self._beam_step()

@@ -255,19 +255,20 @@ class GrowingKVCache:
         into: Tensor | None = None,
         dtype: torch.dtype | None = None,
     ) -> Tensor:
-        """The held positions of `buffer`'s rows (rows `index` of them, in that order) in a buffer of as many rows
-        and `capacity` positions (in `dtype`, by default the buffer's), gathered straight into it: `into` where it
-        has that shape, else a new one. Shape: (R, H, L, Dh) -> (rows, H, capacity, Dh)"""
-        _, H, _, Dh = buffer.shape
+        """The held positions of `buffer`'s rows (rows `index` of them, in that order) in the first rows of a buffer
+        of as many rows as `buffer` has (the rows a search has dropped are room a join may use) and `capacity`
+        positions (in `dtype`, by default the buffer's), gathered straight into it: `into` where it has that shape,
+        else a new one. Shape: (R, H, L, Dh) -> (max(R, rows), H, capacity, Dh)"""
+        R, H, _, Dh = buffer.shape
         held = buffer[: self.rows, :, : self.length]
         rows = self.rows if index is None else index.numel()
-        shape, dtype = (rows, H, capacity, Dh), dtype or buffer.dtype
+        shape, dtype = (max(R, rows), H, capacity, Dh), dtype or buffer.dtype  # rows to spare kept (a join's)
         fits = into is not None and into.shape == shape and into.dtype == dtype
         new = into if fits else buffer.new_empty(shape, dtype=dtype)
         if index is None:
-            new[:, :, : self.length] = held
+            new[:rows, :, : self.length] = held
         else:
-            torch.index_select(held, 0, index, out=new[:, :, : self.length])
+            torch.index_select(held, 0, index, out=new[:rows, :, : self.length])
         return new
 
     def reorder(self, index: Tensor, kept: Tensor | None = None) -> GrowingKVCache:

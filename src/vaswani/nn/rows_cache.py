@@ -24,6 +24,8 @@ class RowsKVCache(GrowingKVCache):
     (sources, 1, 1, S), start (rows,) long
     """
 
+    ROOM = 8  # sentences' rows a buffer grows by beyond a join's, at least
+
     def __init__(self, n_layers: int, heads: int, d_head: int, width: int, dtype: torch.dtype, device) -> None:
         none = torch.zeros(0, heads, 0, d_head, dtype=dtype, device=device)
         empty = tuple((none, none) for _ in range(n_layers))
@@ -53,11 +55,14 @@ class RowsKVCache(GrowingKVCache):
         masks[: self.sources, ..., : self.cross_mask.size(-1)] = self.cross_mask
         masks[self.sources :, ..., :s] = mask
         self.cross_mask = masks
+        held, total = self.rows, self.rows + rows
         for buffers in (self.keys, self.values):
             for i, buffer in enumerate(buffers):
-                grown = buffer.new_zeros(self.rows + rows, *buffer.shape[1:])  # hidden columns: zeros, never NaN
-                grown[: self.rows, :, : self.length] = buffer[: self.rows, :, : self.length]
-                buffers[i] = grown
+                if total > buffer.size(0):  # room for this join and some more, not one copy per join
+                    grown = buffer.new_empty(total + max(rows, self.ROOM * self.width), *buffer.shape[1:])
+                    grown[:held, :, : self.length] = buffer[:held, :, : self.length]
+                    buffers[i] = buffer = grown
+                buffer[held:total, :, : self.length] = 0  # the columns hidden from the new rows: zeros, never NaN
         self.start = torch.cat([self.start, self.start.new_full((rows,), self.length)])
         self.rows += rows
 
