@@ -41,7 +41,7 @@ def _serve(args: argparse.Namespace) -> None:
         dict(max_wait=0.0, max_batch_sentences=1)
         if args.no_batching
         else dict(
-            max_wait=args.max_wait_ms / 1000,
+            max_wait=None if args.max_wait_ms is None else args.max_wait_ms / 1000,
             max_batch_tokens=args.max_batch_tokens,
             continuous=not args.batch_by_request,
         )
@@ -99,8 +99,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     serve.add_argument(
         "--max-wait-ms",
         type=float,
-        default=5.0,
-        help="how long a request waits for others to be translated with (default 5 ms)",
+        default=None,
+        help="how long the first request of a batch waits for others to be translated with (default: 0 in a "
+        "continuous batch, which later requests join at its next step; 5 ms with --batch-by-request)",
     )
     serve.add_argument(
         "--max-batch-tokens", type=int, default=4096, help="source tokens in a batch at once (default 4096)"

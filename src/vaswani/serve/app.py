@@ -66,7 +66,9 @@ class Settings:
     max_attention_texts: int = 8  # attention weights are layers x heads x T x S numbers per sentence
     max_glossary: int = 1000  # glossary pairs per request
     max_queued: int = 4096  # sentences waiting for the worker; more get 503 and Retry-After
-    max_wait: float = 0.005  # seconds the oldest request waits for others to batch with
+    # seconds the oldest request waits for others to batch with; None: 0 in a continuous batch (later requests join it
+    # at its next step), 5 ms in a batch by request
+    max_wait: float | None = None
     max_batch_tokens: int = 4096  # source tokens per decoding batch
     max_batch_sentences: int = 256
     continuous: bool = True  # sentences join and leave the running batch at every step (serve/continuous.py)
@@ -90,6 +92,8 @@ class Settings:
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if self.max_wait is None:
+            object.__setattr__(self, "max_wait", 0.0 if self.continuous else 0.005)
         if self.max_wait < 0:
             raise ValueError(f"the batching wait must be >= 0 seconds, got {self.max_wait}")
 
