@@ -3,7 +3,7 @@
     python benchmarks/serve_offline.py runs/quick --lines 1000 --clients 32 --rounds 3
 
 (a) offline: `Translator`'s engine on all the lines' source ids at once (decode only: tokenizing and detokenizing
-left out; the model's decode section, its precision); (b) served: `vaswani serve` on 127.0.0.1, `--clients` closed-loop
+left out; the model's decode section, its precision); (a') the continuous search in this process, `--clients` sentences in it at every step, no HTTP; (b) served: `vaswani serve` on 127.0.0.1, `--clients` closed-loop
 clients (each sends one line a request and the next as soon as it is answered) until every line is translated once,
 no malformed requests (serve_load.py has those); for each batching (continuous, the default, and --batch-by-request).
 Each round runs (a) then (b) for each batching; the median of the rounds is reported. The served translations must
@@ -58,6 +58,20 @@ def offline(translator, lines: list[str]) -> float:
     ids = translator.encode_sources(lines)
     started = time.perf_counter()
     translator.engine(ids, request)
+    return time.perf_counter() - started
+
+
+def in_process(translator, lines: list[str], clients: int) -> float:
+    """Seconds the continuous search (decode/continuous.py) takes over every line with `clients` sentences in it at
+    every step, as closed-loop clients keep it, without HTTP: the serving stack's share is what (b) loses beyond it."""
+    request, ids = translator.request(), translator.encode_sources(lines)
+    search, added, done = translator.continuous(request), 0, 0
+    started = time.perf_counter()
+    while done < len(ids):
+        while search.running < clients and added < len(ids):
+            search.add(added, ids[added])
+            added += 1
+        done += len(search.step())
     return time.perf_counter() - started
 
 
@@ -118,6 +132,9 @@ def main() -> None:
         for r in range(args.rounds):
             seconds = offline(translator, lines)
             row = {"offline": {"sentences_per_s": len(lines) / seconds}}
+            if translator.continuous(translator.request()) is not None:
+                took = in_process(translator, lines, args.clients)
+                row["continuous, in process"] = {"sentences_per_s": len(lines) / took}
             for mode, server in servers.items():
                 before = httpx.get(f"{server.url}/health").json()
                 texts, latencies, took = asyncio.run(served(server.url, lines, args.clients))
@@ -157,7 +174,7 @@ def main() -> None:
     def median(mode: str, key: str) -> float:
         return round(statistics.median(row[mode][key] for row in rounds), 2)
 
-    table = {"offline": {"sentences_per_s": median("offline", "sentences_per_s")}}
+    table = {name: {"sentences_per_s": median(name, "sentences_per_s")} for name in rounds[0] if name not in modes}
     for mode in modes:
         table[mode] = {key: median(mode, key) for key in ("sentences_per_s", "p50_ms", "p99_ms")}
         table[mode]["vs_offline"] = round(table[mode]["sentences_per_s"] / table["offline"]["sentences_per_s"], 3)
