@@ -28,7 +28,6 @@ import gzip
 import json
 import math
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -36,6 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
+import provenance
 from sacrebleu.metrics import CHRF
 
 from vaswani.runtime.machine import cpu_name
@@ -155,7 +155,7 @@ def main() -> None:
         rows = {name: judge(x[:, i], quality) for i, name in enumerate(signals)}
         rows["combined"] = judge(np.c_[(x - mean) / std, np.ones(len(x))] @ weights, quality)
         table[split] = {"sentences": len(quality), "mean_chrf": round(float(quality.mean()), 2), "signals": rows}
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    commit = provenance.commit()
     result = {
         "commit": commit,
         "date": time.strftime("%Y-%m-%d"),

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 import yaml
+from provenance import stamp
 
 ROOT = Path(__file__).resolve().parents[1]
 MULTI30K = ROOT / "../shared/data/multi30k/raw"
@@ -222,15 +223,9 @@ def main() -> None:
             )
         results.append(row)
         print(json.dumps(row), flush=True)
-        Path(args.results).write_text(json.dumps({"cores": cores, "cpu": _cpu(), "rows": results}, indent=1) + "\n")
+        split = "generated from Multi30k train pairs (two joined a pair)"
+        Path(args.results).write_text(json.dumps({**stamp(split), "rows": results}, indent=1) + "\n")
     print(table(results))
-
-
-def _cpu() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
 
 
 def table(rows: list[dict]) -> str:

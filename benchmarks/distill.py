@@ -31,6 +31,8 @@ import sys
 import time
 from pathlib import Path
 
+from provenance import stamp
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "../shared/data/multi30k/raw"
 RECIPE = ROOT / "configs/multi30k_de_en_distill.yaml"
@@ -216,8 +218,8 @@ def main() -> None:
               f"{r['words_per_s'] / base['words_per_s']:.2f}x | {versus} | "
               f"{r['peak_rss_mb']:,.0f} |")  # fmt: skip
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({"cpu": cpu_name(), "teacher": str(teacher), "phases_s": phases, "rows": rows},
-                                  indent=1) + "\n")  # fmt: skip
+    result = {**stamp("Multi30k test_2016_flickr"), "teacher": str(teacher), "phases_s": phases, "rows": rows}
+    RESULTS.write_text(json.dumps(result, indent=1) + "\n")
 
 
 if __name__ == "__main__":

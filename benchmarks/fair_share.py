@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from provenance import stamp
+
 ROOT = Path(__file__).resolve().parents[1]
 MULTI30K = ROOT.parent / "shared" / "data" / "multi30k" / "raw"
 SENTENCES = 1000
@@ -104,7 +106,8 @@ def main() -> None:
                 print(json.dumps(rows[-1]), flush=True)
             rows.append(race(busy, args.race_steps))
             print(json.dumps(rows[-1]), flush=True)
-    Path(args.out).write_text(json.dumps(rows, indent=1) + "\n")
+    split = f"Multi30k train (de), its first {SENTENCES} lines translated; the toy task trained"
+    Path(args.out).write_text(json.dumps({**stamp(split), "rows": rows}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

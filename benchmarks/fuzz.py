@@ -19,6 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import provenance
+
 from tests.fuzz import run_surface
 from tests.fuzz.catalog import NAMES, surfaces
 from tests.helpers.browser import REAL_PAGES, browser_kept, ours_kept
@@ -73,7 +75,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS, help="a folder: one JSON file per surface")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    machine = {"cpu": cpu_name(), "commit": _commit(), "date": time.strftime("%Y-%m-%d")}
+    machine = {"cpu": cpu_name(), "commit": provenance.commit(), "date": time.strftime("%Y-%m-%d")}
     for surface in [] if args.browser else surfaces():
         if surface.name in args.surfaces:
             path = args.out / f"{surface.name}.json"
@@ -110,13 +112,6 @@ def _fuzz(surface, examples: int, save, chunk: int = 1000) -> None:
         seconds = round(time.perf_counter() - start)
         save({"cases": sum(outcomes.values()), "outcomes": dict(outcomes), "failures": len(failures),
               "errors": failures, "seconds": seconds})  # fmt: skip
-
-
-def _commit() -> str:
-    import subprocess
-
-    run = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False)
-    return run.stdout.strip()
 
 
 if __name__ == "__main__":

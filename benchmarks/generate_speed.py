@@ -9,23 +9,16 @@ runs, timed alternately; results in benchmarks/results/generate_speed.json and a
 
 import argparse
 import json
-import platform
 import statistics
 import time
 from pathlib import Path
 
 import torch
+from provenance import stamp
 
 from vaswani.decode.generate import Generator
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").is_file() else []:
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor()
 
 
 def main() -> None:
@@ -39,8 +32,8 @@ def main() -> None:
     generator = Generator.load(args.model_dir, "cpu")
     prompt = generator.encode(args.prompt)
     results = {
+        **stamp(f"the prompt {args.prompt!r}"),
         "model_dir": args.model_dir,
-        "cpu": cpu_name(),
         "threads": torch.get_num_threads(),
         "parameters": generator.model.num_parameters(),
         "prompt_tokens": len(prompt),

@@ -29,6 +29,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import provenance
+
 from vaswani.data.language_codes import ALIASES
 from vaswani.data.language_codes import NLLB_ISO as FLORES_ISO  # FLORES-200 code -> ISO 639
 from vaswani.runtime.machine import cpu_name
@@ -188,7 +190,7 @@ def measure(detector_class) -> dict:
 
 
 def main() -> None:
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    commit = provenance.commit()
     row = {"commit": commit, "date": time.strftime("%Y-%m-%d"), "cpu": cpu_name(), "threads": os.cpu_count(),
            "data": "FLORES-200 dev (../shared/data/flores200/dev): first half of each file tunes, second checks",
            "results": []}  # fmt: skip

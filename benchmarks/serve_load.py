@@ -23,6 +23,7 @@ from collections import Counter
 from pathlib import Path
 
 import httpx
+from provenance import stamp
 
 from vaswani.serve.launch import launch
 
@@ -162,9 +163,9 @@ def main() -> None:
     alone = serve_and_load(args.model_dir, ["--no-batching"], [max(clients)], args, sentences)
     runs = {"batching": batched, "one_at_a_time": alone}
     checks = check(runs)
-    Path(args.results).write_text(
-        json.dumps({"cpu": cpu(), "per_request": args.per_request, "runs": runs, "checks": checks}, indent=1) + "\n"
-    )
+    split = "Multi30k test_2016_flickr (de), sentences drawn at random"
+    result = {**stamp(split), "per_request": args.per_request, "runs": runs, "checks": checks}
+    Path(args.results).write_text(json.dumps(result, indent=1) + "\n")
     print(table(runs, checks))
     if not all(checks.values()):
         raise SystemExit(f"failed: {[name for name, ok in checks.items() if not ok]}")
@@ -209,13 +210,6 @@ def table(runs: dict, checks: dict) -> str:
         )
     lines += ["", *(f"- {'ok' if ok else 'FAILED'}: {name}" for name, ok in checks.items())]
     return "\n".join(lines)
-
-
-def cpu() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
 
 
 if __name__ == "__main__":

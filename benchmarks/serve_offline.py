@@ -3,8 +3,9 @@
     python benchmarks/serve_offline.py runs/quick --lines 1000 --clients 32 --rounds 3
 
 (a) offline: `Translator`'s engine on all the lines' source ids at once (decode only: tokenizing and detokenizing
-left out; the model's decode section, its precision); (a') the continuous search in this process, `--clients` sentences in it at every step, no HTTP; (b) served: `vaswani serve` on 127.0.0.1, `--clients` closed-loop
-clients (each sends one line a request and the next as soon as it is answered) until every line is translated once,
+left out; the model's decode section, its precision); (a') the continuous search in this process, `--clients`
+sentences in it at every step, no HTTP; (b) served: `vaswani serve` on 127.0.0.1, `--clients` closed-loop clients
+(each sends one line a request and the next as soon as it is answered) until every line is translated once,
 no malformed requests (serve_load.py has those); for each batching (continuous, the default, and --batch-by-request).
 Each round runs (a) then (b) for each batching; the median of the rounds is reported. The served translations must
 equal the offline ones line by line (checked in every round); p50/p99 latency of a request; the server's memory at
@@ -19,13 +20,12 @@ import argparse
 import asyncio
 import gzip
 import json
-import platform
 import statistics
-import subprocess
 import time
 from pathlib import Path
 
 import httpx
+from provenance import stamp
 
 from vaswani.serve.launch import launch
 
@@ -40,15 +40,6 @@ def rss(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
     return 0
-
-
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            flags = Path("/proc/cpuinfo").read_text()
-            kind = "AVX-512" if "avx512f" in flags else "AVX2 only" if "avx2" in flags else "no AVX2"
-            return f"{line.split(':', 1)[1].strip()} ({kind})"
-    return platform.processor()
 
 
 def offline(translator, lines: list[str]) -> float:
@@ -179,12 +170,8 @@ def main() -> None:
         table[mode] = {key: median(mode, key) for key in ("sentences_per_s", "p50_ms", "p99_ms")}
         table[mode]["vs_offline"] = round(table[mode]["sentences_per_s"] / table["offline"]["sentences_per_s"], 3)
         table[mode]["lines_differing_from_offline"] = max(row[mode]["lines_differing_from_offline"] for row in rounds)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
     result = {
-        "commit": commit.stdout.strip(),
-        "date": time.strftime("%Y-%m-%d"),
-        "split": f"Multi30k {SPLIT} (de), the first {len(lines)} lines",
-        "cpu": f"{cpu_name()}, {len(__import__('os').sched_getaffinity(0))} cores",
+        **stamp(f"Multi30k {SPLIT} (de), the first {len(lines)} lines"),
         "model": str(args.model_dir),
         "server_args": extra,
         "server_env": env,

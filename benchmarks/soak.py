@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from provenance import stamp
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -401,6 +402,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="vaswani-soak-") as tmp:
         model_dir = Path(args.model_dir) if args.model_dir else write_tiny_model_directory(Path(tmp))
         result = {
+            **stamp("Multi30k test_2016_flickr (de): the texts of the pool"),
             "model_dir": str(args.model_dir or "tiny (tests/helpers/common.py)"),
             **serve_and_soak(model_dir, args),
         }
