@@ -20,6 +20,7 @@ def _serve(args: argparse.Namespace) -> None:
         raise ImportError(f"vaswani serve needs FastAPI and uvicorn ({error}): pip install 'vaswani[serve]'") from None
     import time
 
+    from vaswani.runtime.allocator import keep_freed_memory, step_bytes
     from vaswani.serve.compute import ComputeThread
     from vaswani.translate.translator import Translator
 
@@ -55,6 +56,9 @@ def _serve(args: argparse.Namespace) -> None:
         cors_origins=tuple(args.cors_origin or ()),
         **batching,
     )
+    # the heap keeps freed memory up to a decoding step's largest tensor at the batch bound, not a fixed GiB
+    rows = settings.max_batch_sentences * defaults.decode.beam_size
+    keep_freed_memory(step_bytes(rows, translator.model.config.tgt_vocab_size))
     app = create_app(translator, args.model_dir, settings, load_seconds, compute, defaults)
     where = f"http://{args.host}:{args.port}"
     console.print(

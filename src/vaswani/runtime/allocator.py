@@ -16,16 +16,25 @@ _GLIBC_DEFAULT = 128 * 1024  # both thresholds' starting values in glibc
 _keeping = False  # keep_freed_memory is in effect
 
 
-def keep_freed_memory() -> bool:
-    """Ask glibc to serve large blocks from the heap and keep freed memory for reuse.
+def keep_freed_memory(largest: int = 1 << 30) -> bool:
+    """Ask glibc to serve blocks of up to `largest` bytes from the heap and keep up to as much freed memory for reuse.
 
     By default glibc maps every block over 32 MiB afresh and unmaps it when freed, so each training
     step page-faults its largest tensors (logits, their gradients) into existence again: on a 2-core
-    CPU that was a large share of the step's time. Returns False where the C library is not glibc.
+    CPU that was a large share of the step's time. A command that knows its largest tensor (a server: its batch bound
+    times the vocabulary, `step_bytes`) passes it, so that what the heap keeps is sized to the model and the batch,
+    not to a fixed GiB. Returns False where the C library is not glibc.
     """
     global _keeping
-    _keeping = _thresholds(1 << 30, (1 << 31) - 1)
+    largest = min(max(largest, _GLIBC_DEFAULT), (1 << 31) - 1)
+    _keeping = _thresholds(largest, largest)
     return _keeping
+
+
+def step_bytes(rows: int, vocabulary: int) -> int:
+    """The largest tensor of a decoding step of `rows` hypotheses: its float32 scores over the vocabulary, twice (the
+    logits and their log-softmax where it is not written in place), and a margin for the allocator's own rounding."""
+    return 2 * rows * vocabulary * 4 + (4 << 20)
 
 
 def _thresholds(mmap: int, trim: int) -> bool:
