@@ -21,6 +21,8 @@ import asyncio
 import gzip
 import json
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -102,6 +104,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--modes", default=",".join(MODES), help="which batchings to serve with")
     parser.add_argument("--server-args", default="", help="more arguments for vaswani serve (e.g. --precision int8)")
+    parser.add_argument("--busy", action="store_true", help="also serve beside one busy process (a Python loop)")
     parser.add_argument("--env", action="append", default=[], help="KEY=VALUE for the server's environment")
     parser.add_argument("--out", default=str(ROOT / "benchmarks/results/serve_offline.json"))
     args = parser.parse_args()
@@ -145,6 +148,20 @@ def main() -> None:
                     row[mode]["mean_running"] = (after["sentences"] - before["sentences"]) / batches
                 if r == 0:
                     memory[mode]["warm_mb"] = rss(server.process.pid) / 2**20
+                if args.busy:  # the same load beside one CPU-bound process (a server shares its machine)
+                    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                    try:
+                        texts, latencies, took = asyncio.run(served(server.url, lines, args.clients))
+                    finally:
+                        busy.kill()
+                        busy.wait()
+                    row[f"{mode}, beside a busy process"] = {
+                        "sentences_per_s": len(lines) / took,
+                        "share_of_alone": (len(lines) / took) / row[mode]["sentences_per_s"],
+                        "p50_ms": 1000 * percentile(latencies, 50),
+                        "p99_ms": 1000 * percentile(latencies, 99),
+                        "lines_differing_from_offline": sum(a != b for a, b in zip(texts, reference, strict=True)),
+                    }
             rounds.append(row)
             print(json.dumps(row))
         alone = {}
@@ -165,11 +182,21 @@ def main() -> None:
     def median(mode: str, key: str) -> float:
         return round(statistics.median(row[mode][key] for row in rounds), 2)
 
-    table = {name: {"sentences_per_s": median(name, "sentences_per_s")} for name in rounds[0] if name not in modes}
+    table = {
+        name: {"sentences_per_s": median(name, "sentences_per_s")}
+        for name in rounds[0]
+        if name not in modes and "busy" not in name
+    }
     for mode in modes:
         table[mode] = {key: median(mode, key) for key in ("sentences_per_s", "p50_ms", "p99_ms")}
         table[mode]["vs_offline"] = round(table[mode]["sentences_per_s"] / table["offline"]["sentences_per_s"], 3)
         table[mode]["lines_differing_from_offline"] = max(row[mode]["lines_differing_from_offline"] for row in rounds)
+        busy = f"{mode}, beside a busy process"
+        if busy in rounds[0]:
+            table[busy] = {key: median(busy, key) for key in ("sentences_per_s", "share_of_alone", "p50_ms", "p99_ms")}
+            table[busy]["lines_differing_from_offline"] = max(
+                row[busy]["lines_differing_from_offline"] for row in rounds
+            )
     result = {
         **stamp(f"Multi30k {SPLIT} (de), the first {len(lines)} lines"),
         "model": str(args.model_dir),

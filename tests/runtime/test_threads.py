@@ -155,3 +155,31 @@ def test_the_command_line_names_a_bad_value_in_one_line():
         "vaswani: error: VASWANI_THREADS must be a whole number of threads, 1 or more, got 'abc' "
         "(unset it to let vaswani choose)"
     ]
+
+
+def test_the_governor_follows_what_other_processes_leave_free(tmp_path, monkeypatch, torch_threads):
+    """A server's threads (serve/batching.py): a CPU another process keeps busy costs one thread; its own use is not
+    counted as another's; back to every CPU once the other stops; and the user's number is never changed."""
+    root = _tree(tmp_path, "0::/\n", {})
+    (root / "proc/stat").write_text(_stat(tmp_path, "s0", [(0, 100), (0, 100)]).read_text())
+    monkeypatch.setattr(threads.os, "sched_getaffinity", lambda pid: {0, 1})
+    clock = {"wall": 0.0, "own": 0.0}
+    monkeypatch.setattr(threads.time, "monotonic", lambda: clock["wall"])
+    monkeypatch.setattr(threads.time, "process_time", lambda: clock["own"])
+    torch.set_num_threads(2)
+    governor = threads.ThreadGovernor(every=2.0, root=root, environ={})
+
+    def after(seconds, stat_rows, own_seconds):
+        clock["wall"] += seconds
+        clock["own"] += own_seconds
+        (root / "proc/stat").write_text(_stat(tmp_path, "s", stat_rows).read_text())
+        return governor.tick()
+
+    assert after(1.0, [(100, 100), (0, 200)], 0.0) is None  # too soon to look again
+    assert after(1.0, [(200, 100), (0, 300)], 0.0) == 1 and torch.get_num_threads() == 1  # cpu0 busy: not ours
+    assert after(2.0, [(400, 100), (200, 300)], 2.0) is None  # both busy, one of them ours: still one free
+    assert after(2.0, [(400, 300), (400, 300)], 2.0) == 2 and torch.get_num_threads() == 2  # the other stopped
+    user = threads.ThreadGovernor(root=root, environ={"VASWANI_THREADS": "2"})
+    clock["wall"] += 5
+    (root / "proc/stat").write_text(_stat(tmp_path, "s", [(900, 300), (400, 800)]).read_text())
+    assert user.tick() is None and torch.get_num_threads() == 2

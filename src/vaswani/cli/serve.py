@@ -54,6 +54,7 @@ def _serve(args: argparse.Namespace) -> None:
         api_key=api_key,
         metrics_token=args.metrics_token or os.environ.get("VASWANI_METRICS_TOKEN") or None,
         cors_origins=tuple(args.cors_origin or ()),
+        govern_threads=True,
         **batching,
     )
     # the heap keeps freed memory up to a decoding step's largest tensor at the batch bound, not a fixed GiB

@@ -190,3 +190,38 @@ def settle_threads(
     if threads > default:  # torch counted physical cores only: nothing for the log (every command would say it)
         return None
     return f"threads: {threads} ({reason}; torch would run {default}; VASWANI_THREADS=N sets the number)"
+
+
+class ThreadGovernor:
+    """settle_threads' rule kept true while a long-running process works (a server), not only at its start: every
+    `every` seconds `tick` counts the CPUs that other processes kept busy since the last tick (/proc/stat's busy time
+    less this process's own CPU time) and sets torch's threads to the CPUs they left free, within the CPU quota. Beside
+    a busy process a thread that shares its core holds up every parallel region; one thread fewer keeps a fair share
+    (docs/benchmarks.md, "Serving"). Call it from the thread that runs torch. Idle where the user chose the number
+    (VASWANI_THREADS, OMP_NUM_THREADS, MKL_NUM_THREADS) or /proc/stat cannot be read."""
+
+    def __init__(self, every: float = 2.0, root: Path = ROOT, environ: Mapping[str, str] | None = None) -> None:
+        self.every, self.stat = every, root / "proc/stat"
+        self.cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
+        quota = cpu_quota(root)
+        self.allowed = min(len(self.cpus), quota.cpus) if quota is not None else len(self.cpus)
+        self.times = cpu_times(self.cpus, self.stat)
+        self.enabled = user_threads(os.environ if environ is None else environ) is None and self.times is not None
+        self.wall, self.own = time.monotonic(), time.process_time()
+
+    def tick(self) -> int | None:
+        """The thread count set now where it changed, else None (most calls: before `every` has passed)."""
+        now = time.monotonic()
+        if not self.enabled or now - self.wall < self.every:
+            return None
+        times, own = cpu_times(self.cpus, self.stat), time.process_time()
+        if times is None:
+            return None
+        mine = (own - self.own) / (now - self.wall)  # CPUs' worth this process used
+        others = max(0.0, busy_cpus(self.times, times) - mine)
+        self.times, self.wall, self.own = times, now, own
+        threads = free_threads(self.allowed, others)
+        if threads == torch.get_num_threads():
+            return None
+        torch.set_num_threads(threads)
+        return threads

@@ -72,6 +72,8 @@ class Settings:
     max_batch_tokens: int = 4096  # source tokens per decoding batch
     max_batch_sentences: int = 256
     continuous: bool = True  # sentences join and leave the running batch at every step (serve/continuous.py)
+    # torch's threads kept to the CPUs other processes leave free while serving (`vaswani serve`'s; runtime/threads.py)
+    govern_threads: bool = False
     api_key: str | None = None
     metrics_token: str | None = None  # guards /metrics instead of api_key (a scraper's own token)
     cors_origins: tuple[str, ...] = ()
@@ -153,6 +155,7 @@ async def lifespan(app: FastAPI):
         state.metrics.batch,
         thread,
         s.continuous,
+        s.govern_threads,
     )
     state.metrics.watch_queue(lambda: batcher.queued)
     state.batcher = batcher

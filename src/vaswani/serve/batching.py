@@ -25,7 +25,10 @@ from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
+import torch
+
 from vaswani.decode.request import DecodeRequest
+from vaswani.runtime.threads import ThreadGovernor
 from vaswani.serve.compute import ComputeThread
 from vaswani.serve.continuous import ContinuousRun
 from vaswani.serve.jobs import Job as _Job
@@ -45,6 +48,7 @@ class BatchStats:
     batches: int = 0
     steps: int = 0
     running: int = 0  # sentences a step ran, summed over the steps: / steps, the mean a continuous batch held
+    threads: int = 0  # torch's threads now (runtime/threads.py ThreadGovernor: the CPUs other processes leave free)
     requests: int = 0
     sentences: int = 0
     largest: int = 0
@@ -75,6 +79,7 @@ class MicroBatcher:
         on_batch: OnBatch | None = None,
         compute: ComputeThread | None = None,
         continuous: bool = True,
+        govern_threads: bool = False,
     ) -> None:
         self.translator, self.max_wait, self.max_tokens, self.max_sentences = (
             translator,
@@ -83,6 +88,8 @@ class MicroBatcher:
             max_sentences,
         )
         self.max_queued, self.on_batch, self.continuous = max_queued, on_batch, continuous
+        self.govern_threads = govern_threads  # `vaswani serve`'s: a library's caller keeps its own thread count
+        self.governor: ThreadGovernor | None = None  # made on the worker, which runs torch
         self.stats = BatchStats()
         self._pending: deque[_Job] = deque()
         self._ready = threading.Condition()
@@ -172,9 +179,18 @@ class MicroBatcher:
             or sum(job.tokens_left for job in jobs) >= self.max_tokens
         )
 
+    def tick(self) -> None:
+        """torch's threads kept to the CPUs other processes leave free (runtime/threads.py), checked every few
+        seconds; from the worker (the thread that runs torch), between steps."""
+        if self.governor is not None and self.governor.tick() is not None:
+            self.stats.threads = torch.get_num_threads()
+
     def _run(self) -> None:
+        self.governor = ThreadGovernor() if self.govern_threads else None
+        self.stats.threads = torch.get_num_threads()
         try:
             while (request := self._next()) is not None:
+                self.tick()
                 search = self.translator.continuous(request) if self.continuous else None
                 if search is not None:  # sentences join and leave the running batch at every step
                     ContinuousRun(self, request, search).run()

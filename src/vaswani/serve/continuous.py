@@ -35,6 +35,7 @@ class ContinuousRun:
                 b.wait_for_company(b._pending[0])
         b.stats.batches += 1
         while True:
+            b.tick()
             self._admit()
             if not self.search.running:
                 return
