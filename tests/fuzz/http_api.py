@@ -5,8 +5,9 @@ nested objects), unknown keys, huge, zero and negative numbers, 10**5 texts, a 1
 JSON, wrong or missing content types, empty bodies; and the other routes with wrong methods and unknown paths.
 
 The promise (issue 60): a 200 whose body keeps the documented shape (one translation per text, in order, each a
-str), or a 4xx whose JSON `error` is one line naming the field (or the body, the header, the path) with no
-traceback; a 413 names the limit; never a 5xx. Outcomes are the status codes ("200", "422", "413", ...)."""
+str) and the texts the Python API gives (Translator.translate_with_details on the same sentences), or a 4xx whose JSON
+`error` is one line naming the field (or the body, the header, the path) with no traceback; a 413 names the limit;
+never a 5xx. Outcomes are the status codes ("200", "422", "413", ...)."""
 
 from __future__ import annotations
 
@@ -324,6 +325,28 @@ def _check_translations(request: dict, payload: Any) -> None:
             assert "sentences" not in translation and ("attention" in translation) == wanted, translation.keys()
 
 
+def _check_as_the_python_api(request: dict, payload: Any, client: Any) -> None:
+    """A 200's texts are the Python API's: the same sentences (serve/routes.py's reading of the body) translated by
+    `Translator.translate_with_details` in one call, bypassing the batcher and its continuous batch, and put back
+    together in the request's format."""
+    from vaswani.serve.routes import RequestError, TranslateRequest, decode_request, sentences_of
+
+    state = client.app.state
+    try:
+        body = TranslateRequest(**request)
+        decode, split = decode_request(body, state), sentences_of(body, state)
+    except (RequestError, ValueError):  # the route's 200 says the body is valid: a disagreement here is a defect
+        raise AssertionError(f"the API answered 200 where its own reading refuses {request!r}") from None
+    translator = state.translator
+    if body.source_language == "auto" or not split.sentences:
+        return
+    languages = translator.languages.per_sentence(body.target_language, len(split.sentences))
+    # on this thread (the compute thread is the batcher's until the app stops), with as many torch threads (one)
+    results = translator.translate_with_details(split.sentences, split.request(decode), target_language=languages)
+    expected = [t.text for t in split.assemble(results, translator.languages.target_iso(body.target_language))]
+    assert [t["text"] for t in payload["translations"]] == expected, (request, payload["translations"], expected)
+
+
 def _check_page(call: Call, response: Any) -> None:
     """A 200 from another route: its documented content."""
     path = urllib.parse.unquote(call.path)
@@ -353,6 +376,7 @@ def check(call: Call, client: Any) -> str:
     elif call.path == "/v1/translate" and call.method == "POST":
         assert status == 200 and call.request is not None, (status, what)
         _check_translations(call.request, response.json())
+        _check_as_the_python_api(call.request, response.json(), client)
     else:
         _check_page(call, response)
     return str(status)
@@ -380,8 +404,13 @@ def context() -> Iterator[Any]:
             translator = compute.call(Translator.load, directory, "cpu", "fp32")
             app = create_app(translator, directory, Settings(), compute=compute)
             assert app.state.settings.max_body == LIMIT
-            with TestClient(app, raise_server_exceptions=False) as client:
-                yield client
+            threads = torch.get_num_threads()
+            torch.set_num_threads(1)  # the Python API's calls in the check, as the compute thread runs
+            try:
+                with TestClient(app, raise_server_exceptions=False) as client:
+                    yield client
+            finally:
+                torch.set_num_threads(threads)
     finally:
         compute.close()
 
