@@ -155,8 +155,11 @@ async def lifespan(app: FastAPI):
         state.metrics.batch,
         thread,
         s.continuous,
-        s.govern_threads,
     )
+    if s.govern_threads:
+        from vaswani.runtime.threads import ThreadGovernor
+
+        batcher.governor = ThreadGovernor()
     state.metrics.watch_queue(lambda: batcher.queued)
     state.batcher = batcher
     yield

@@ -79,7 +79,6 @@ class MicroBatcher:
         on_batch: OnBatch | None = None,
         compute: ComputeThread | None = None,
         continuous: bool = True,
-        govern_threads: bool = False,
     ) -> None:
         self.translator, self.max_wait, self.max_tokens, self.max_sentences = (
             translator,
@@ -88,8 +87,9 @@ class MicroBatcher:
             max_sentences,
         )
         self.max_queued, self.on_batch, self.continuous = max_queued, on_batch, continuous
-        self.govern_threads = govern_threads  # `vaswani serve`'s: a library's caller keeps its own thread count
-        self.governor: ThreadGovernor | None = None  # made on the worker, which runs torch
+        # torch's threads kept to the CPUs other processes leave free (runtime/threads.py), where the owner sets one
+        # (`vaswani serve` does): ticked by the worker, which runs torch; a library's caller keeps its own count
+        self.governor: ThreadGovernor | None = None
         self.stats = BatchStats()
         self._pending: deque[_Job] = deque()
         self._ready = threading.Condition()
@@ -186,7 +186,6 @@ class MicroBatcher:
             self.stats.threads = torch.get_num_threads()
 
     def _run(self) -> None:
-        self.governor = ThreadGovernor() if self.govern_threads else None
         self.stats.threads = torch.get_num_threads()
         try:
             while (request := self._next()) is not None:
