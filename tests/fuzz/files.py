@@ -188,7 +188,10 @@ def _opens(data: bytes, fmt: str) -> object | None:
                 from ebooklib import epub
 
                 return epub.read_epub(io.BytesIO(data), {"ignore_ncx": False})
-            cues = pysubs2.SSAFile.from_string(data.decode("utf-8-sig"), format_=fmt)
+            # pysubs2 ends a line at "\n" alone: a file whose lines end in a lone CR (as old Mac editors wrote them,
+            # and as players and translate/files/subtitles.py read them) is given to it with its line ends as "\n"
+            text = re.sub(r"\r\n|\r", "\n", data.decode("utf-8-sig"))
+            cues = pysubs2.SSAFile.from_string(text, format_=fmt)
             return [(event.start, event.end) for event in cues]
     except Exception:  # any refusal of the library's counts as "does not open"
         return None
