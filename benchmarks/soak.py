@@ -37,10 +37,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from provenance import stamp
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))  # provenance.py, also where this module is imported by path (tests)
+from provenance import stamp  # noqa: E402
+
 from tests.helpers.common import MULTI30K, write_tiny_model_directory  # noqa: E402
 from vaswani.serve.launch import launch  # noqa: E402
 

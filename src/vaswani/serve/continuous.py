@@ -51,9 +51,10 @@ class ContinuousRun:
         """The requests that may join now, in the order they came (the batcher's lock held); cancelled ones dropped
         (and their sentences taken out of the batch)."""
         gone: set[Hashable] = set()
-        for job in self.batcher._pending:
-            if job.future.done():  # its client went away: its sentences are not decoded further
+        for job in dict.fromkeys([*self.batcher._pending, *self.jobs]):  # waiting, or all its sentences running
+            if job.future.done() and not job.closed:  # its client went away: its sentences are not decoded further
                 job.drop()
+                job.closed = True  # nobody waits for it: not prepared, taken or answered
                 gone |= {(job, i) for i in job.order}
         if gone:
             self.search.drop(gone)
