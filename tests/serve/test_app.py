@@ -335,6 +335,34 @@ def test_a_request_whose_client_went_away_is_not_decoded(translator):
     assert batcher.stats.sentences == 1 and batcher.queued == 0  # none of the cancelled request's sentences
 
 
+def test_a_client_gone_while_its_sentences_run_frees_their_rows(translator, monkeypatch):
+    """All of its sentences in the continuous batch when its client goes (each step slowed to 50 ms): they leave at
+    the next step, the next request is answered as alone."""
+    start = translator.continuous
+
+    def slow(request):
+        search = start(request)
+        step = search.step
+        search.step = lambda: (time.sleep(0.05), step())[1]
+        return search
+
+    monkeypatch.setattr(translator, "continuous", slow)
+
+    async def run(batcher):
+        gone = asyncio.ensure_future(batcher.translate(SENTENCES * 5))
+        await asyncio.sleep(0.03)  # within its first step: every sentence of it joined
+        gone.cancel()
+        return await batcher.translate(SENTENCES[:1])
+
+    batcher = MicroBatcher(translator, max_wait=0.0)
+    [result] = asyncio.run(run(batcher))
+    batcher.close()
+    assert result.text == translator.translate(SENTENCES[:1])[0]
+    searched = sum(1 for sentence in SENTENCES * 5 if sentence.strip())  # an empty one needs no search
+    assert batcher.stats.largest >= searched  # they were all running
+    assert batcher.stats.sentences < 1 + searched  # not all of them decoded to their end
+
+
 BAD_REQUESTS = [  # (what, request keyword arguments, status, words the error must contain)
     ("invalid JSON", {"content": b'{"text": ["a"', "headers": {"content-type": "application/json"}}, 422, "JSON"),
     (
