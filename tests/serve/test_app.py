@@ -335,18 +335,24 @@ def test_a_request_whose_client_went_away_is_not_decoded(translator):
     assert batcher.stats.sentences == 1 and batcher.queued == 0  # none of the cancelled request's sentences
 
 
-def test_a_client_gone_while_its_sentences_run_frees_their_rows(translator, monkeypatch):
-    """All of its sentences in the continuous batch when its client goes (each step slowed to 50 ms): they leave at
-    the next step, the next request is answered as alone."""
+def _slow_steps(translator, monkeypatch, seconds: float) -> None:
+    """Every step of the translator's continuous batches slowed by `seconds`, so that a test's requests come while
+    one runs."""
     start = translator.continuous
 
     def slow(request):
         search = start(request)
         step = search.step
-        search.step = lambda: (time.sleep(0.05), step())[1]
+        search.step = lambda: (time.sleep(seconds), step())[1]
         return search
 
     monkeypatch.setattr(translator, "continuous", slow)
+
+
+def test_a_client_gone_while_its_sentences_run_frees_their_rows(translator, monkeypatch):
+    """All of its sentences in the continuous batch when its client goes (each step slowed to 50 ms): they leave at
+    the next step, the next request is answered as alone."""
+    _slow_steps(translator, monkeypatch, 0.05)
 
     async def run(batcher):
         gone = asyncio.ensure_future(batcher.translate(SENTENCES * 5))
@@ -576,15 +582,7 @@ def test_serve_binds_to_this_machine_only_by_default(model_dir):
 def test_requests_that_come_while_a_batch_runs_join_it_and_get_what_they_get_alone(translator, monkeypatch):
     """Continuous batching (serve/continuous.py): each request's sentence joins the running search at its next step
     (every step slowed to 20 ms, so that the batch is still running when the next request comes, 5 ms later)."""
-    start = translator.continuous
-
-    def slow(request):
-        search = start(request)
-        step = search.step
-        search.step = lambda: (time.sleep(0.02), step())[1]
-        return search
-
-    monkeypatch.setattr(translator, "continuous", slow)
+    _slow_steps(translator, monkeypatch, 0.02)
 
     async def run(batcher, request):
         calls = []

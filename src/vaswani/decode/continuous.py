@@ -31,8 +31,8 @@ from vaswani.families import TRANSLATE, family
 from vaswani.nn.rows_cache import RowsKVCache
 
 # Sentences join together, encoded as one batch, when so many wait, or once the first has waited that many steps (or
-# at once into an empty batch): one at a time, encoding a single sentence and copying the cache for it cost a sixth of a
-# 32-sentence beam step's time (benchmarks/serve_offline.py; docs/benchmarks.md, "Serving")
+# at once into an empty batch): one at a time, encoding a single sentence and copying the cache for it cost a sizeable
+# share of a full batch's step (measured with benchmarks/serve_offline.py's in-process search)
 JOIN_AT = 2
 Done = tuple[Hashable, list[Hypothesis]]  # a sentence's key and its hypotheses (n_best, best first)
 
