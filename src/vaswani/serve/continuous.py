@@ -72,8 +72,8 @@ class ContinuousRun:
         with b._ready:
             waiting = self._waiting()
         for job in waiting:
-            if job.prepared is None and not self._prepare(job):
-                continue
+            if job.prepared is None:
+                self._prepare(job)
         with b._ready:
             waiting = [job for job in self._waiting() if job.prepared is not None]
             taken = take_in_turn(waiting, self.search.running, self.search.source_tokens, b.max_sentences, b.max_tokens)
@@ -85,8 +85,9 @@ class ContinuousRun:
                 job for job in b._pending if not job.closed and (job.left or job.prepared is None)
             )
 
-    def _prepare(self, job: Job) -> bool:
-        """`job`'s sentences made ready (Translator.prepare); one with none to search is answered at once."""
+    def _prepare(self, job: Job) -> None:
+        """`job`'s sentences made ready (Translator.prepare); one with none to search is answered at once, one that
+        fails gets its error."""
         try:
             prepared = self.batcher.translator.prepare(
                 job.texts, job.request, encoded=job.ids, target_language=job.languages
@@ -96,12 +97,11 @@ class ContinuousRun:
                 job.drop()
                 job.closed = True
             reply(job, None, error)
-            return False
+            return
         with self.batcher._ready:
             job.plan(prepared)
         if not prepared.todo:
             self._answer(job)
-        return True
 
     def _deliver(self, done: list, seconds: float) -> None:
         """The sentences done at this step, and the requests whose last one it was answered."""
