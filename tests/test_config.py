@@ -89,6 +89,7 @@ def test_yaml_recipe_with_overrides_and_number_strings(tmp_path):
     "text,match",
     [
         ("trian:\n  max_steps: 3\n", "unknown section 'trian'.*did you mean 'train'"),
+        ("distill:\n  beam_size: 4\n", "distillation recipe: run it with `vaswani distill"),
         ("train:\n  max_steps: many\n", "train.max_steps must be an integer"),
         ("train:\n  adam_eps: tiny\n", "train.adam_eps must be a number"),
         ("model:\n  norm_first: 3\n", "model.norm_first must be true or false"),

@@ -65,8 +65,10 @@ class Case:
 
 @functools.cache
 def _recipes() -> tuple[dict, ...]:
-    """The project's recipes, read once (a YAML parse is slow next to a case)."""
-    return tuple(yaml.safe_load(path.read_text(encoding="utf-8")) for path in sorted(CONFIGS.glob("*.yaml")))
+    """The project's recipes for `vaswani train`, read once (a YAML parse is slow next to a case); a distillation
+    recipe's own `distill` section is left out (`vaswani distill` reads it, then loads the rest as these are)."""
+    recipes = (yaml.safe_load(path.read_text(encoding="utf-8")) for path in sorted(CONFIGS.glob("*.yaml")))
+    return tuple({name: values for name, values in recipe.items() if name != "distill"} for recipe in recipes)
 
 
 def _bases() -> list[dict]:

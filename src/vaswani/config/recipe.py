@@ -90,6 +90,11 @@ class Config:
             raise ConfigError("a config must be a mapping of sections: model, data, train, decode, finetune")
         sections = {}
         for name, section in values.items():
+            if name == "distill":
+                raise ConfigError(
+                    "section 'distill' belongs to a distillation recipe: run it with `vaswani distill "
+                    "TEACHER RECIPE STUDENT`, not `vaswani train`"
+                )
             if name not in SECTIONS:
                 raise ConfigError(f"unknown section '{shown(name)}'{closest(name, list(SECTIONS))}")
             sections[name] = _section(name, {} if section is None else section)  # `train:` alone: the defaults
