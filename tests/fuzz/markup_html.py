@@ -1,7 +1,9 @@
 """HTML pages as users bring them (translate/markup/html.py): random nesting of inline, block and kept elements,
 unclosed and stray tags, attributes (translate="no", class="notranslate", quotes, entities), entities good and
 bad, comments (closed or not), scripts, any Unicode. The promise, on every page: the parse writes the page back
-unchanged; the translation has every tag once (the same pieces), well nested where the page was; every run with
+unchanged, or (saying so) as a browser reads it; what it keeps as written and what it translates is what html5lib
+(the WHATWG rules browsers follow) shows inside and outside kept elements; the translation has every tag once (the
+same pieces), well nested where the page was, each in the parent a browser gives it in the page; every run with
 words is translated, none cut short; what stays untranslated because the markup is broken is reported."""
 
 from __future__ import annotations
@@ -12,9 +14,11 @@ from html.parser import HTMLParser
 from hypothesis import strategies as st
 
 from tests.fuzz import Surface, text, tiny_translator
+from tests.helpers.browser import browser_kept, kept_elements, ours_kept, shape
 from vaswani.translate.formats import translate_markup
 from vaswani.translate.markup import parse, pieces
-from vaswani.translate.markup.html import VOID
+from vaswani.translate.markup.html import VOID, parse_html
+from vaswani.translate.markup.html5 import lone_inline_tag
 
 WORDS = st.sampled_from(
     ["Ein", "Hund", "läuft", "im", "Park", ".", "Zwei", "Männer", "sitzen", "auf", "der", "Bank", ",", "Straße"]
@@ -94,15 +98,45 @@ def read(page: str, fmt: str) -> str:
 def letters(markup_text: str, fmt: str) -> int:
     """How many non-space characters the runs of a document hold (its translatable text, tags and kept parts
     apart)."""
-    return sum(len("".join(run.text.split())) for run in parse(markup_text, fmt).runs)
+    read = parse_html(markup_text) if fmt == "html" else parse(markup_text, fmt)  # as written, not as rewritten
+    return sum(len("".join(run.text.split())) for run in read.runs)
+
+
+def _references(page: str) -> tuple[str, ...]:
+    """The page, and the markup written of the tree a browser builds of it: where no markup gives that tree (an <a>
+    a table put inside an <a>, a <p> inside a <p>, a <textarea> holding an element), a browser reads the rewritten
+    page otherwise, and the rewrite is held to what it reads there."""
+    from vaswani.translate.markup.html5 import tree, written
+
+    return (page, written(tree(page)[0]))
+
+
+def _as_a_browser_reads(page: str, markup) -> None:
+    """The parse writes the page back as written, or, where it is rewritten (and says so), as a browser reads it;
+    either way it keeps as written the text html5lib (the WHATWG rules browsers follow) puts inside kept elements,
+    and translates the text a browser shows outside them, block by block."""
+    from vaswani.translate.markup.html5 import REWRITTEN, browser_reading, our_reading, tree
+
+    references = _references(page)
+    if any(note.endswith(REWRITTEN) for note in markup.kept):
+        wanted = {shape(reference, with_text=True) for reference in references}
+        assert shape(markup.source(), with_text=True) in wanted, markup.source()
+    else:
+        assert read(markup.source(), "html") == read(page, "html"), "the parse does not write the page back"
+    assert ours_kept(page) in {browser_kept(r) for r in references}, "kept text differs from html5lib's"
+    runs = {browser_reading(tree(reference)[0]).runs for reference in references}
+    assert our_reading(markup.parts).runs in runs, "translated text differs"
 
 
 def check_markup(page: str, translator, fmt: str) -> str:
     """The format's promise on one page (this module's docstring), for HTML and Markdown alike."""
     markup = parse(page, fmt)
-    assert read(markup.source(), fmt) == read(page, fmt), "the parse does not write the page back"
+    if fmt == "html":
+        _as_a_browser_reads(page, markup)
+    else:
+        assert read(markup.source(), fmt) == read(page, fmt), "the parse does not write the page back"
     [result] = translate_markup(translator, [page], fmt)
-    assert pieces(parse(result.text, fmt)) == pieces(markup), result.text
+    assert pieces(parse_html(result.text) if fmt == "html" else parse(result.text, fmt)) == pieces(markup), result.text
     assert len(result.runs) == len(markup.runs)
     for translated in result.runs:
         assert len(translated.sentences) == len(translated.document.sentences)
@@ -110,6 +144,13 @@ def check_markup(page: str, translator, fmt: str) -> str:
     assert letters(result.text, fmt) == expected, (page, result.text)  # no translated text lost or added
     if fmt == "html" and well_nested(page):
         assert well_nested(result.text), result.text
+    # the translation's tags as a browser reads them: the page's, none moved to another block (but an inline element
+    # around blocks, an <a> around a <p>: its tags stay, as atoms, and the words between them follow the alignment)
+    if fmt == "html" and not lone_inline_tag(markup.parts):
+        assert shape(result.text) in {shape(reference) for reference in _references(page)}, result.text
+    if fmt == "html":  # the kept elements' texts, in any order (the words around them moved)
+        kept = [sorted("".join(text.split()) for text in kept_elements(r)) for r in _references(page)]
+        assert sorted("".join(text.split()) for text in kept_elements(result.text)) in kept, result.text
     assert result.to_dict().get("kept", []) == list(markup.kept)
     return "kept, reported" if markup.kept else "translated" if markup.runs else "nothing to translate"
 

@@ -5,10 +5,11 @@ the broken markup met on real pages."""
 from __future__ import annotations
 
 import re
-from html.parser import HTMLParser
+from xml.etree import ElementTree
 
 from vaswani.translate.markup import Atom, Run, parse
-from vaswani.translate.markup.html import KEPT_BLOCK, KEPT_INLINE, _Events
+from vaswani.translate.markup.html import INLINE, INLINE_VOID, KEPT_BLOCK, KEPT_INLINE
+from vaswani.translate.markup.html5 import body_content
 
 REAL_PAGES = [  # broken markup as it is met on real pages (documentation, CMS output, pasted snippets)
     "<p>Install it with <code>pip install vaswani</p><p>Then run the tests.</p>",
@@ -26,15 +27,24 @@ REAL_PAGES = [  # broken markup as it is met on real pages (documentation, CMS o
 ]
 
 
+def _document(page: str):
+    """`page` parsed by html5lib as a browser parses it: a fragment as part of a standards-mode page (<!DOCTYPE html>:
+    a <table> ends an open <p>), a whole document as it says."""
+    import html5lib
+
+    whole = re.match(r"(?:\s|<!--.*?-->)*<(?:!doctype|html|head|body)\b", page, re.I | re.S)
+    return html5lib.parse(page if whole else "<!DOCTYPE html>" + page, treebuilder="etree", namespaceHTMLElements=False)
+
+
 def _text_of(raw: str) -> str:
-    """The text a page fragment shows (its data, comments apart)."""
-    parts: list[str] = []
-    reader = HTMLParser(convert_charrefs=True)
-    reader.CDATA_CONTENT_ELEMENTS = _Events.CDATA_CONTENT_ELEMENTS  # textarea's tags are its text, as a browser reads
-    reader.handle_data = parts.append  # type: ignore[method-assign]
-    reader.feed(re.sub(r"<!--(?:.*?-->|.*\Z)", "", raw, flags=re.S))  # an unclosed comment runs to the end
-    reader.close()
-    return "".join(parts)
+    """The text a piece of a page shows read alone by an HTML5 parser (comments apart)."""
+
+    def text(element) -> str:
+        if not isinstance(element.tag, str):  # a comment
+            return ""
+        return (element.text or "") + "".join(text(child) + (child.tail or "") for child in element)
+
+    return text(_document(raw))  # fragment mode drops what a table moves out
 
 
 def ours_kept(page: str) -> str:
@@ -42,6 +52,8 @@ def ours_kept(page: str) -> str:
     markup, kept = parse(page, "html"), []
 
     def starts_kept(raw: str) -> bool:
+        if not (raw.startswith("<") and raw[1:2].isalpha()):  # text, a comment, an end tag
+            return False
         name = raw[1:].split(">")[0].split()[0].lower() if raw.startswith("<") and len(raw) > 1 else ""
         return (
             name in KEPT_INLINE | KEPT_BLOCK or "translate" in raw.split(">")[0] or "notranslate" in raw.split(">")[0]
@@ -64,22 +76,68 @@ def ours_kept(page: str) -> str:
 
 def browser_kept(page: str) -> str:
     """The text an HTML5 parser puts inside elements kept as written (and their descendants)."""
-    import html5lib
+    return " ".join("".join(kept_elements(page)).split())
 
-    out: list[str] = []
+
+def kept_elements(page: str) -> list[str]:
+    """The text of each element an HTML5 parser reads as kept (the outermost ones), in document order."""
+
+    out: list[list[str]] = []
 
     def walk(element, kept: bool) -> None:
         if not isinstance(element.tag, str):  # a comment
             return
         classes = (element.get("class") or "").split()
-        kept = kept or element.tag in KEPT_INLINE | KEPT_BLOCK or (element.get("translate") or "").lower() == "no"
-        kept = kept or "notranslate" in classes
-        if kept and element.text:
-            out.append(element.text)
+        keeps = kept or element.tag in KEPT_INLINE | KEPT_BLOCK or (element.get("translate") or "").lower() == "no"
+        keeps = keeps or "notranslate" in classes
+        if keeps and not kept:
+            out.append([])
+        if keeps and element.text:
+            out[-1].append(element.text)
         for child in element:
-            walk(child, kept)
-            if kept and child.tail:
-                out.append(child.tail)
+            walk(child, keeps)
+            if keeps and child.tail:
+                out[-1].append(child.tail)
 
-    walk(html5lib.parse(page, treebuilder="etree", namespaceHTMLElements=False), False)
-    return " ".join("".join(out).split())
+    walk(_document(page), False)
+    return ["".join(texts) for texts in out]
+
+
+def shape(page: str, with_text: bool = False) -> tuple:
+    """The tree an HTML5 parser builds of `page`, comments apart: with `with_text`, each element's name, attributes,
+    children and text in order (whitespace apart); without it, every element's name and attributes with the block
+    it stands in (blocks numbered in document order): a translation may put inline elements in another order or
+    nesting inside a block (their words moved), never in another block."""
+
+    def sign(element) -> tuple:
+        children = [sign(child) for child in element if isinstance(child.tag, str)]
+        texts = [element.text or ""]
+        for child in element:  # a comment's tail continues the text before it
+            if isinstance(child.tag, str):
+                texts.append(child.tail or "")
+            else:
+                texts[-1] += child.tail or ""
+        texts = ["".join(text.split()) for text in texts]
+        return (element.tag, tuple(sorted(element.attrib.items())), tuple(children), tuple(texts))
+
+    placed: list[tuple] = []
+    blocks = [0]
+
+    def place(element, block: int) -> None:
+        for child in element:
+            if not isinstance(child.tag, str):
+                continue
+            placed.append((block, child.tag, tuple(sorted(child.attrib.items()))))
+            if child.tag in INLINE | KEPT_INLINE | INLINE_VOID:
+                place(child, block)
+            else:
+                blocks[0] += 1
+                place(child, blocks[0])
+
+    document = ElementTree.Element("DOCUMENT_ROOT")
+    document.append(_document(page))
+    content = body_content(document)  # a fragment's elements, wherever the parser put them (head or body)
+    if with_text:
+        return sign(content)
+    place(content, 0)
+    return tuple(sorted(placed))

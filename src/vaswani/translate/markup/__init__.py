@@ -168,9 +168,9 @@ class MarkupTranslation:
 def parse(text: str, format: str) -> Markup:
     """`text` parsed as `format` ("html" or "markdown")."""
     if format == "html":
-        from vaswani.translate.markup.html import parse_html
+        from vaswani.translate.markup.html5 import parse_as_browser
 
-        return parse_html(text)
+        return parse_as_browser(text)
     if format == "markdown":
         from vaswani.translate.markup.markdown import parse_markdown
 

@@ -1,16 +1,16 @@
-"""HTML read for translation by the standard library's parser (html.parser): what is text, which tags are inline
-marks around it, what stays as written (translate/markup/__init__.py).
+"""HTML read for translation from its source by the standard library's parser (html.parser): what is text, which
+tags are inline marks around it, what stays as written (translate/markup/__init__.py); html5.py checks the reading
+against a browser's.
 
 - Inline elements (`<b>`, `<i>`, `<a href=…>`, `<span …>`, ...) are marks: their tags come back exactly as
   written, attributes and all, around the translated words.
 - `<code>`, `<kbd>`, `<samp>`, `<var>`, and any element with `translate="no"` or the class `notranslate`, stay as
   written where they are (atoms inside a sentence); `<pre>`, `<script>`, `<style>`, `<textarea>`, `<svg>`, `<math>`,
   `<template>` stay as written between blocks. So do comments, declarations and processing instructions.
-- Such an element never closed ends where a browser ends it by the HTML5 parsing rules: at the end tag of an
-  element around it, or at a tag that ends it or its paragraph, list item or table cell; with nothing to end it, at
-  the end of the text. One difference, on purpose: a browser carries an unclosed `<code>` (a formatting element)
-  on into every later paragraph; here it ends with its own, so that the rest of the page is translated.
-  Either way `Markup.kept` says so, with its line: the CLI warns, JSON has `kept`.
+- Such an element never closed ends here at the end tag of an element around it, or at a tag that ends it or its
+  paragraph, list item or table cell; with nothing to end it, at the end of the text; `Markup.kept` says so, with
+  its line. A page read so, or one a browser reads otherwise, is then read again from the tree an HTML5 parser
+  builds (html5.py: a `<code>` never closed is carried on into later paragraphs, as a browser carries it).
 - Every other tag is a block: it ends the text before it (`<br>` too: a sentence does not run over a line break).
 - Entities are decoded for the model and written back as the input wrote them (`&nbsp;` stays `&nbsp;`); `&`,
   `<` and `>` in translated text are escaped.
