@@ -94,7 +94,6 @@ def tree(page: str) -> tuple[Any, list[str]]:
     fragment is parsed as a document is (html5lib's fragment mode drops what a table moves out before it), and its
     root then holds what the document's head and body hold, in order."""
     import html5lib
-    from html5lib.constants import E
 
     parser = html5lib.HTMLParser(tree=html5lib.getTreeBuilder("etree", fullTree=True), namespaceHTMLElements=False)
     whole = _WHOLE.match(page) is not None  # a fragment is read as part of a standards-mode page (a <table> ends a <p>)
@@ -103,12 +102,20 @@ def tree(page: str) -> tuple[Any, list[str]]:
     for (line, _column), code, values in parser.errors:
         if code.startswith("expected-doctype") or code == "unexpected-doctype":  # a page may well have none
             continue
-        try:
-            said = E.get(code, code) % (values or {})
-        except (KeyError, TypeError, ValueError):  # a message whose fields html5lib left out
-            said = code
-        errors.append(f"line {line}: {said.rstrip('.')}")
+        errors.append(f"line {line}: {_worded(code, values or {})}")
     return root if whole else body_content(root), errors
+
+
+def _worded(code: str, values: dict) -> str:
+    """A parse error as html5lib words it, but the adoption agency's (named by the algorithm's steps) in plain words."""
+    from html5lib.constants import E
+
+    if code.startswith("adoption-agency"):
+        return f"</{values.get('name', '')}> misnested: it closes elements opened inside it"
+    try:
+        return (E.get(code, code) % values).rstrip(".")
+    except (KeyError, TypeError, ValueError):  # a message whose fields html5lib left out
+        return code
 
 
 def body_content(root: Any) -> Any:
