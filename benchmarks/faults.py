@@ -4,10 +4,12 @@ training run, resumed, must end with the weights of a run never killed.
 
 Each command runs on a tiny setup (the trainer tests' toy run; 3,000 Multi30k pairs; five checkpoints of a 4M-parameter
 model; a tiny Marian saved by transformers; a tiny model directory exported to Hugging Face and CTranslate2), once to
-the end to measure its duration T, then again and again killed (its whole process group: workers too) after a delay
-drawn uniformly from [0, T]. After each kill its output is read with the project's own loaders (config, weights,
-training state, tokenizer, prepared data's manifest and hashes; transformers and CTranslate2 for exports): it must be
-absent, the old version, or the new one. A killed training run is killed a second time after it restarts, then
+the end, watched for the temporaries of its writes (vaswani/atomic.py), then again and again killed (its whole process
+group: workers too) inside a write: one drawn in proportion to the writes' durations (time-weighted), at a uniform
+moment of it, counted from its temporary's appearance in the killed run (issue 78: uniform moments of the whole run
+fell mostly in start-up, 1 of 31 train/average/export kills mid-write). After each kill its output is read with the
+project's own loaders (config, weights, training state, tokenizer, prepared data's manifest and hashes; transformers
+and CTranslate2 for exports): it must be absent, the old version, or the new one. A killed training run is killed a second time after it restarts, then
 resumed to the end, and its last checkpoint and model.safetensors compared with the uninterrupted run's (torch.equal).
 Last, each command runs once more to the end: no temporary a killed writer left may survive it (vaswani/atomic.py).
 
@@ -58,6 +60,7 @@ class Tally:
     kills: int = 0
     finished_first: int = 0  # runs that ended before their delay: not counted as kills
     mid_write: int = 0  # kills that left a temporary: the kill fell inside a write
+    writes_seen: int = 0  # writes the watched run to the end saw (the kills are aimed inside them)
     corrupt: int = 0
     resumed: int = 0
     resumed_equal: int = 0
@@ -105,6 +108,70 @@ def run_killed(argv: list[str], delay: float) -> tuple[bool, str | None]:
             code = process.wait()
             if code == -signal.SIGKILL:
                 return True, None
+        errors.seek(0)
+        return False, None if code == 0 else f"exit {code}: {errors.read()[-500:]}"
+
+
+POLL_S = 0.0005  # how often a run's output is looked at for the temporaries of a write under way
+
+
+def watched_run(argv: list[str], output: Path) -> tuple[float, list[float]]:
+    """Run `argv` to its end, watching `output` for the temporaries vaswani.atomic names: its duration, and each
+    write's (a temporary's life, in order of appearance; writes shorter than the poll are not seen)."""
+    writes: list[float] = []
+    open_: dict[str, float] = {}  # a temporary seen: when it appeared
+    with tempfile.TemporaryFile("w+") as errors:
+        started = time.perf_counter()
+        process = subprocess.Popen(argv, env=ENV, stdout=subprocess.DEVNULL, stderr=errors, start_new_session=True)
+        while process.poll() is None:
+            now, names = time.perf_counter(), {p.name for p in temporaries(output)}
+            open_.update({name: now for name in names - open_.keys()})
+            writes += [now - open_.pop(name) for name in list(open_) if name not in names]
+            time.sleep(POLL_S)
+        duration = time.perf_counter() - started
+        if process.returncode != 0:
+            errors.seek(0)
+            raise RuntimeError(f"{' '.join(argv[2:])} failed: {errors.read()[-2000:]}")
+    return duration, writes
+
+
+@dataclass
+class Aim:
+    """Where a kill falls: inside a write, drawn in proportion to the writes' durations (time-weighted over the
+    writes a watched run saw), at a uniform moment of it; or, where no write was seen, at a uniform moment of the
+    run."""
+
+    duration: float
+    writes: list[float]
+
+    def draw(self, rng: random.Random) -> tuple[int | None, float]:
+        if not self.writes:
+            return None, rng.uniform(0.0, self.duration)
+        [index] = rng.choices(range(len(self.writes)), weights=self.writes)
+        return index, rng.uniform(0.0, self.writes[index])
+
+
+def run_aimed(argv: list[str], output: Path, aim: Aim, rng: random.Random) -> tuple[bool, str | None]:
+    """`run_killed`, the kill aimed inside a write: the run is watched, and killed `offset` s after the temporary of
+    its `index`-th write appears (or at a uniform moment, with no write seen)."""
+    index, offset = aim.draw(rng)
+    if index is None:
+        return run_killed(argv, offset)
+    with tempfile.TemporaryFile("w+") as errors:
+        process = subprocess.Popen(argv, env=ENV, stdout=subprocess.DEVNULL, stderr=errors, start_new_session=True)
+        seen, previous = 0, set()
+        while process.poll() is None:
+            names = {p.name for p in temporaries(output)}
+            seen, previous = seen + len(names - previous), names
+            if seen > index:
+                time.sleep(offset)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                break
+            time.sleep(POLL_S)
+        code = process.wait()
+        if code == -signal.SIGKILL:
+            return True, None
         errors.seek(0)
         return False, None if code == 0 else f"exit {code}: {errors.read()[-500:]}"
 
@@ -321,19 +388,19 @@ def record(case: Case, tally: Tally, run: tuple[bool, str | None]) -> None:
 def kill_command(case: Case, kills: int, rng: random.Random) -> Tally:
     """Time each variant once, then kill runs at uniform moments of their duration until `kills` (at most 3x as many
     runs); last, one run to the end, after which no temporary may be left."""
-    durations = []
+    aims = []
     for v in range(case.variants):
         case.reset()
-        durations.append(run_to_end(case.argv(v)))
+        aims.append(Aim(*watched_run(case.argv(v), case.output)))
         if (problem := case.check()) is not None:
             raise RuntimeError(f"{case.name}: a completed run's output does not load: {problem}")
-    tally = Tally(duration_s=round(sum(durations) / len(durations), 2))
+    tally = Tally(duration_s=round(sum(a.duration for a in aims) / len(aims), 2))
+    tally.writes_seen = sum(len(a.writes) for a in aims)
     for i in range(3 * kills):
         if tally.kills >= kills:
             break
         case.reset()
-        argv = case.argv(i)
-        record(case, tally, run_killed(argv, rng.uniform(0.0, durations[i % case.variants])))
+        record(case, tally, run_aimed(case.argv(i), case.output, aims[i % case.variants], rng))
     run_to_end(case.argv(0))  # no reset: this run starts from what the last kill left, and cleans it
     if (problem := case.check()) is not None:
         tally.corrupt += 1
@@ -347,15 +414,15 @@ def kill_training(work: Path, kills: int, rng: random.Random) -> Tally:
     run bit for bit."""
     case, recipe = train_case(work)
     reference = work / "train" / "reference"
-    duration = run_to_end(vaswani("train", str(recipe), str(reference)))
+    aim = Aim(*watched_run(vaswani("train", str(recipe), str(reference)), reference))
     check_train_dir(reference)
-    tally = Tally(duration_s=round(duration, 2))
+    tally = Tally(duration_s=round(aim.duration, 2), writes_seen=len(aim.writes))
     for _ in range(3 * kills):
         if tally.kills >= kills:
             break
         remove(case.output)
-        for _ in range(2):
-            record(case, tally, run_killed(case.argv(0), rng.uniform(0.0, duration)))
+        for _ in range(2):  # the restart writes what the first run's did again: the same aim
+            record(case, tally, run_aimed(case.argv(0), case.output, aim, rng))
         tally.resumed += 1
         tally.resumed_equal += resumed_equal(case.output, reference)
         tally.stale_after_completed_run += len(temporaries(case.output))

@@ -62,18 +62,20 @@ def fsync_tree(root: Path) -> None:
 
 def write_file(path: str | Path, write: Callable[[Path], object]) -> None:
     """`write(tmp)` writes the new version at `tmp`; it then replaces `path` in one step. An exception (or a kill)
-    in `write` leaves `path` as it was."""
+    in `write` leaves `path` as it was. `tmp` lies in a temporary directory of this process beside `path`, so that
+    what `write` itself puts beside `tmp` (safetensors writes through a `.tmpXXXXXX` of its own) is inside it, and
+    removed with it by the next writer where a kill left it."""
     path = Path(path)
     clean_stale(path)
-    tmp = temporary_name(path)
+    folder = temporary_name(path)
+    folder.mkdir()
+    tmp = folder / path.name
     try:
         write(tmp)
         fsync_file(tmp)
         os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
+    finally:
+        remove(folder)
     fsync_directory(path.parent)
 
 

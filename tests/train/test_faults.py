@@ -48,6 +48,24 @@ def test_an_interrupted_write_leaves_the_old_file_and_no_temporary(tmp_path):
     assert path.read_text() == "new\n"
 
 
+def test_a_writer_killed_while_its_own_temporary_is_open_leaves_nothing_the_next_write_keeps(tmp_path):
+    """safetensors writes through a `.tmpXXXXXX` of its own beside the file it is given, then renames it: a kill
+    there (faults.py found one, aiming its kills at writes) left a model-sized file no writer removed. It is now
+    inside the killed writer's temporary directory, which the next writer removes."""
+    path = tmp_path / ckpt.WEIGHTS
+    writer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    folder = atomic.temporary_name(path).with_name(f".{path.name}.tmp-{writer.pid}")
+    folder.mkdir()
+    (folder / ".tmpAbC123").write_bytes(b"half a tensor")  # what the killed writer's safetensors left
+    writer.kill()
+    writer.wait()
+    ckpt.save_weights({"w": torch.arange(3.0)}, path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [ckpt.WEIGHTS]
+    seen = []  # and the writer's own temporaries lie inside this process's temporary directory, not beside the file
+    atomic.write_file(path, lambda tmp: seen.append(sorted(p.name for p in tmp_path.iterdir())) or tmp.write_text("x"))
+    assert seen == [[f".{path.name}.tmp-{os.getpid()}", ckpt.WEIGHTS]]
+
+
 def test_weights_interrupted_while_saving_keep_the_previous_weights(tmp_path, monkeypatch):
     """save_weights (the model to translate with, `vaswani average`'s output) through a save_file that dies half way:
     a non-atomic writer would leave a truncated file here."""

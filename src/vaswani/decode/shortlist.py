@@ -25,6 +25,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from vaswani import atomic
+
 FILE = "shortlist.safetensors"  # in a model directory: what --shortlist without a path reads
 FORMAT = "vaswani shortlist 1"
 TOP = 50  # translations kept per source piece
@@ -109,9 +111,7 @@ class Shortlist:
             format=FORMAT, tgt_vocab_size=self.tgt_vocab_size, copy=self.copy, lines=self.lines, origin=self.origin
         )
         tensors = {"translations": self.translations.int().contiguous(), "frequent": self.frequent.int()}
-        tmp = Path(f"{path}.tmp")
-        save_file(tensors, str(tmp), metadata={"vaswani": json.dumps(meta)})
-        tmp.replace(path)
+        atomic.write_file(path, lambda tmp: save_file(tensors, str(tmp), metadata={"vaswani": json.dumps(meta)}))
 
     @classmethod
     def load(cls, path: str | Path) -> Shortlist:
