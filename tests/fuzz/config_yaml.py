@@ -61,6 +61,7 @@ class Case:
     content: bytes
     overrides: tuple[str, ...] = ()
     must_say: str | None = None  # "did you mean" for a lone misspelt key; the key for a duplicated one
+    field: str | None = None  # a lone value replaced: a refusal must name its field (section.key), nothing else
 
 
 @functools.cache
@@ -135,7 +136,9 @@ def _mutation(draw: st.DrawFn, doc: Any) -> tuple[Any, str | None]:
     elif not isinstance(values, dict):
         return doc, None
     elif kind == "value":
-        values[draw(st.sampled_from(_known(section)))] = draw(_wild())
+        key = draw(st.sampled_from(_known(section)))
+        values[key] = draw(_wild())
+        return doc, f"={section}.{key}"  # a value replaced: a refusal must name its field
     elif kind == "typo":
         key = draw(_typo(draw(st.sampled_from(_known(section)))))
         values[key] = draw(_wild())
@@ -168,7 +171,8 @@ def _benign(doc: dict, section: str, index: int) -> dict:
 
 @st.composite
 def _mutated(draw: st.DrawFn) -> tuple[Any, str | None]:
-    """A recipe with one to three mutations, and the misspelt key when a lone typo is its only one."""
+    """A recipe with one to three mutations, and where one is its only mutation, the misspelt key of a typo or
+    ("=section.key") the field whose value it replaced."""
     doc = {name: dict(values or {}) for name, values in draw(st.sampled_from(_bases())).items()}
     count = draw(st.integers(0, 3))
     typo = None
@@ -206,6 +210,8 @@ def cases(draw: st.DrawFn) -> Case:
     rendered = yaml.safe_dump(doc, allow_unicode=True, sort_keys=False)
     overrides = tuple(draw(st.lists(_override(), max_size=2)))
     kind = draw(st.sampled_from(["mutated"] * 5 + ["duplicate", "garbled", "unicode", "bytes", "snippet"]))
+    if kind == "mutated" and typo and typo.startswith("=") and not overrides:
+        return Case(rendered.encode(), overrides, field=typo[1:])
     if kind == "mutated":
         return Case(rendered.encode(), overrides, "did you mean" if typo and not overrides else None)
     if kind == "duplicate":
@@ -283,6 +289,8 @@ def _refused(error: Exception, path: Path, case: Case) -> str:
     assert str(path) in message or NAMED.search(message), f"names nothing: {message!r}"
     if case.must_say is not None:
         assert case.must_say in message, f"{message!r} does not say {case.must_say!r}"
+    if case.field is not None:
+        assert case.field in message, f"{message!r} does not name {case.field}, the one value changed"
     return "refused"
 
 
