@@ -9,8 +9,9 @@ group: workers too) inside a write: one drawn in proportion to the writes' durat
 moment of it, counted from its temporary's appearance in the killed run (issue 78: uniform moments of the whole run
 fell mostly in start-up, 1 of 31 train/average/export kills mid-write). After each kill its output is read with the
 project's own loaders (config, weights, training state, tokenizer, prepared data's manifest and hashes; transformers
-and CTranslate2 for exports): it must be absent, the old version, or the new one. A killed training run is killed a second time after it restarts, then
-resumed to the end, and its last checkpoint and model.safetensors compared with the uninterrupted run's (torch.equal).
+and CTranslate2 for exports): it must be absent, the old version, or the new one. A killed training run is killed a
+second time after it restarts, then resumed to the end, and its last checkpoint and model.safetensors compared with
+the uninterrupted run's (torch.equal).
 Last, each command runs once more to the end: no temporary a killed writer left may survive it (vaswani/atomic.py).
 
     python benchmarks/faults.py                      # 50 kills over the five commands: benchmarks/results/faults.json

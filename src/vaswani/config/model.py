@@ -130,7 +130,8 @@ class ModelConfig:
             if not self.share_embeddings or self.src_vocab_size != self.tgt_vocab_size:
                 raise ConfigError(
                     f"model.type {self.type} has one vocabulary: model.share_embeddings must be true "
-                    "and src_vocab_size equal tgt_vocab_size"
+                    f"and model.src_vocab_size ({self.src_vocab_size}) equal model.tgt_vocab_size "
+                    f"({self.tgt_vocab_size})"
                 )
         if self.n_classes < 0 or isinstance(self.n_classes, bool):
             raise ConfigError(f"model.n_classes must be 0 (no classifier) or more, got {self.n_classes!r}")
@@ -190,8 +191,8 @@ class ModelConfig:
             raise ConfigError(f"model.positions must be 'sinusoidal' or 'learned', got {self.positions!r}")
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ConfigError(
-                f"model.share_embeddings needs one vocabulary, but src_vocab_size={self.src_vocab_size} and "
-                f"tgt_vocab_size={self.tgt_vocab_size}; set share_embeddings: false or use a joint vocabulary"
+                f"model.share_embeddings needs one vocabulary, but model.src_vocab_size={self.src_vocab_size} and "
+                f"model.tgt_vocab_size={self.tgt_vocab_size}; set share_embeddings: false or use a joint vocabulary"
             )
         ids = {"pad_id": self.pad_id, "bos_id": self.bos_id, "eos_id": self.eos_id}
         for name, value in ids.items():
