@@ -13,7 +13,9 @@ model needs them; GPT-2 continuing a prompt; BERT labelling a sentence), or exit
 the checkpoint's file or setting at fault, with nothing written to OUT; never a traceback, never an import that
 cannot then be used. What must import (an unharmed checkpoint, the other precisions and file layouts, files vaswani
 does not read, a field added, generation_config.json missing) and what must be refused (the weights unreadable, a
-tensor of integers or another shape, one added or missing) are asserted as such."""
+tensor of integers or another shape, one added or missing) are asserted as such; and where the weights were only
+saved otherwise (float16, bfloat16, .bin, shards) or not touched, the imported model's outputs are transformers' on
+the same checkpoint, within 1e-4 (issue 78), not just a string."""
 
 from __future__ import annotations
 
@@ -221,6 +223,53 @@ def _used(out: Path, family: str) -> str:
     return "imported"
 
 
+EQUAL_KINDS = ("none", "stray", "float16", "bfloat16", "bin", "shards")  # values as transformers reads them
+
+
+def _equals_transformers(src: Path, out: Path, family: str) -> None:
+    """The imported model's outputs are transformers' on the same checkpoint (as it was given: a tensor in float16 or
+    bfloat16, the weights as pytorch_model.bin or in shards) within 1e-4: logits for random ids (no special token),
+    BERT's probabilities for two texts."""
+    import torch
+    import transformers
+
+    from vaswani.decode.classifier import Classifier
+    from vaswani.model_dir import load_model
+
+    if family == "bert":
+        texts = ["a gorgeous , witty movie .", "the plot is dull and the jokes are old ."]
+        hf = transformers.AutoModelForSequenceClassification.from_pretrained(str(src)).eval()
+        batch = transformers.AutoTokenizer.from_pretrained(str(src))(texts, return_tensors="pt", padding=True)
+        with torch.no_grad():
+            theirs = hf(**batch).logits.softmax(-1)
+        ours = Classifier.load(out, "cpu").probabilities(texts)
+    else:
+        kind = transformers.AutoModelForCausalLM if family == "gpt2" else transformers.AutoModelForSeq2SeqLM
+        hf = kind.from_pretrained(str(src)).eval()
+        model = load_model(out)[0].eval()
+        ids = _plain_ids(hf.config, (2, 12))
+        with torch.no_grad():
+            if family == "gpt2":
+                theirs, ours = hf(ids).logits, model(ids)
+            else:
+                target = _plain_ids(hf.config, (2, 7))
+                target[:, 0] = hf.config.decoder_start_token_id
+                theirs, ours = hf(input_ids=ids, decoder_input_ids=target).logits, model(ids, target)
+    assert ours.shape == theirs.shape and (ours - theirs).abs().max() < 1e-4, (ours - theirs).abs().max()
+
+
+def _plain_ids(config: Any, shape: tuple[int, int]) -> Any:
+    """Token ids drawn with a fixed seed, none of them a special token (padding would be masked by one side only)."""
+    import torch
+
+    vocab = getattr(config, "decoder_vocab_size", None) or config.vocab_size
+    special = {getattr(config, f"{name}_token_id", None) for name in ("pad", "eos", "bos", "unk", "decoder_start")}
+    ids = torch.randint(0, vocab, shape, generator=torch.Generator().manual_seed(0))
+    for token in special - {None}:
+        ids[ids == token] = (token + 7) % vocab if (token + 7) % vocab not in special else 5
+    return ids
+
+
 def check(fault: Fault, context: dict[str, Any]) -> str:
     """A fresh copy of the family's checkpoint with `fault`, imported by the CLI; its error (stderr) checked, or
     the model directory it wrote used."""
@@ -238,6 +287,8 @@ def check(fault: Fault, context: dict[str, Any]) -> str:
             return _refused(stderr.getvalue().strip().removeprefix("vaswani: error: "), fault, named, src, out)
         assert not _must_refuse(fault, named), f"{fault} on {named} was imported"
         with quiet(), deadline(SECONDS):
+            if fault.kind in EQUAL_KINDS:
+                _equals_transformers(src, out, fault.family)
             return _used(out, fault.family)
     finally:
         shutil.rmtree(root, ignore_errors=True)
