@@ -292,6 +292,7 @@ def test_an_unclosed_kept_element_ends_where_a_browser_ends_it_and_is_reported(p
         ),
         ("<table><tr><td translate=no>x</td></tr>Ein Hund.</table>", ["Ein Hund."], None),  # text moved out of a table
         ("<td translate=no>Ein Hund.</td>", ["Ein Hund."], "Ein Hund."),  # a cell outside a table is no cell
+        ("Ein\x00 Hund", ["Ein Hund"], "Ein Hund"),  # a NUL in text is dropped (found by fuzzing at 10k)
     ],
 )
 def test_markup_a_browser_reads_otherwise_is_rewritten_as_the_browser_reads_it_and_reported(page, runs, written):

@@ -248,7 +248,7 @@ def parse_as_browser(text: str) -> Markup:
     """`text` (an HTML page or fragment) read by html.py from its source, or, where a browser reads it otherwise,
     from the browser's tree written back well formed (`Markup.kept` then names the broken markup)."""
     markup = parse_html(text)
-    if not any(c in text for c in "<&"):  # plain text: nothing a browser could read otherwise
+    if not any(c in text for c in "<&\x00"):  # plain text: nothing a browser reads otherwise (it drops a NUL)
         return markup
     root, errors = tree(text)
     if not markup.kept and not lone_inline_tag(markup.parts) and our_reading(markup.parts) == browser_reading(root):
