@@ -147,6 +147,21 @@ def test_an_epub_translated_is_a_valid_epub_in_the_target_language(translator, t
     assert b"Erstes Kapitel" not in ncx
 
 
+def test_an_epub_s_documents_are_read_as_xml_and_stay_well_formed_xml(translator):
+    # An e-reader parses XHTML as XML: a line break opening a link (found by the fuzz, tests/fuzz/files.py) once sent
+    # the navigation document through the browser's repair, which wrote it back as an HTML fragment without its
+    # <?xml?>, <html> and <head>.
+    entries = parts(epub_file())
+    entries["EPUB/nav.xhtml"] = entries["EPUB/nav.xhtml"].replace(b'<a href="c1.xhtml">', b'<a href="c1.xhtml"><br/>')
+    entries["EPUB/c1.xhtml"] = entries["EPUB/c1.xhtml"].replace(b"<h1>", b'<h1><a id="page_5"/>')  # a page anchor
+    out = parts(translate_bytes(translator, zip_with(entries), "epub"))
+    for name in ("EPUB/nav.xhtml", "EPUB/c1.xhtml"):
+        root = etree.fromstring(out[name])
+        assert out[name].startswith(b"<?xml") and root.tag == "{http://www.w3.org/1999/xhtml}html", name
+        assert [child.tag.split("}")[1] for child in root] == ["head", "body"], name
+    assert b'<a href="c1.xhtml"><br/>' in out["EPUB/nav.xhtml"] and b'<h1><a id="page_5"/>' in out["EPUB/c1.xhtml"]
+
+
 def test_srt_and_vtt_keep_every_cue_timing_block_and_tag(translator):
     out = translate_bytes(translator, SRT.encode(), "srt").decode()
     subs, original = pysubs2.SSAFile.from_string(out), pysubs2.SSAFile.from_string(SRT)

@@ -356,7 +356,7 @@ async def translate_file(request: Request) -> Response:
     import asyncio
     from pathlib import PurePath
 
-    from vaswani.translate.files import FileError, format_for, read_file
+    from vaswani.translate.files import FileError, format_for, fragment_format, read_file
 
     state = request.app.state
     try:
@@ -386,7 +386,7 @@ async def translate_file(request: Request) -> Response:
         return JSONResponse({"error": one_line(f"{name}: {error}")}, 422)
     # the file's fragments read as markup and decoded by the batcher, beside other requests' sentences
     language = translator.languages.sentence_language(fields["source_language"])
-    split = await asyncio.to_thread(text_format("html").split, parsed.fragments, language)
+    split = await asyncio.to_thread(fragment_format().split, parsed.fragments, language)
     sentences = split.sentences
     try:
         source = translator.languages.model_source(fields["source_language"])

@@ -1,6 +1,6 @@
 """What a text is read as, behind one interface: lines (each text one sentence), documents (each text cut into
 sentences and put back with its paragraphs), HTML and Markdown (each text's markup kept around the aligned words).
-The file formats (translate/files) read a file into HTML fragments and go through `text_format("html")`.
+The file formats (translate/files) read a file into XHTML fragments, read as written (files.fragment_format()).
 
 Every caller (the CLI, the server's routes, the files) does the same three things, whatever the format:
 
@@ -15,7 +15,7 @@ format it holds.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -154,13 +154,14 @@ class MarkupFormat:
     """Each text an HTML or Markdown document: its runs cut into sentences, its tags placed by alignment
     (translate/markup)."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, read: Callable[[str], Markup] | None = None) -> None:
         self.name = name
+        self.read = read or (lambda text: parse(text, name))
 
     def split(
         self, texts: Sequence[str], language: str | None, markups: Sequence[Markup] | None = None
     ) -> _MarkupSplit:
-        markups = list(markups) if markups is not None else [parse(text, self.name) for text in texts]
+        markups = list(markups) if markups is not None else [self.read(text) for text in texts]
         runs = [run.text for markup in markups for run in markup.runs]
         documents = [split_run(run, language) for run in runs]
         return _MarkupSplit(texts, self.name, markups, _DocumentSplit(runs, documents))

@@ -19,6 +19,7 @@ from vaswani.translate.files.base import FileError, FileFormat, Parsed
 
 if TYPE_CHECKING:
     from vaswani.decode.request import DecodeRequest
+    from vaswani.translate.formats import MarkupFormat
     from vaswani.translate.translator import Translator
 
 # each format's name (--format), its extensions and the module that holds it (imported when a file of it is read:
@@ -34,7 +35,16 @@ FILE_FORMATS: dict[str, tuple[tuple[str, ...], str, str]] = {
 }
 MAX_FILE_BYTES = 64 * 1024 * 1024  # what a file may weigh (the server's limit is its own setting)
 
-__all__ = ["FILE_FORMATS", "FileError", "Parsed", "file_format", "format_for", "read_file", "translate_bytes"]
+__all__ = [
+    "FILE_FORMATS",
+    "FileError",
+    "Parsed",
+    "file_format",
+    "format_for",
+    "fragment_format",
+    "read_file",
+    "translate_bytes",
+]
 
 
 def file_format(name: str) -> FileFormat:
@@ -67,6 +77,15 @@ def read_file(data: bytes, format: FileFormat) -> Parsed:
     return format.read(data)
 
 
+def fragment_format() -> MarkupFormat:
+    """How a file's fragments are read: as XHTML (an e-book's documents, the markup a reader here writes), from the
+    source as written, as an e-reader parses XHTML (as XML); not repaired as a browser repairs an HTML page."""
+    from vaswani.translate.formats import MarkupFormat
+    from vaswani.translate.markup.html import parse_html
+
+    return MarkupFormat("html", parse_html)
+
+
 def translate_bytes(
     translator: Translator,
     data: bytes,
@@ -80,12 +99,12 @@ def translate_bytes(
     """The file `data` translated, as a file of the same format. `request` (or `options`: DecodeConfig fields),
     `target_language` and `source_language` as Translator.translate_with_details takes them; `warn(index, message)`
     and `progress(n)` in `options` count the file's sentences."""
-    from vaswani.translate.formats import text_format, translate_split
+    from vaswani.translate.formats import translate_split
 
     format = file_format(format) if isinstance(format, str) else format
     parsed = parsed or read_file(data, format)
     policy = translator.languages
-    split = text_format("html").split(parsed.fragments, policy.sentence_language(source_language))
+    split = fragment_format().split(parsed.fragments, policy.sentence_language(source_language))
     results = translate_split(
         translator,
         split,
@@ -108,7 +127,6 @@ def translate_file(
     """The file `source` translated into `target` (written whole, or not at all), its format from `source`'s
     extension or `format`. `progress_for(sentences)`: a progress callback for the file's sentence count."""
     from vaswani.atomic import write_bytes
-    from vaswani.translate.formats import text_format
 
     handler = format_for(source, format)
     if handler is None:
@@ -117,5 +135,5 @@ def translate_file(
     parsed = read_file(data, handler)
     if progress_for is not None:
         language = translator.languages.sentence_language(options.get("source_language"))
-        options["progress"] = progress_for(len(text_format("html").split(parsed.fragments, language).sentences))
+        options["progress"] = progress_for(len(fragment_format().split(parsed.fragments, language).sentences))
     write_bytes(target, translate_bytes(translator, data, handler, parsed=parsed, **options))
