@@ -252,7 +252,8 @@ def test_a_term_is_never_followed_by_a_piece_that_continues_its_word():
     assert glued  # without the rule the term is glued to a continuation: the test can fail
 
 
-def _copying_translator(tmp_path):
+@pytest.fixture(scope="module")
+def copying(tmp_path_factory):
     """The tiny model directory's model trained for a few seconds to copy its source (one tokenizer for both
     sides): outputs that end, and an alignment that holds, as a trained translator's do."""
     import torch.nn.functional as F
@@ -265,8 +266,7 @@ def _copying_translator(tmp_path):
     from vaswani.train import checkpoint as ckpt
     from vaswani.translate.translator import Translator
 
-    directory = tmp_path / "model"
-    directory.mkdir()
+    directory = tmp_path_factory.mktemp("copying")
     write_tiny_model_directory(directory, max_len_a=1.5, max_len_b=5)
     c = Config.load(directory / "config.yaml").model
     torch.manual_seed(0)
@@ -288,10 +288,10 @@ def _copying_translator(tmp_path):
 
 
 @pytest.mark.slow  # trains a model to copy (~40 s); the placement's logic: test_the_translator_applies_a_glossary...
-def test_a_term_takes_the_place_of_the_model_s_word_nothing_added_nothing_after_the_end(tmp_path):
+def test_a_term_takes_the_place_of_the_model_s_word_nothing_added_nothing_after_the_end(copying):
     from vaswani.decode.glossary import occurrences
 
-    translator = _copying_translator(tmp_path)
+    translator = copying
     sentences = ["Ein Hund läuft über die Straße.", "Der Mann und die Frau.", "Ein Hund und ein Hund.", "Zwei Katzen."]
     glossary = Glossary.of({"Hund": "hound", "Mann": "gentleman", "Straße": "roadway"})
     plain = translator.translate_with_details(sentences, alignment=True)
@@ -324,3 +324,49 @@ def test_a_term_takes_the_place_of_the_model_s_word_nothing_added_nothing_after_
         searched_text = translator.tokenizer.decode_tgt([searched[0].tokens])[0]
         moved += searched_text.split() != new
     assert placed >= 2 and moved  # the search alone did otherwise: the test can fail
+
+
+@pytest.mark.slow  # the trained copier above
+def test_where_the_alignment_gives_a_term_two_words_or_none_the_word_the_term_makes_likely_gives_way(copying):
+    # "an orange hat looking at" aligned "Hut" with "hat looking": both words gave way to the term, "looking" was lost;
+    # a term aligned with no word was searched again with constraints, which appended it ("... the camera. Lumix.").
+    # Now the word the source term makes likeliest (erasure, _Salience.gains) gives way: within the aligned words, or
+    # where none is aligned, the one the term makes e times likelier at least; else the constrained search.
+    import dataclasses
+
+    from vaswani.translate.term_placement import _Salience
+
+    translator = copying
+    sentence = "Ein Hund läuft über die Straße."
+    [plain] = translator.translate_with_details([sentence], alignment=True)
+    [src_ids] = translator.encode_sources([sentence])
+    start, tokens, words = sentence.index("Hund"), plain.candidates[0].tokens, plain.text.split()
+    source_word = next(w for w, (a, b) in enumerate(plain.alignment.source) if a == start)
+    [hound] = translator.terms.term_ids(["hound"])
+
+    class Likeliest(_Salience):
+        def __init__(self, alignment, word: int, gain: float) -> None:
+            super().__init__(translator.terms, src_ids, tokens, alignment, False)
+            self.word, self.gain = word, gain
+
+        def gains(self, start: int, end: int) -> list[float]:
+            return [self.gain if w == self.word else 0.1 for w in range(len(words))]
+
+    for word in (1, 2):
+        for links, gain, placed in (((1, 2), 0.5, True), ((), 1.5, True), ((), 0.5, False)):
+            linked = list(plain.alignment.links)
+            linked[source_word] = links
+            alignment = dataclasses.replace(plain.alignment, links=tuple(linked))
+            edited = translator.terms._edited(
+                [(start, start + 4, hound)], tokens, alignment, Likeliest(alignment, word, gain)
+            )
+            if not placed:
+                assert edited is None  # searched with the term as a constraint
+                continue
+            text = translator.tokenizer.decode_tgt([edited])[0].split()
+            assert text == [*words[:word], "hound", *words[word + 1 :]], (links, word, text)
+    # the gains themselves: the copier's word for "Hund" is the one its erasure makes least likely
+    gains = _Salience(translator.terms, src_ids, tokens, plain.alignment, False).gains(start, start + 4)
+    assert (
+        len(gains) == len(words) and max(range(len(words)), key=gains.__getitem__) in plain.alignment.links[source_word]
+    )

@@ -6,9 +6,11 @@ glued into another word, beside the model's own word, after the sentence's end. 
 as it would be without the glossary (lines without terms are then exactly the plain translation), each candidate is
 aligned with its source from the model's own cross-attention (translate/align.py), and each source term's aligned target
 word is replaced by the term, token for token: the word's pieces give way to the term's, a suffix that starts with
-punctuation ("." or "'s") stays. The candidate so edited is scored by the model (one teacher-forced pass) where scores
-are asked for. Where a term's source words have no aligned target word (or share it with another term), the sentence
-is searched again with its terms as constraints (decode/terms.py: dynamic beam allocation, the term a whole word).
+punctuation ("." or "'s") stays. Where the alignment gives a term no word, or more words than the term has, the
+word the source term makes likeliest gives way (`_Salience`: erasure, the source without the term's words). The
+candidate so edited is scored by the model (one teacher-forced pass) where scores are asked for. Where a term has no
+such word (or shares it with another term), the sentence is searched again with its terms as constraints
+(decode/terms.py: dynamic beam allocation, the term a whole word).
 
 Measured against the alternatives (forcing the edited translation up to its last term and searching on from there;
 the terms placed by the constrained search alone): docs/benchmarks.md, "Terms as the user wrote them".
@@ -108,7 +110,8 @@ class TermPlacement:
         unplaced: set[int] = set()
         for (i, j), alignment in zip(flat, aligned, strict=True):
             terms = [(start, end, ids_of[target]) for start, end, target in matches[i] if ids_of[target]]
-            tokens = self._edited(terms, found[i][j].tokens, alignment)
+            salient = _Salience(self, encoded[i], found[i][j].tokens, alignment, request.decode.ban_after_softmax)
+            tokens = self._edited(terms, found[i][j].tokens, alignment, salient)
             if tokens is None or len(tokens) > self._limit(len(encoded[i]), request):  # the search fits it
                 unplaced.add(i)
             elif tokens not in edited.setdefault(i, []):
@@ -144,13 +147,17 @@ class TermPlacement:
         return {target: list(x) for target, x in zip(targets, ids, strict=True)}
 
     def _edited(
-        self, terms: list[tuple[int, int, list[int]]], tokens: list[int], alignment: Alignment
+        self, terms: list[tuple[int, int, list[int]]], tokens: list[int], alignment: Alignment, salient: _Salience
     ) -> list[int] | None:
-        """`tokens` with each term in the place of its aligned target words; None where a term has none (or shares
-        them with another term)."""
+        """`tokens` with each term in the place of its target words: the aligned ones, or where the alignment gives
+        none or more words than the term has source words, the ones the source term makes likeliest (`salient`);
+        None where a term has none (or shares them with another term)."""
         spans: list[tuple[int, int, list[int]]] = []
         for start, end, ids in terms:
             words = _target_words(start, end, alignment)
+            size = len(_source_words(start, end, alignment))
+            if words is None or words[1] - words[0] >= size:
+                words = salient(start, end, words, size)
             if words is None or any(a <= words[1] and words[0] <= b for a, b, _ in spans):
                 return None
             spans.append((*words, ids))
@@ -187,10 +194,61 @@ class TermPlacement:
         return sorted(out, key=lambda h: -h.score)
 
 
+class _Salience:
+    """Which target words a source term makes likely: each word's log-probability (its pieces', summed) given the
+    source, less given the source without the term's words (erasure: Li et al. 2016), from two teacher-forced passes
+    made when first asked. Asked where the cross-attention aligns a term with no target word, or with more words
+    than the term has (the word before or after it too): "hat" in "an orange hat looking at", which the alignment
+    gave "hat looking", or the model's word the alignment missed (docs/benchmarks.md, "Terms as the user wrote
+    them")."""
+
+    MIN_GAIN = 1.0  # nats: without the alignment's word, the term must make its word e times likelier at least
+
+    def __init__(self, owner: TermPlacement, src_ids: list[int], tokens: list[int], alignment, after_softmax: bool):
+        self.owner, self.src_ids, self.tokens, self.alignment = owner, src_ids, tokens, alignment
+        self.after_softmax = after_softmax
+
+    def gains(self, start: int, end: int) -> list[float]:
+        """Per target word, how much likelier (log) the source term makes it."""
+        tokenizer, model, alignment = self.owner.tokenizer, self.owner.model, self.alignment
+        pieces = [tokenizer.src.id_to_piece(i) for i in self.src_ids]
+        word_of = piece_words(pieces, len(alignment.source), tokenizer.code_pieces)
+        term = set(_source_words(start, end, alignment))
+        erased = [i for i, w in zip(self.src_ids, word_of, strict=True) if w is None or w not in term]
+        both = [
+            forced_log_probs(model, src, [self.tokens], self.after_softmax, pick=True)[0]
+            for src in (self.src_ids, erased)
+        ]
+        target = [tokenizer.tgt.id_to_piece(t) for t in self.tokens]
+        out = [0.0] * len(alignment.target)
+        for piece, word in enumerate(piece_words(target, len(alignment.target), tokenizer.code_pieces)):
+            if word is not None:
+                out[word] += float(both[0][piece] - both[1][piece])
+        return out
+
+    def __call__(self, start: int, end: int, within: tuple[int, int] | None, size: int) -> tuple[int, int] | None:
+        """The `size` neighbouring target words (within the aligned ones, where there are) the source term start..end
+        makes likeliest; None where no word gains MIN_GAIN and the alignment gave none."""
+        gains = self.gains(start, end)
+        lo, hi = within if within is not None else (0, len(gains) - 1)
+        size = max(1, min(size, hi - lo + 1))
+        if hi < lo:
+            return None
+        first = max(range(lo, hi - size + 2), key=lambda w: sum(gains[w : w + size]))
+        if within is None and sum(gains[first : first + size]) < self.MIN_GAIN:
+            return None
+        return first, first + size - 1
+
+
+def _source_words(start: int, end: int, alignment: Alignment) -> list[int]:
+    """The source words of the span start..end."""
+    return [w for w, (a, b) in enumerate(alignment.source) if a < end and b > start]
+
+
 def _target_words(start: int, end: int, alignment: Alignment) -> tuple[int, int] | None:
     """The target words (first, last) aligned to the source words of the span start..end; None where none is, or
     where they lie apart (more than one word between them)."""
-    source = [w for w, (a, b) in enumerate(alignment.source) if a < end and b > start]
+    source = _source_words(start, end, alignment)
     targets = sorted({t for w in source for t in alignment.links[w]})
     if not targets or targets[-1] - targets[0] > len(source):
         return None
