@@ -1,6 +1,7 @@
 """OPUS-MT/Marian in: a MarianMTModel saved as the hub publishes it, imported, proven equal to transformers'."""
 
 import json
+import math
 import shutil
 
 import pytest
@@ -17,6 +18,7 @@ from vaswani.translate.translator import Translator
 pytestmark = [pytest.mark.shared_data, pytest.mark.slow]  # slow: checkpoints trained by transformers
 
 transformers = pytest.importorskip("transformers")
+TIE = 1e-6  # two beam outputs whose scores (length-normalised log-probabilities) differ by less are tied
 
 
 @pytest.fixture(scope="module")
@@ -92,8 +94,13 @@ def assert_generate_s_outputs(src, model_dir, lines, beams: int) -> tuple[list[s
     for i in [i for i, (a, b) in enumerate(zip(ours, theirs, strict=True)) if a != b]:
         with torch.no_grad():
             theirs[i] = strip(hf.generate(**tokenizer(lines[i : i + 1], return_tensors="pt"))[0].tolist())
+    # Where they still differ, only an exact tie may explain it: two outputs that generate's own model scores alike
+    # (torch.topk leaves the order of equal values unspecified; ours and generate's break a tie otherwise). TIE is
+    # fixed in advance, a few float32 roundings of a sentence's score; a search that went wrong scores otherwise.
     differ = [i for i, (a, b) in enumerate(zip(ours, theirs, strict=True)) if a != b]
-    assert not differ, scored(hf, batch, ours, theirs, differ)
+    found = scored(hf, batch, ours, theirs, differ)
+    untied = [line for line in found if not math.isclose(line[3], line[4], rel_tol=TIE, abs_tol=TIE)]
+    assert not untied and len(found) <= max(1, len(lines) // 50), found
     return tokenizer.batch_decode(greedy, skip_special_tokens=True), tokenizer.batch_decode(
         beam, skip_special_tokens=True
     )
@@ -154,11 +161,10 @@ def test_every_hub_layout_gives_generate_s_outputs(tmp_path, lines, layout, beam
     ("layout", "n"),
     [
         (dict(steps=200), 2),  # in generation_config.json
-        # In config.json, as older uploads keep it. Trained 400 steps, not 200: at 200 the model's outputs are
-        # degenerate enough ("12 12 12 300 3 21 21 21") that on an AMD EPYC two different hypotheses of line 82
-        # summed to the same float32 score (-27.000041961669922) at the beam's 4th place, an exact tie that
-        # generate's top-k and ours break otherwise (torch.topk leaves the order of equal values unspecified).
-        (dict(legacy=True, steps=400), 3),
+        # In config.json, as older uploads keep it. The same 200 steps as every other fixture here (once 400, trained
+        # longer until an exact tie of line 82 on an AMD EPYC went away): a tie is excused by the comparison itself,
+        # only where generate's model scores both outputs alike (assert_generate_s_outputs).
+        (dict(legacy=True, steps=200), 3),
     ],
     ids=["generation-config", "legacy-config"],
 )
