@@ -51,16 +51,23 @@ def test_parts_cover_the_rows_only_side_by_side_in_order():
     assert not covers(((0, 4), (3, 12)), 12) and not covers(((0, 0), (0, 12)), 12)
 
 
-@pytest.mark.parametrize("capability", ["AVX512", "AVX2"])
+@pytest.mark.parametrize("capability", ["AVX512", "AVX2", "AVX2, packed faster"])
 def test_a_packed_model_translates_as_the_model_does(monkeypatch, capability):
-    """With AVX2 alone the output projection stays torch's product on the model's own matrix (no second copy)."""
-    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+    """With AVX2 alone the output projection stays torch's product on the model's own matrix (no second copy), unless
+    a large one's packed product was timed faster on this CPU (onednn_fp32._packed_faster)."""
+    from vaswani.nn.cpu_linear import onednn_fp32
+
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability.split(",")[0])
+    timed = []
+    monkeypatch.setattr(onednn_fp32, "_packed_faster", lambda *shape: timed.append(shape) or True)
+    monkeypatch.setattr(onednn_fp32, "TIMED_FROM", 0 if "faster" in capability else onednn_fp32.TIMED_FROM)
     torch.manual_seed(3)
     model = Transformer(tiny_config(src_vocab_size=120, tgt_vocab_size=120)).eval()
     packed = pack_fp32(copy.deepcopy(model))
     assert not [m for m in packed.modules() if isinstance(m, nn.Linear)]
-    assert (packed.output_projection is not None) == (capability == "AVX512")
-    assert (packed.output_kind is PackedLinear) == (capability == "AVX512")
+    assert timed == ([tuple(model.output_weight.shape)] if "faster" in capability else [])  # a test's model: untimed
+    made = capability != "AVX2"
+    assert (packed.output_projection is not None) == made and (packed.output_kind is PackedLinear) == made
     src = random_ids([9, 4, 12, 7, 1], vocab=120)
     with torch.inference_mode():
         torch.testing.assert_close(packed(src, src), model(src, src), rtol=1e-4, atol=1e-4)

@@ -11,6 +11,8 @@ process makes a few dozen kernels per layer where it made hundreds (docs/benchma
 
 from __future__ import annotations
 
+import functools
+import time
 from collections.abc import Callable
 
 import torch
@@ -132,11 +134,46 @@ def replace_linears(
     return model
 
 
-def output_packed() -> bool:
-    """Whether a float32 output projection runs packed: on a CPU with AVX-512. With AVX2 alone torch's own product
-    on the model's matrix was as fast or faster on wide output matrices, and a packed copy would hold the largest
-    matrix twice (docs/benchmarks.md, "Many-to-many at NLLB-200's size")."""
-    return torch.backends.cpu.get_cpu_capability().startswith("AVX512")
+TIMED_FROM = 1 << 22  # elements: a smaller output matrix (a test's model) stays torch's, its products too short to time
+PACKED_SHARE = 0.85  # without AVX-512, the packed output projection is chosen where it takes at most this share of
+# torch's time (a margin, so that a machine where both are alike keeps one choice from process to process)
+
+
+def output_packed(weight: Tensor | None = None) -> bool:
+    """Whether a float32 output projection of `weight`'s shape runs packed. With AVX-512, always; with AVX2 alone it
+    depends on the CPU, not on its flags: on an AMD EPYC oneDNN's packed product was 1.6x torch's at 128 rows of a
+    58,101 x 512 matrix, on an Intel Xeon played as AVX2 it was slower (docs/benchmarks.md, "CPU decoding"), so there
+    it is timed, once per process and shape (`_packed_faster`), where the matrix has TIMED_FROM elements at least. A
+    packed copy holds the matrix twice."""
+    if torch.backends.cpu.get_cpu_capability().startswith("AVX512"):
+        return True
+    return weight is not None and weight.numel() >= TIMED_FROM and _packed_faster(*weight.shape)
+
+
+@functools.cache
+def _packed_faster(out_features: int, in_features: int) -> bool:
+    """Whether oneDNN's packed product beats torch's `F.linear` on this CPU by PACKED_SHARE, timed on a random matrix
+    of the shape's width (16,384 of its rows at most: the time per row is alike) at 32 and 128 rows (greedy and beam
+    4 batches), the best of three runs each after a warm-up: ~0.1 s at OPUS-MT's shape."""
+    rows = min(out_features, 16_384)
+    weight = torch.randn(rows, in_features) * in_features**-0.5
+    packed = PackedLinear(weight, None)
+    inputs = [torch.randn(n, in_features) for n in (32, 128)]
+
+    def seconds(product: Callable[[Tensor], Tensor]) -> float:
+        total = 0.0
+        for x in inputs:
+            product(x)
+            runs = []
+            for _ in range(3):
+                start = time.perf_counter()
+                product(x)
+                runs.append(time.perf_counter() - start)
+            total += min(runs)
+        return total
+
+    with torch.inference_mode():
+        return seconds(packed) <= PACKED_SHARE * seconds(lambda x: torch.nn.functional.linear(x, weight))
 
 
 def pack_fp32(model: nn.Module, whole_output: bool = True) -> nn.Module:
@@ -144,4 +181,5 @@ def pack_fp32(model: nn.Module, whole_output: bool = True) -> nn.Module:
     projection where `output_packed`); else `model` as it is. `whole_output`: see replace_linears."""
     if next(model.parameters()).device.type != "cpu" or not packed_available():
         return model
-    return replace_linears(model, PackedLinear, whole_output, output_too=output_packed())
+    output = getattr(model, "output_weight", None)
+    return replace_linears(model, PackedLinear, whole_output, output_too=output_packed(output))
