@@ -99,6 +99,7 @@ def opus_shaped(out: Path) -> Path:
 
 ENGINES = (
     "vaswani (fp32)",
+    "vaswani (fp32) torch output",
     "vaswani (int8)",
     "vaswani (int8) fbgemm output",
     "vaswani (fp32) shortlist",
@@ -153,6 +154,10 @@ def _engine_worker(name: str, hf_dir: str, model_dir: str, batches, beam: int, s
             from vaswani.nn.cpu_linear import int8
 
             int8.OUTPUT_KERNEL = "fbgemm"
+        if name.endswith("torch output"):  # the float32 output projection torch's product, never timed against packed
+            from vaswani.nn.cpu_linear import onednn_fp32
+
+            onednn_fp32.TIMED_FROM = float("inf")
         engine = Translator.load(model_dir, "cpu", precision, shortlist=shortlist).engine
 
         def run(batch):
@@ -289,6 +294,8 @@ def main() -> None:
     pairs = (
         ("vaswani (int8)", "CTranslate2 int8"),
         ("vaswani (fp32)", "CTranslate2 float32"),
+        ("vaswani (fp32) torch output", "CTranslate2 float32"),
+        ("vaswani (fp32)", "vaswani (fp32) torch output"),
         ("vaswani (int8) shortlist", "CTranslate2 int8"),
         ("vaswani (fp32) shortlist", "CTranslate2 float32"),
         ("vaswani (fp32) shortlist", "vaswani (fp32)"),
