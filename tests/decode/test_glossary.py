@@ -370,3 +370,20 @@ def test_where_the_alignment_gives_a_term_two_words_or_none_the_word_the_term_ma
     assert (
         len(gains) == len(words) and max(range(len(words)), key=gains.__getitem__) in plain.alignment.links[source_word]
     )
+
+
+def test_a_translation_that_reads_as_no_words_gives_a_term_no_salient_word(model_dir):
+    # An untrained model's pieces may decode to an empty text (no target words): the term is then searched with
+    # constraints, not an IndexError (found by tests/export's glossary through CTranslate2).
+    import dataclasses
+
+    from vaswani.translate.term_placement import _Salience
+    from vaswani.translate.translator import Translator
+
+    translator = Translator.load(model_dir, "cpu")
+    sentence = "Ein Hund läuft."
+    [plain] = translator.translate_with_details([sentence], alignment=True)
+    [src_ids] = translator.encode_sources([sentence])
+    empty = dataclasses.replace(plain.alignment, target=(), links=tuple(() for _ in plain.alignment.source))
+    salient = _Salience(translator.terms, src_ids, plain.candidates[0].tokens or [5, 6], empty, False)
+    assert salient(4, 8, None, 1) is None

@@ -222,14 +222,14 @@ class _Salience:
         target = [tokenizer.tgt.id_to_piece(t) for t in self.tokens]
         out = [0.0] * len(alignment.target)
         for piece, word in enumerate(piece_words(target, len(alignment.target), tokenizer.code_pieces)):
-            if word is not None:
+            if word is not None and word < len(out):  # pieces of no word (a translation that reads as empty)
                 out[word] += float(both[0][piece] - both[1][piece])
         return out
 
     def __call__(self, start: int, end: int, within: tuple[int, int] | None, size: int) -> tuple[int, int] | None:
         """The `size` neighbouring target words (within the aligned ones, where there are) the source term start..end
         makes likeliest; None where no word gains MIN_GAIN and the alignment gave none."""
-        gains = self.gains(start, end)
+        gains = self.gains(start, end) if self.alignment.target else []
         lo, hi = within if within is not None else (0, len(gains) - 1)
         size = max(1, min(size, hi - lo + 1))
         if hi < lo:
