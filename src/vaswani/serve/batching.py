@@ -33,7 +33,7 @@ from vaswani.serve.compute import ComputeThread
 from vaswani.serve.continuous import ContinuousRun
 from vaswani.serve.jobs import Job as _Job
 from vaswani.serve.jobs import reply as _reply
-from vaswani.serve.jobs import take_in_turn
+from vaswani.serve.jobs import reply_all, take_in_turn
 from vaswani.translate.translation import Translation
 from vaswani.translate.translator import Translator
 
@@ -228,9 +228,11 @@ class MicroBatcher:
         if self.on_batch is not None:
             generated = sum(len(r.candidates[0].tokens) for r in results if r.candidates)
             self.on_batch(len(texts), len(jobs), sum(map(len, ids)), generated, time.perf_counter() - started)
+        replies = []
         for (job, i), result in zip(batch, results, strict=True):
             job.results[i] = result
             job.done += 1
             if job.done == len(job.texts):  # its last sentence: the request is answered now
                 self.stats.requests += 1
-                _reply(job, job.results, None)
+                replies.append((job, job.results, None))
+        reply_all(replies)

@@ -16,7 +16,7 @@ from collections.abc import Hashable
 
 from vaswani.decode.continuous import ContinuousSearch
 from vaswani.decode.request import DecodeRequest
-from vaswani.serve.jobs import Job, reply, take_in_turn
+from vaswani.serve.jobs import Job, Reply, reply, reply_all, take_in_turn
 
 
 class ContinuousRun:
@@ -101,16 +101,17 @@ class ContinuousRun:
         with self.batcher._ready:
             job.plan(prepared)
         if not prepared.todo:
-            self._answer(job)
+            reply(*self._answered(job))
 
     def _deliver(self, done: list, seconds: float) -> None:
         """The sentences done at this step, and the requests whose last one it was answered."""
-        b, answered = self.batcher, 0
+        b, replies = self.batcher, []
         for (job, i), hyps in done:
             job.found[i] = hyps
             job.done += 1
             if job.done == len(job.order) and not job.left:
-                answered += self._answer(job)
+                replies.append(self._answered(job))
+        reply_all(replies)
         b.stats.steps += 1
         b.stats.running += self.search.running + len(done) - len(self.search.joining)
         b.stats.sentences += len(done)
@@ -120,19 +121,17 @@ class ContinuousRun:
             generated = sum(len(hyps[0].tokens) for _, hyps in done if hyps)
             b.on_batch(len(done), len({job for (job, _), _ in done}), source, generated, seconds)
 
-    def _answer(self, job: Job) -> int:
-        """`job` answered with its translations (or the error making them gave); 1 where it was."""
+    def _answered(self, job: Job) -> Reply:
+        """`job`'s answer: its translations, or the error making them gave."""
         prepared, job.closed = job.prepared, True
         try:
             results = self.batcher.translator.finish(prepared, [job.found[i] for i in prepared.todo])
         except Exception as error:
-            reply(job, None, error)
-            return 0
+            return job, None, error
         if job in self.jobs:
             self.jobs.remove(job)
         self.batcher.stats.requests += 1
-        reply(job, results, None)
-        return 1
+        return job, results, None
 
     def _fail(self, error: BaseException) -> None:
         """A step failed (`error`): each request in the batch is translated again alone (translate_with_details), so

@@ -93,15 +93,30 @@ def take_in_turn(jobs: list[Job], held: int, tokens: int, max_sentences: int, ma
     return taken
 
 
+Reply = tuple[Job, Any, BaseException | None]  # a request, its result, or the error that stopped it
+
+
 def reply(job: Job, result: Any, error: BaseException | None) -> None:
-    with contextlib.suppress(RuntimeError):  # the event loop has closed: nobody is waiting
-        job.loop.call_soon_threadsafe(_set, job.future, result, error)
+    reply_all([(job, result, error)])
 
 
-def _set(future: asyncio.Future, result: Any, error: BaseException | None) -> None:
-    if future.cancelled():  # the client went away
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(result)
+def reply_all(replies: list[Reply]) -> None:
+    """Each request answered on its event loop, with one wake-up of each loop for all of them: a continuous batch
+    answers every request done at a step at once. Waking a loop from the worker costs the worker ~0.3 ms where the
+    loop's thread holds the GIL; once per request, it was 5% of a served run's decoding time."""
+    loops: dict[asyncio.AbstractEventLoop, list[Reply]] = {}
+    for item in replies:
+        loops.setdefault(item[0].loop, []).append(item)
+    for loop, mine in loops.items():
+        with contextlib.suppress(RuntimeError):  # the event loop has closed: nobody is waiting
+            loop.call_soon_threadsafe(_set_all, mine)
+
+
+def _set_all(replies: list[Reply]) -> None:
+    for job, result, error in replies:
+        if job.future.cancelled():  # the client went away
+            continue
+        if error is not None:
+            job.future.set_exception(error)
+        else:
+            job.future.set_result(result)
