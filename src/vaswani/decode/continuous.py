@@ -82,6 +82,7 @@ class ContinuousSearch:
         self.keys: list[Hashable] = []  # per running sentence, in the order of its rows
         self.taken: list[int] = []  # steps each has taken
         self.forced: list[int | None] = []
+        self.sizes: list[int] = []  # source tokens each holds in the cache (its EOS counted)
         self.cache: RowsKVCache | None = None
         self.tokens = torch.zeros(0, dtype=torch.long, device=self.device)  # what the next step feeds each row
         self.out: list[list[int]] = []  # greedy: each sentence's tokens and their log-probabilities
@@ -97,8 +98,7 @@ class ContinuousSearch:
     @property
     def source_tokens(self) -> int:
         """Source tokens of the sentences running or joining (a batch's budget counts them)."""
-        held = 0 if self.cache is None else int((self.cache.cross_mask[:, 0, 0] == 0).sum())
-        return held + sum(len(j.ids) for j in self.joining)
+        return sum(self.sizes) + sum(len(j.ids) for j in self.joining)
 
     def add(self, key: Hashable, ids: Sequence[int], forced: int | None = None) -> None:
         """`ids` (a source without its EOS: model.source_end) joins at one of the next JOIN_AT steps; `key` names it
@@ -164,7 +164,9 @@ class ContinuousSearch:
         self.keys += [j.key for j in joining]
         self.taken += [0] * n
         self.forced += [j.forced for j in joining]
-        limits = length_limits((src != c.pad_id).sum(1).cpu(), c, d.max_len_a, d.max_len_b)
+        sizes = (src != c.pad_id).sum(1).cpu()
+        self.sizes += sizes.tolist()
+        limits = length_limits(sizes, c, d.max_len_a, d.max_len_b)
         if self.greedy:
             self.limits = limits if len(self.keys) == n else torch.cat([self.limits, limits])
             self.out += [[] for _ in joining]
@@ -205,21 +207,23 @@ class ContinuousSearch:
         scored 0 and every other -inf (steps.Steps.step's rules, per row). Shape: (rows, V) float32"""
         d, eos = self.request.decode, self.model.config.eos_id
         logits = self.model.rows_step(self.tokens, self.cache).float()
-        young = [i for i, t in enumerate(self.taken) if t < d.min_len]
-        young_rows = torch.tensor([i * self.k + j for i in young for j in range(self.k)], dtype=torch.long)
-        young_rows = young_rows.to(self.device)
+        young = [i * self.k + j for i, t in enumerate(self.taken) if t < d.min_len for j in range(self.k)]
+        young_rows = torch.tensor(young, dtype=torch.long, device=self.device) if young else None
         if d.ban_after_softmax:
             scores = log_softmax_(logits) if normalize else logits
             scores[:, self.banned] = float("-inf")
-            scores[young_rows, eos] = float("-inf")
+            if young_rows is not None:
+                scores[young_rows, eos] = float("-inf")
         else:
             logits[:, self.banned] = float("-inf")
-            logits[young_rows, eos] = float("-inf")
+            if young_rows is not None:
+                logits[young_rows, eos] = float("-inf")
             scores = log_softmax_(logits) if normalize else logits
-        for i, (t, token) in enumerate(zip(self.taken, self.forced, strict=True)):
-            if t == 0 and token is not None:  # as transformers' ForcedBOSTokenLogitsProcessor leaves a row
-                scores[i * self.k : (i + 1) * self.k] = float("-inf")
-                scores[i * self.k : (i + 1) * self.k, token] = 0.0
+        if any(token is not None for token in self.forced):
+            for i, (t, token) in enumerate(zip(self.taken, self.forced, strict=True)):
+                if t == 0 and token is not None:  # as transformers' ForcedBOSTokenLogitsProcessor leaves a row
+                    scores[i * self.k : (i + 1) * self.k] = float("-inf")
+                    scores[i * self.k : (i + 1) * self.k, token] = 0.0
         return scores
 
     def _greedy_step(self) -> list[Done]:
@@ -267,6 +271,7 @@ class ContinuousSearch:
         self.keys = [self.keys[i] for i in keep]
         self.taken = [self.taken[i] for i in keep]
         self.forced = [self.forced[i] for i in keep]
+        self.sizes = [self.sizes[i] for i in keep]
         if self.greedy:
             self.limits = self.limits[kept]
             self.out = [self.out[i] for i in keep]
