@@ -14,6 +14,11 @@ each from the beam's output (beam 4, its 4 best kept) and the model's cross-atte
 - agreement: the mean sentence chrF between the best translation and the other three of the 4-best;
 - low_share: the share of its tokens the model gave under 0.5 (negated: more is worse);
 - length_gap: |log(output tokens / source tokens)| (negated: a translation far longer or shorter than its source);
+- entropy: the mean entropy of the model's next-token distributions along the best translation (negated: a model
+  unsure among many words at each step), from one teacher-forced pass over it (Fomicheva et al. 2020, Seq-Ent);
+- coverage: GNMT's coverage penalty (Wu et al. 2016) on that pass's cross-attention, averaged over layers and heads:
+  the mean over source tokens of log(min(attention received, 1)) (low: source words never attended, dropped);
+- attention_entropy: the mean entropy of each output token's cross-attention (negated: diffuse attention);
 - round_trip (with --reverse, a model of the other direction): the geometric mean probability the reverse model
   gives the source's tokens, reading the translation (a teacher-forced pass, no search);
 - combined: a least-squares fit of sentence chrF on the standardised signals, fitted on validation only.
@@ -52,7 +57,11 @@ SIGNALS = (
     "agreement",
     "low_share",
     "length_gap",
+    "entropy",
+    "coverage",
+    "attention_entropy",
 )
+FORCED = ("entropy", "coverage", "attention_entropy")  # from a teacher-forced pass over the best translation
 
 
 def read(name: str) -> list[str]:
@@ -62,7 +71,7 @@ def read(name: str) -> list[str]:
 
 def signals_of(translations, sources_ids, chrf: CHRF) -> dict[str, list[float]]:
     """Each signal for each sentence, from the translations the Translator returned (n-best) and the sources' ids."""
-    out: dict[str, list[float]] = {name: [] for name in SIGNALS}
+    out: dict[str, list[float]] = {name: [] for name in SIGNALS if name not in FORCED}
     for t, ids in zip(translations, sources_ids, strict=True):
         best, others = t.candidates[0], t.candidates[1:]
         lps = best.token_log_probs
@@ -75,6 +84,27 @@ def signals_of(translations, sources_ids, chrf: CHRF) -> dict[str, list[float]]:
         out["agreement"].append(sum(agree) / len(agree))
         out["low_share"].append(-sum(lp < math.log(0.5) for lp in lps) / len(lps))
         out["length_gap"].append(-abs(math.log(len(lps) / (len(ids) + 1))))
+    return out
+
+
+def forced_signals(translator, sources_ids, translations) -> dict[str, list[float]]:
+    """entropy, coverage and attention_entropy of each best translation, from one teacher-forced pass over it."""
+    import torch
+
+    model, c = translator.model, translator.model.config
+    out: dict[str, list[float]] = {"entropy": [], "coverage": [], "attention_entropy": []}
+    with torch.inference_mode():
+        for ids, t in zip(sources_ids, translations, strict=True):
+            tokens = t.candidates[0].tokens
+            src = torch.tensor([[*ids, *c.source_end]])
+            tgt_in = torch.tensor([[c.bos_id, *tokens]])
+            log_probs = torch.log_softmax(model(src, tgt_in).float(), -1)[0]  # (T + 1, V)
+            out["entropy"].append(-float((-(log_probs.exp() * log_probs).sum(-1)).mean()))
+            cross = torch.stack(model.attention_weights(src, tgt_in).cross).float().mean((0, 2))[0]  # (T + 1, S)
+            received = cross.sum(0).clamp(max=1.0)  # (S,)
+            out["coverage"].append(float(received.clamp(min=1e-9).log().mean()))
+            entropy = -(cross * cross.clamp(min=1e-9).log()).sum(-1)  # (T + 1,)
+            out["attention_entropy"].append(-float(entropy.mean()))
     return out
 
 
@@ -120,6 +150,7 @@ def main() -> None:
     parser.add_argument("model_dir")
     parser.add_argument("--reverse", help="a model of the other direction (en→de): the round_trip signal")
     parser.add_argument("--limit", type=int, default=0, help="sentences a split (0: all)")
+    parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args()
     from vaswani.translate.translator import Translator
 
@@ -137,7 +168,9 @@ def main() -> None:
         translations = translator.translate_with_details(sources, request)
         seconds = time.perf_counter() - started
         quality = [chrf.sentence_score(t.text, [r]).score for t, r in zip(translations, references, strict=True)]
-        found = signals_of(translations, translator.encode_sources(sources), chrf)
+        sources_ids = translator.encode_sources(sources)
+        found = signals_of(translations, sources_ids, chrf)
+        found.update(forced_signals(translator, sources_ids, translations))
         if reverse is not None:
             found["round_trip"] = round_trip(reverse, sources, translations)
         measured[split] = {"signals": found, "chrf": quality, "seconds": seconds}
@@ -148,12 +181,17 @@ def main() -> None:
     mean, std = x_val.mean(0), x_val.std(0) + 1e-12
     design = np.c_[(x_val - mean) / std, np.ones(len(x_val))]
     weights, *_ = np.linalg.lstsq(design, np.array(val["chrf"]), rcond=None)
+    # the same fit without the teacher-forced pass's signals: what that pass adds
+    apart = [i for i, name in enumerate(signals) if name not in FORCED]
+    weights_apart, *_ = np.linalg.lstsq(design[:, [*apart, -1]], np.array(val["chrf"]), rcond=None)
     table: dict[str, dict] = {}
     for split, m in measured.items():
         quality = np.array(m["chrf"])
         x = np.array([m["signals"][name] for name in signals]).T
         rows = {name: judge(x[:, i], quality) for i, name in enumerate(signals)}
-        rows["combined"] = judge(np.c_[(x - mean) / std, np.ones(len(x))] @ weights, quality)
+        standard = np.c_[(x - mean) / std, np.ones(len(x))]
+        rows["combined"] = judge(standard @ weights, quality)
+        rows["combined_without_forced_pass"] = judge(standard[:, [*apart, -1]] @ weights_apart, quality)
         table[split] = {"sentences": len(quality), "mean_chrf": round(float(quality.mean()), 2), "signals": rows}
     commit = provenance.commit()
     result = {
@@ -172,7 +210,7 @@ def main() -> None:
         "combined_weights": dict(zip([*signals, "intercept"], np.round(weights, 4).tolist(), strict=True)),
         "splits": table,
     }
-    RESULTS.write_text(json.dumps(result, indent=1) + "\n")
+    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     for split, row in table.items():
         print(split, json.dumps({k: v["pearson"] for k, v in row["signals"].items()}))
 
