@@ -38,6 +38,12 @@ LANGUAGE_TOKEN = re.compile(r">>[^<>\s]+<<")  # a multilingual model's target-la
 MARIAN_SPECIALS = ("</s>", "<unk>", "<pad>")
 
 
+# Fewer lines than this are encoded (and decoded) one at a time: SentencePiece's list calls hand the lines to a pool of
+# threads, which costs ~0.1 ms a call, 10-50x a short sentence's own time, and far more where every core is busy (a
+# server decoding beside its requests: a third of the event loop's time went to it). From 64 lines the pool is as fast.
+ONE_BY_ONE = 64
+
+
 class VocabPieces:
     """A SentencePiece model whose pieces are numbered by a vocabulary of their own (Marian's vocab.json).
 
@@ -87,7 +93,10 @@ class VocabPieces:
             texts.append(line[end + 2 :] if end != -1 else line)
         parts = [self._specials.split(t) if self._specials and "<" in t else [t] for t in texts]
         runs = [run for line in parts for run in line[::2]]  # the text between special tokens
-        pieces = iter(self.processor.encode(runs, out_type=str, **sampling))  # one call for the whole batch
+        if sampling or len(runs) >= ONE_BY_ONE:  # one call for the whole batch
+            pieces = iter(self.processor.encode(runs, out_type=str, **sampling))
+        else:  # a few: one call a run (ONE_BY_ONE says why)
+            pieces = iter([self.processor.encode(run, out_type=str) for run in runs])
         encoded = []
         for code, line in zip(codes, parts, strict=True):
             ids = [self.vocab.get(p, self._unk) for p in code]
@@ -321,12 +330,6 @@ def _read_vocab(path: Path) -> dict[str, int]:
     if not isinstance(vocab, dict) or not all(isinstance(i, int) for i in vocab.values()):
         raise DataError(f"{path} must map each piece to an integer id")
     return vocab
-
-
-# Fewer lines than this are encoded (and decoded) one at a time: SentencePiece's list calls hand the lines to a pool of
-# threads, which costs ~0.1 ms a call, 10-50x a short sentence's own time, and far more where every core is busy (a
-# server decoding beside its requests: a third of the event loop's time went to it). From 64 lines the pool is as fast.
-ONE_BY_ONE = 64
 
 
 def _encode(
