@@ -17,8 +17,9 @@ import io
 import itertools
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 import sentencepiece as spm
 
@@ -39,9 +40,14 @@ MARIAN_SPECIALS = ("</s>", "<unk>", "<pad>")
 
 
 # Fewer lines than this are encoded (and decoded) one at a time: SentencePiece's list calls hand the lines to a pool of
-# threads, which costs ~0.1 ms a call, 10-50x a short sentence's own time, and far more where every core is busy (a
-# server decoding beside its requests: a third of the event loop's time went to it). From 64 lines the pool is as fast.
+# threads, which costs a short sentence many times its own work, the more where every core is busy (a server decoding
+# beside its requests); from this many lines the pool is as fast (docs/benchmarks.md, "Serving").
 ONE_BY_ONE = 64
+
+
+def _by_line(call: Callable[[Any], Any], items: list) -> list:
+    """`call(items)`, SentencePiece's list call, or one call an item where they are fewer than ONE_BY_ONE."""
+    return call(items) if len(items) >= ONE_BY_ONE else [call(item) for item in items]
 
 
 class VocabPieces:
@@ -93,10 +99,8 @@ class VocabPieces:
             texts.append(line[end + 2 :] if end != -1 else line)
         parts = [self._specials.split(t) if self._specials and "<" in t else [t] for t in texts]
         runs = [run for line in parts for run in line[::2]]  # the text between special tokens
-        if sampling or len(runs) >= ONE_BY_ONE:  # one call for the whole batch
-            pieces = iter(self.processor.encode(runs, out_type=str, **sampling))
-        else:  # a few: one call a run (ONE_BY_ONE says why)
-            pieces = iter([self.processor.encode(run, out_type=str) for run in runs])
+        encode = functools.partial(self.processor.encode, out_type=str, **sampling)
+        pieces = iter(encode(runs) if sampling else _by_line(encode, runs))  # sampled: one seeded call
         encoded = []
         for code, line in zip(codes, parts, strict=True):
             ids = [self.vocab.get(p, self._unk) for p in code]
@@ -191,9 +195,12 @@ class Tokenizer:
         return _encode(self.tgt, lines, alpha, seed)
 
     def decode_tgt(self, ids: Sequence[Sequence[int]]) -> list[str]:
-        if isinstance(self.tgt, spm.SentencePieceProcessor) and len(ids) < ONE_BY_ONE:
-            return [self.tgt.decode(list(x)) for x in ids]
-        return self.tgt.decode([list(x) for x in ids])
+        lists = [list(x) for x in ids]
+        return (
+            _by_line(self.tgt.decode, lists)
+            if isinstance(self.tgt, spm.SentencePieceProcessor)
+            else self.tgt.decode(lists)
+        )
 
     @functools.cached_property
     def language_tokens(self) -> list[str]:
@@ -338,8 +345,8 @@ def _encode(
     """Ids of each line; with `alpha` > 0 a sampled segmentation (BPE-dropout for bpe models, subword
     regularization for unigram ones) that is a function of (lines, alpha, seed): one thread, seeded."""
     if not alpha:
-        if isinstance(processor, spm.SentencePieceProcessor) and len(lines) < ONE_BY_ONE:
-            return [processor.encode(line) for line in lines]
+        if isinstance(processor, spm.SentencePieceProcessor):
+            return _by_line(processor.encode, list(lines))
         return processor.encode(list(lines))
     spm.set_random_generator_seed(seed)  # VocabPieces samples with its SentencePiece model, seeded the same way
     return processor.encode(list(lines), enable_sampling=True, alpha=alpha, nbest_size=-1, num_threads=1)

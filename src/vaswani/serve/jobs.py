@@ -102,8 +102,8 @@ def reply(job: Job, result: Any, error: BaseException | None) -> None:
 
 def reply_all(replies: list[Reply]) -> None:
     """Each request answered on its event loop, with one wake-up of each loop for all of them: a continuous batch
-    answers every request done at a step at once. Waking a loop from the worker costs the worker ~0.3 ms where the
-    loop's thread holds the GIL; once per request, it was 5% of a served run's decoding time."""
+    answers every request done at a step at once: each wake-up of a loop from the worker waits for the GIL its
+    thread holds (docs/benchmarks.md, "Serving")."""
     loops: dict[asyncio.AbstractEventLoop, list[Reply]] = {}
     for item in replies:
         loops.setdefault(item[0].loop, []).append(item)
