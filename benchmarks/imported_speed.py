@@ -224,7 +224,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--steps", type=int, default=24)
     parser.add_argument("--shape", choices=("opus", "nllb", "mbart"), default="opus", help="the model's (above)")
-    parser.add_argument("--profile", action="store_true", help="instead: where vaswani's beam 4 step spends its time")
+    parser.add_argument("--profile", action="store_true", help="instead: where vaswani's search spends its time")
+    parser.add_argument("--profile-beam", type=int, default=4, help="the beam --profile searches with (1: greedy)")
     parser.add_argument("--rounds", type=int, default=1, help="every engine this many times, in turns")
     parser.add_argument("--engines", help=f"comma-separated, of: {', '.join(ENGINES)} (default: all)")
     parser.add_argument(
@@ -259,7 +260,7 @@ def main() -> None:
         batches = [[sources[i] for i in order[j : j + args.batch]] for j in range(0, len(order), args.batch)]
         if args.profile:
             for precision in ("fp32", "int8"):
-                profile(model_dir, batches[:2], precision, args.steps)
+                profile(model_dir, batches[:2], precision, args.steps, args.profile_beam)
             return
         results: dict = {}  # (engine, beam) -> sentences/s of each round
         memory: dict = {}
@@ -344,14 +345,15 @@ def learn_shortlist(model_dir: Path) -> None:
     translator.learn_shortlist(sources, targets).save(Path(model_dir) / FILE)
 
 
-def profile(model_dir: Path, batches, precision: str, steps: int) -> None:
-    """torch.profiler over beam 4 on `batches` (after one warm-up batch): the operations by share of the time."""
+def profile(model_dir: Path, batches, precision: str, steps: int, beam: int = 4) -> None:
+    """torch.profiler over a search of `beam` (1: greedy) on `batches` (after one warm-up batch): the operations by
+    share of the time."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as profiler
 
     from vaswani.data.batching import collate
     from vaswani.decode.request import DecodeRequest
-    from vaswani.decode.search import beam_search, decoding
+    from vaswani.decode.search import beam_search, decoding, greedy
 
     keep_freed_memory()  # as the command line does (else the logits' fresh pages show as the log-softmax's time)
     tokenizer = Tokenizer.load(model_dir)
@@ -361,13 +363,14 @@ def profile(model_dir: Path, batches, precision: str, steps: int) -> None:
     def run(batch):
         src = collate([(x, []) for x in tokenizer.encode_src(batch)], c.pad_id, c.bos_id, c.eos_id).src
         with decoding(torch.device("cpu"), precision):
-            beam_search(model, src, DecodeRequest.of(beam_size=4, max_len_a=0, max_len_b=steps, min_len=steps))
+            request = DecodeRequest.of(beam_size=beam, max_len_a=0, max_len_b=steps, min_len=steps)
+            (greedy if beam == 1 else beam_search)(model, src, request)
 
     run(batches[0])
     with profiler(activities=[ProfilerActivity.CPU]) as prof:
         for batch in batches:
             run(batch)
-    print(f"\n# vaswani {precision}, beam 4, {len(batches)} batches of {len(batches[0])}")
+    print(f"\n# vaswani {precision}, beam {beam}, {len(batches)} batches of {len(batches[0])}")
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=14, max_name_column_width=40))
 
 

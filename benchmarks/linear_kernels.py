@@ -8,6 +8,9 @@ reordered for 64 and for 128. Each kernel runs `--repeats` times in turns (each 
 the median GFLOP/s is printed as a Markdown table for docs/benchmarks.md.
 
     python benchmarks/linear_kernels.py                # ~2 minutes on 2 cores
+    python benchmarks/linear_kernels.py --small        # the quick model's shapes (d_model 128, d_ff 256, 6,000 words)
+
+At a small model's shapes oneDNN's call costs more than its product saves (cpu_linear/onednn_fp32.py float32_layer).
 """
 
 from __future__ import annotations
@@ -30,6 +33,15 @@ SHAPES = (  # rows, in, out, what
     (32, 512, 2048, "feed-forward, in: greedy, 32 sentences"),
     (32, 512, 58101, "the output layer, greedy"),
 )
+SMALL = (  # configs/multi30k_de_en_quick.yaml's model: greedy and beam 4 over batches of 64 sentences
+    (64, 128, 384, "self-attention's W^Q W^K W^V, greedy x 64"),
+    (64, 128, 128, "W^O, encoder-decoder W^Q"),
+    (64, 128, 256, "feed-forward, in"),
+    (64, 256, 128, "feed-forward, out"),
+    (64, 128, 6000, "the output layer"),
+    (256, 128, 128, "W^O, beam 4 x 64"),
+    (256, 128, 6000, "the output layer, beam 4"),
+)
 
 
 def products(rows: int, d_in: int, d_out: int) -> tuple[dict, torch.Tensor]:
@@ -49,12 +61,13 @@ def products(rows: int, d_in: int, d_out: int) -> tuple[dict, torch.Tensor]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--small", action="store_true", help="a small model's shapes (SMALL) instead of OPUS-MT's")
     args = parser.parse_args()
     torch.manual_seed(0)
     print(f"CPU: {cpu_name()}, {torch.get_num_threads()} threads, torch {torch.__version__}\n")
-    print("| rows x in x out | oneDNN packed for 64 rows | for 128 rows | MKL packed | F.linear |")
-    print("|---|---|---|---|---|")
-    for rows, d_in, d_out, what in SHAPES:
+    print("| rows x in x out | oneDNN packed for 64 rows | for 128 rows | MKL packed | F.linear | (GFLOP/s; µs) |")
+    print("|---|---|---|---|---|---|")
+    for rows, d_in, d_out, what in SMALL if args.small else SHAPES:
         kernels, reference = products(rows, d_in, d_out)
         for name, run in kernels.items():
             if not torch.allclose(run(), reference, rtol=1e-3, atol=1e-3):
@@ -72,7 +85,8 @@ def main() -> None:
         speed = {name: flops / median(ts) / 1e9 for name, ts in times.items()}
         print(
             f"| {rows} x {d_in:,} x {d_out:,} ({what}) | {speed['dnn64']:.0f} | {speed['dnn128']:.0f} | "
-            f"{speed['mkl']:.0f} | {speed['linear']:.0f} |"
+            f"{speed['mkl']:.0f} | {speed['linear']:.0f} | {median(times['dnn64']) * 1e6:.0f} / "
+            f"{median(times['linear']) * 1e6:.0f} |"
         )
 
 

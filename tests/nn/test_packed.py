@@ -54,12 +54,12 @@ def test_parts_cover_the_rows_only_side_by_side_in_order():
 @pytest.mark.parametrize("capability", ["AVX512", "AVX2", "AVX2, packed faster"])
 def test_a_packed_model_translates_as_the_model_does(monkeypatch, capability):
     """With AVX2 alone the output projection stays torch's product on the model's own matrix (no second copy), unless
-    a large one's packed product was timed faster on this CPU (onednn_fp32._packed_faster)."""
+    a large one's packed product was timed faster on this CPU (onednn_fp32.timed)."""
     from vaswani.nn.cpu_linear import onednn_fp32
 
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability.split(",")[0])
     timed = []
-    monkeypatch.setattr(onednn_fp32, "_packed_faster", lambda *shape: timed.append(shape) or True)
+    monkeypatch.setattr(onednn_fp32, "timed", lambda *shape: timed.append(shape) or (1.0, 2.0))  # packed faster
     monkeypatch.setattr(onednn_fp32, "TIMED_FROM", 0 if "faster" in capability else onednn_fp32.TIMED_FROM)
     torch.manual_seed(3)
     model = Transformer(tiny_config(src_vocab_size=120, tgt_vocab_size=120)).eval()
@@ -78,11 +78,37 @@ def test_a_packed_model_translates_as_the_model_does(monkeypatch, capability):
             assert [h[0].tokens for h in ours] == [h[0].tokens for h in reference]
 
 
-def test_only_a_model_the_engine_owns_is_packed():
+def test_only_a_model_the_engine_owns_is_packed(monkeypatch):
     from vaswani.decode.engine import TorchEngine
+    from vaswani.nn.cpu_linear import onednn_fp32
 
+    monkeypatch.setattr(onednn_fp32, "timed", lambda *shape: (1.0, 2.0))  # packed timed faster
     model = Transformer(tiny_config()).eval()
     TorchEngine(model, "fp32")
     assert any(isinstance(m, nn.Linear) for m in model.modules())  # a user's model is left as it is
     TorchEngine(model, "fp32", owned=True)
     assert not any(isinstance(m, nn.Linear) for m in model.modules())
+
+
+@pytest.mark.parametrize("faster", ["torch", "alike", "packed"])
+def test_an_engine_packs_a_layer_only_where_that_is_not_slower_here(monkeypatch, faster):
+    """oneDNN's call has a fixed cost that a small layer's product does not repay: where torch's product was timed
+    faster by the margin, the engine keeps the layer torch's; where both are alike, packed (the choice before)."""
+    from vaswani.decode.engine import TorchEngine
+    from vaswani.nn.cpu_linear import onednn_fp32
+
+    seconds = {"torch": (1.0, 0.8), "alike": (1.0, 0.9), "packed": (1.0, 2.0)}[faster]  # (packed, torch's)
+    shapes = []
+    monkeypatch.setattr(onednn_fp32, "timed", lambda *shape: shapes.append(shape) or seconds)
+    torch.manual_seed(3)
+    model = Transformer(tiny_config(src_vocab_size=120, tgt_vocab_size=120)).eval()
+    engine = TorchEngine(copy.deepcopy(model), "fp32", owned=True)
+    layers = [m for m in engine.model.modules() if isinstance(m, (nn.Linear, PackedLinear)) and m is not engine.model]
+    hidden = [m for m in layers if m is not engine.model.output_projection]
+    assert hidden and shapes and all(isinstance(m, PackedLinear if faster != "torch" else nn.Linear) for m in hidden)
+    sources = [row[row > 0].tolist() for row in random_ids([9, 4, 12, 7, 1], vocab=120)]
+    for beam in (1, 4):
+        request = DecodeRequest.of(beam_size=beam, max_len_b=12)
+        ours, reference = engine(sources, request), TorchEngine(model, "fp32")(sources, request)  # the latter unpacked
+        assert [h[0].tokens for h in ours] == [h[0].tokens for h in reference]
+        torch.testing.assert_close([h[0].score for h in ours], [h[0].score for h in reference], rtol=0, atol=1e-4)

@@ -134,8 +134,8 @@ class TorchEngine:
         elif owned and precision in ("auto", "fp32"):  # a model only this engine runs: its float32 layers packed
             from vaswani.nn.cpu_linear.onednn_fp32 import pack_fp32
 
-            with freed_memory_returned():
-                pack_fp32(model, whole_output=shortlist is None)
+            with freed_memory_returned():  # each hidden layer where packing is not slower here
+                pack_fp32(model, whole_output=shortlist is None, timed_layers=True)
         self.model, self.precision, self.shortlist = model, precision, shortlist
         self._choices: dict[int, Choice] = {}
         self._prepared: set[DecodeRequest] = set()

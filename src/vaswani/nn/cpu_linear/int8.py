@@ -34,6 +34,7 @@ from vaswani.nn.cpu_linear.onednn_fp32 import (
     PackedLinear,
     Parts,
     covers,
+    float32_layer,
     packed_available,
     padded,
     replace_linears,
@@ -78,10 +79,11 @@ def _by_cpu() -> str:
     return "onednn" if _onednn_exact() and hasattr(torch.ops.onednn, "qlinear_pointwise") else "fbgemm"
 
 
-def layer(weight: Tensor, bias: Tensor | None, parts: Parts = ()) -> Int8Linear | PackedLinear:
-    """A linear layer (its parts too), through `layer_kernel()`'s kernel, or float32 where it is small (`small`)."""
+def layer(weight: Tensor, bias: Tensor | None, parts: Parts = ()) -> Int8Linear | PackedLinear | None:
+    """A linear layer (its parts too), through `layer_kernel()`'s kernel, or float32 where it is small (`small`):
+    packed, or torch's own where that is faster here (`float32_layer`'s None)."""
     if small(weight):
-        return PackedLinear(weight, bias, parts)
+        return float32_layer(weight, bias, parts)
     return Int8Linear(weight, bias, parts, kernel=layer_kernel())
 
 

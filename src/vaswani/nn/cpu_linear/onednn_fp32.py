@@ -104,7 +104,8 @@ def replace_linears(
     output: Callable[[Tensor, Tensor | None, Parts], nn.Module] | None = None,
     output_too: bool = True,
 ) -> nn.Module:
-    """Every nn.Linear of `model` replaced, in place, by `make(weight, bias, parts)`, and its output projection
+    """Every nn.Linear of `model` replaced, in place, by `make(weight, bias, parts)` (where it returns None, left as
+    it is), and its output projection
     (`logits`) by `output(output_weight, logit_bias, ())` (`make` by default; output_bias where the model has no
     logit_bias); `parts` are attention's W^Q and W^K W^V rows, which encoder-decoder attention uses apart (a
     layer's `cross_attn`, and a MultiHeadAttention on its own; self-attention never does, and its layers get no copy
@@ -126,7 +127,9 @@ def replace_linears(
                     isinstance(module, MultiHeadAttention) and name == "in_proj" and id(module) not in self_attention
                 )
                 parts = ((0, d), (d, 3 * d)) if apart else ()
-                setattr(module, name, make(child.weight, child.bias, parts))
+                made = make(child.weight, child.bias, parts)
+                if made is not None:  # None: the layer stays torch's (float32_layer)
+                    setattr(module, name, made)
         if output_too and hasattr(model, "output_weight"):
             bias = getattr(model, "logit_bias", model.output_bias)
             model.output_kind = output or make
@@ -134,27 +137,41 @@ def replace_linears(
     return model
 
 
-TIMED_FROM = 1 << 22  # elements: a smaller output matrix (a test's model) stays torch's, its products too short to time
-PACKED_SHARE = 0.85  # without AVX-512, the packed output projection is chosen where it takes at most this share of
-# torch's time (a margin, so that a machine where both are alike keeps one choice from process to process)
+TIMED_FROM = 1 << 18  # elements: a smaller output matrix (a test's model) stays torch's, its products too short to time
+PACKED_SHARE = 0.85  # one kernel is chosen over the other where it takes at most this share of the other's time (a
+# margin, so that a machine where both are alike keeps one choice from process to process)
 
 
 def output_packed(weight: Tensor | None = None) -> bool:
     """Whether a float32 output projection of `weight`'s shape runs packed. With AVX-512, always; with AVX2 alone it
     depends on the CPU, not on its flags: on an AMD EPYC oneDNN's packed product was 1.6x torch's at 128 rows of a
     58,101 x 512 matrix, on an Intel Xeon played as AVX2 it was slower (docs/benchmarks.md, "CPU decoding"), so there
-    it is timed, once per process and shape (`_packed_faster`), where the matrix has TIMED_FROM elements at least. A
-    packed copy holds the matrix twice."""
+    it is timed, once per process and shape (`timed`), where the matrix has TIMED_FROM elements at least. A packed
+    copy holds the matrix twice."""
     if torch.backends.cpu.get_cpu_capability().startswith("AVX512"):
         return True
-    return weight is not None and weight.numel() >= TIMED_FROM and _packed_faster(*weight.shape)
+    if weight is None or weight.numel() < TIMED_FROM:
+        return False
+    packed, plain = timed(*weight.shape)
+    return packed <= PACKED_SHARE * plain
+
+
+def float32_layer(weight: Tensor, bias: Tensor | None, parts: Parts = ()) -> PackedLinear | None:
+    """A hidden layer's float32 product (`replace_linears`' `make`): packed, unless torch's own takes at most
+    PACKED_SHARE of its time on this CPU (`timed`, once per process and shape), where None keeps the layer torch's.
+    oneDNN's call costs a fixed ~0.1 ms that a small layer's product does not repay: on an AMD EPYC with AVX2 alone
+    a 128 x 128 layer took 2.7x torch's time at 64 rows, a 2,048 x 512 one 0.7x (docs/benchmarks.md, "CPU
+    decoding")."""
+    packed, plain = timed(*weight.shape)
+    return None if plain <= PACKED_SHARE * packed else PackedLinear(weight, bias, parts)
 
 
 @functools.cache
-def _packed_faster(out_features: int, in_features: int) -> bool:
-    """Whether oneDNN's packed product beats torch's `F.linear` on this CPU by PACKED_SHARE, timed on a random matrix
-    of the shape's width (16,384 of its rows at most: the time per row is alike) at 32 and 128 rows (greedy and beam
-    4 batches), the best of three runs each after a warm-up: ~0.1 s at OPUS-MT's shape."""
+def timed(out_features: int, in_features: int) -> tuple[float, float]:
+    """Seconds of oneDNN's packed product and of torch's `F.linear` on this CPU, for a random matrix of the shape's
+    width (16,384 of its rows at most: the time per row is alike) at 32 and 128 rows (greedy and beam 4 batches),
+    the best of three runs each after a warm-up: ~0.1 s at OPUS-MT's output layer, well under 1 ms at a small
+    model's layers. Once per process and shape."""
     rows = min(out_features, 16_384)
     weight = torch.randn(rows, in_features) * in_features**-0.5
     packed = PackedLinear(weight, None)
@@ -173,13 +190,16 @@ def _packed_faster(out_features: int, in_features: int) -> bool:
         return total
 
     with torch.inference_mode():
-        return seconds(packed) <= PACKED_SHARE * seconds(lambda x: torch.nn.functional.linear(x, weight))
+        return seconds(packed), seconds(lambda x: torch.nn.functional.linear(x, weight))
 
 
-def pack_fp32(model: nn.Module, whole_output: bool = True) -> nn.Module:
+def pack_fp32(model: nn.Module, whole_output: bool = True, timed_layers: bool = False) -> nn.Module:
     """`model`'s linear layers as PackedLinear, in place, where it is on a CPU and this torch has them (the output
-    projection where `output_packed`); else `model` as it is. `whole_output`: see replace_linears."""
+    projection where `output_packed`); else `model` as it is. `whole_output`: see replace_linears. `timed_layers`:
+    each hidden layer packed only where that is not slower on this CPU (`float32_layer`), as a decoding engine
+    packs them; else every one."""
     if next(model.parameters()).device.type != "cpu" or not packed_available():
         return model
     output = getattr(model, "output_weight", None)
-    return replace_linears(model, PackedLinear, whole_output, output_too=output_packed(output))
+    make = float32_layer if timed_layers else PackedLinear
+    return replace_linears(model, make, whole_output, output=PackedLinear, output_too=output_packed(output))
