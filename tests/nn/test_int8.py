@@ -206,7 +206,14 @@ def test_int8_is_refused_where_it_cannot_run(monkeypatch):
 
 @pytest.mark.skipif(not packed_available(), reason="this torch has no oneDNN packed float32 product")
 def test_a_layer_too_small_for_int8_to_pay_stays_float32(monkeypatch):
+    from vaswani.nn.cpu_linear import onednn_fp32
+
     monkeypatch.setattr(int8, "FLOAT32_BELOW", 512 * 512)  # the default (the suite's fixture sets 0)
+    monkeypatch.setattr(onednn_fp32, "timed", lambda *shape: (1.0, 0.8))  # torch's product timed faster: kept
+    assert int8.layer(torch.randn(511, 512), None) is None and isinstance(
+        int8.layer(torch.randn(512, 512), None), Int8Linear
+    )
+    monkeypatch.setattr(onednn_fp32, "timed", lambda *shape: (1.0, 2.0))  # packed timed faster
     assert isinstance(int8.layer(torch.randn(512, 512), None), Int8Linear)
     assert isinstance(int8.layer(torch.randn(511, 512), None), PackedLinear)
     torch.manual_seed(3)

@@ -159,9 +159,8 @@ def output_packed(weight: Tensor | None = None) -> bool:
 def float32_layer(weight: Tensor, bias: Tensor | None, parts: Parts = ()) -> PackedLinear | None:
     """A hidden layer's float32 product (`replace_linears`' `make`): packed, unless torch's own takes at most
     PACKED_SHARE of its time on this CPU (`timed`, once per process and shape), where None keeps the layer torch's.
-    oneDNN's call costs a fixed ~0.1 ms that a small layer's product does not repay: on an AMD EPYC with AVX2 alone
-    a 128 x 128 layer took 2.7x torch's time at 64 rows, a 2,048 x 512 one 0.7x (docs/benchmarks.md, "CPU
-    decoding")."""
+    oneDNN's call has a fixed cost that a small layer's product does not repay, and how small depends on the CPU
+    (docs/benchmarks.md, "CPU decoding")."""
     packed, plain = timed(*weight.shape)
     return None if plain <= PACKED_SHARE * packed else PackedLinear(weight, bias, parts)
 
@@ -170,8 +169,7 @@ def float32_layer(weight: Tensor, bias: Tensor | None, parts: Parts = ()) -> Pac
 def timed(out_features: int, in_features: int) -> tuple[float, float]:
     """Seconds of oneDNN's packed product and of torch's `F.linear` on this CPU, for a random matrix of the shape's
     width (16,384 of its rows at most: the time per row is alike) at 32 and 128 rows (greedy and beam 4 batches),
-    the best of three runs each after a warm-up: ~0.1 s at OPUS-MT's output layer, well under 1 ms at a small
-    model's layers. Once per process and shape."""
+    the best of three runs each after a warm-up. Once per process and shape."""
     rows = min(out_features, 16_384)
     weight = torch.randn(rows, in_features) * in_features**-0.5
     packed = PackedLinear(weight, None)
