@@ -72,14 +72,7 @@ def measure(model_dir: str, precision: str, beam: int, engine: str) -> dict:
         translator = Translator.load(model_dir, engine="ctranslate2", compute_type=precision)
     else:
         translator = Translator.load(model_dir, precision=precision)
-    request = translator.request(beam_size=beam, batch_size=64)
-    translator.translate(sources[:64], request)  # warm: kernels chosen, caches made
-    runs = []
-    for _ in range(REPEATS):
-        started = time.perf_counter()
-        with torch.inference_mode():
-            outputs = translator.translate(sources, request)
-        runs.append(time.perf_counter() - started)
+    outputs, runs = timed_translations(translator, sources, beam)
     seconds = statistics.median(runs)
     words = sum(len(s.split()) for s in sources)
     return {
@@ -91,6 +84,22 @@ def measure(model_dir: str, precision: str, beam: int, engine: str) -> dict:
         "peak_rss_mb": round(_peak_rss_kib() / 1024, 1),
         "threads": torch.get_num_threads(),
     }
+
+
+def timed_translations(translator, sources: list[str], beam: int) -> tuple[list[str], list[float]]:
+    """`sources` translated REPEATS times at batch 64 after a warm-up on 64 of them: the last outputs and each
+    time in seconds."""
+    import torch
+
+    request = translator.request(beam_size=beam, batch_size=64)
+    translator.translate(sources[:64], request)  # warm: kernels chosen, caches made
+    runs = []
+    for _ in range(REPEATS):
+        started = time.perf_counter()
+        with torch.inference_mode():
+            outputs = translator.translate(sources, request)
+        runs.append(time.perf_counter() - started)
+    return outputs, runs
 
 
 def _peak_rss_kib() -> int:

@@ -20,14 +20,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
+from distill import timed_translations
 from provenance import stamp
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = ROOT / "../shared/data/multi30k/raw/test_2016_flickr.de.gz"
-REPEATS = 3
 
 
 def measure(model_dir: str, precision: str, beam: int) -> dict:
@@ -38,15 +37,7 @@ def measure(model_dir: str, precision: str, beam: int) -> dict:
     from vaswani.translate.translator import Translator
 
     sources = read_lines(SOURCES)
-    translator = Translator.load(model_dir, precision=precision)
-    request = translator.request(beam_size=beam, batch_size=64)
-    translator.translate(sources[:64], request)
-    runs = []
-    for _ in range(REPEATS):
-        started = time.perf_counter()
-        with torch.inference_mode():
-            outputs = translator.translate(sources, request)
-        runs.append(time.perf_counter() - started)
+    outputs, runs = timed_translations(Translator.load(model_dir, precision=precision), sources, beam)
     seconds = statistics.median(runs)
     return {
         "seconds": round(seconds, 3),
