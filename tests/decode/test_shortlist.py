@@ -15,7 +15,10 @@ from vaswani.nn.transformer import NEVER, OutputRows
 
 LAYERS = {
     "plain": lambda m: m,
-    "packed": pytest.param(pack_fp32, marks=pytest.mark.skipif(not packed_available(), reason="no oneDNN packing")),
+    "packed": pytest.param(
+        lambda m: pack_fp32(m, every_layer=True),
+        marks=pytest.mark.skipif(not packed_available(), reason="no oneDNN packing"),
+    ),
     "int8": pytest.param(quantize_int8, marks=pytest.mark.skipif(int8_available() is not None, reason="no int8")),
 }
 SOURCES = [[5, 9, 3, 17], [4], [30, 31, 32, 8, 8, 12, 40], [22, 7]]
@@ -68,7 +71,7 @@ def test_a_batch_gets_its_pieces_translations_the_frequent_ones_its_copies_and_t
 
 @pytest.mark.parametrize("beam", [1, 3])
 def test_with_a_shortlist_a_sentences_output_does_not_depend_on_its_batch(beam):
-    model = pack_fp32(random_model(50, seed=4))
+    model = pack_fp32(random_model(50, seed=4), every_layer=True)
     shortlist = Shortlist(torch.randint(3, 50, (50, 3)), torch.tensor([2]), 50, copy=False)
     request = DecodeRequest.of(beam_size=beam, n_best=beam, max_len_a=1.0, max_len_b=5, batch_size=4)
     batched = search_ids(model, SOURCES, request, shortlist=shortlist)

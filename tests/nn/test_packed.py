@@ -63,7 +63,7 @@ def test_a_packed_model_translates_as_the_model_does(monkeypatch, capability):
     monkeypatch.setattr(onednn_fp32, "TIMED_FROM", 0 if "faster" in capability else onednn_fp32.TIMED_FROM)
     torch.manual_seed(3)
     model = Transformer(tiny_config(src_vocab_size=120, tgt_vocab_size=120)).eval()
-    packed = pack_fp32(copy.deepcopy(model))
+    packed = pack_fp32(copy.deepcopy(model), every_layer=True)
     assert not [m for m in packed.modules() if isinstance(m, nn.Linear)]
     assert timed == ([tuple(model.output_weight.shape)] if "faster" in capability else [])  # a test's model: untimed
     made = capability != "AVX2"

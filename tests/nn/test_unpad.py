@@ -75,7 +75,7 @@ def test_searches_give_the_padded_encoders_outputs(packed, monkeypatch):
         pytest.skip("this torch has no oneDNN packed linear")
     model = _model(activation="silu")
     if packed:
-        model = pack_fp32(model)
+        model = pack_fp32(model, every_layer=True)
     src = random_ids(LENGTHS)
     request = DecodeRequest.of(beam_size=3, max_len_a=0, max_len_b=8)
 

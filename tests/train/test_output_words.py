@@ -98,7 +98,8 @@ def test_packed_and_int8_projections_keep_the_words_outside_out(kind):
     if kind == "int8" and int8_available():
         pytest.skip(int8_available())
     model = _restricted(1)
-    made = (pack_fp32 if kind == "packed" else quantize_int8)(copy.deepcopy(model))
+    made = copy.deepcopy(model)
+    made = pack_fp32(made, every_layer=True) if kind == "packed" else quantize_int8(made)
     src = random_ids([6, 8], vocab=60)
     with torch.inference_mode():
         got, expected = made(src, src), model(src, src)

@@ -135,7 +135,7 @@ class TorchEngine:
             from vaswani.nn.cpu_linear.onednn_fp32 import pack_fp32
 
             with freed_memory_returned():  # each hidden layer where packing is not slower here
-                pack_fp32(model, whole_output=shortlist is None, timed_layers=True)
+                pack_fp32(model, whole_output=shortlist is None)
         self.model, self.precision, self.shortlist = model, precision, shortlist
         self._choices: dict[int, Choice] = {}
         self._prepared: set[DecodeRequest] = set()

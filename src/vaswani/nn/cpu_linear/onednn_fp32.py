@@ -191,13 +191,12 @@ def timed(out_features: int, in_features: int) -> tuple[float, float]:
         return seconds(packed), seconds(lambda x: torch.nn.functional.linear(x, weight))
 
 
-def pack_fp32(model: nn.Module, whole_output: bool = True, timed_layers: bool = False) -> nn.Module:
-    """`model`'s linear layers as PackedLinear, in place, where it is on a CPU and this torch has them (the output
-    projection where `output_packed`); else `model` as it is. `whole_output`: see replace_linears. `timed_layers`:
-    each hidden layer packed only where that is not slower on this CPU (`float32_layer`), as a decoding engine
-    packs them; else every one."""
+def pack_fp32(model: nn.Module, whole_output: bool = True, every_layer: bool = False) -> nn.Module:
+    """`model`'s linear layers as PackedLinear, in place, where it is on a CPU and this torch has them: each hidden
+    layer where that is not slower on this CPU (`float32_layer`; `every_layer`: all of them), the output projection
+    where `output_packed`; else `model` as it is. `whole_output`: see replace_linears."""
     if next(model.parameters()).device.type != "cpu" or not packed_available():
         return model
     output = getattr(model, "output_weight", None)
-    make = float32_layer if timed_layers else PackedLinear
+    make = PackedLinear if every_layer else float32_layer
     return replace_linears(model, make, whole_output, output=PackedLinear, output_too=output_packed(output))
