@@ -14,6 +14,8 @@ each from the beam's output (beam 4, its 4 best kept) and the model's cross-atte
 - agreement: the mean sentence chrF between the best translation and the other three of the 4-best;
 - low_share: the share of its tokens the model gave under 0.5 (negated: more is worse);
 - length_gap: |log(output tokens / source tokens)| (negated: a translation far longer or shorter than its source);
+- margin: the best translation's beam score less the second's (a beam that hesitated between two: low);
+- source_length: the source's words (negated: a long sentence is harder; not a quality signal alone, a modulator);
 - entropy: the mean entropy of the model's next-token distributions along the best translation (negated: a model
   unsure among many words at each step), from one teacher-forced pass over it (Fomicheva et al. 2020, Seq-Ent);
 - coverage: GNMT's coverage penalty (Wu et al. 2016) on that pass's cross-attention, averaged over layers and heads:
@@ -21,6 +23,11 @@ each from the beam's output (beam 4, its 4 best kept) and the model's cross-atte
 - attention_entropy: the mean entropy of each output token's cross-attention (negated: diffuse attention);
 - round_trip (with --reverse, a model of the other direction): the geometric mean probability the reverse model
   gives the source's tokens, reading the translation (a teacher-forced pass, no search);
+- back_translation (with --reverse): the reverse model's translation of the best translation back (its own search),
+  sentence chrF against the source (round-trip translation);
+- checkpoint_agreement (where the model directory keeps checkpoints/): the same best translation scored by the model's
+  other saved checkpoints (teacher-forced), the spread of each token's probability across them, averaged and negated
+  (an ensemble's disagreement, like Fomicheva et al.'s dropout variance; the quick recipe keeps its last 3);
 - combined: a least-squares fit of sentence chrF on the standardised signals, fitted on validation only.
 For each: Pearson and Spearman correlation with sentence chrF, and the mean chrF of the 10% least confident
 sentences against the rest.
@@ -34,6 +41,7 @@ import json
 import math
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -57,6 +65,8 @@ SIGNALS = (
     "agreement",
     "low_share",
     "length_gap",
+    "margin",
+    "source_length",
     "entropy",
     "coverage",
     "attention_entropy",
@@ -69,10 +79,10 @@ def read(name: str) -> list[str]:
         return [line.rstrip("\n") for line in f]
 
 
-def signals_of(translations, sources_ids, chrf: CHRF) -> dict[str, list[float]]:
+def signals_of(translations, sources, sources_ids, chrf: CHRF) -> dict[str, list[float]]:
     """Each signal for each sentence, from the translations the Translator returned (n-best) and the sources' ids."""
     out: dict[str, list[float]] = {name: [] for name in SIGNALS if name not in FORCED}
-    for t, ids in zip(translations, sources_ids, strict=True):
+    for t, source, ids in zip(translations, sources, sources_ids, strict=True):
         best, others = t.candidates[0], t.candidates[1:]
         lps = best.token_log_probs
         out["mean_prob"].append(best.confidence)
@@ -84,6 +94,8 @@ def signals_of(translations, sources_ids, chrf: CHRF) -> dict[str, list[float]]:
         out["agreement"].append(sum(agree) / len(agree))
         out["low_share"].append(-sum(lp < math.log(0.5) for lp in lps) / len(lps))
         out["length_gap"].append(-abs(math.log(len(lps) / (len(ids) + 1))))
+        out["margin"].append(best.score - others[0].score if others else 0.0)
+        out["source_length"].append(-float(len(source.split())))
     return out
 
 
@@ -123,6 +135,51 @@ def round_trip(reverse, sources: list[str], translations) -> list[float]:
     return out
 
 
+def back_translation(reverse, sources: list[str], translations, chrf: CHRF) -> list[float]:
+    """Sentence chrF of each source against the reverse model's translation of its best translation."""
+    back = reverse.translate([t.text for t in translations])
+    return [chrf.sentence_score(b, [s]).score for b, s in zip(back, sources, strict=True)]
+
+
+def checkpoint_models(model_dir: Path, work: Path) -> list:
+    """The models of `model_dir`'s saved checkpoints (other than the weights it holds), each loaded as a Translator
+    loads a model directory: one made in `work` of the directory's files and the checkpoint's weights."""
+    from vaswani.train.checkpoint import checkpoint_dirs
+    from vaswani.translate.translator import Translator
+
+    models = []
+    for checkpoint in checkpoint_dirs(model_dir):
+        here = work / checkpoint.name
+        here.mkdir(parents=True, exist_ok=True)
+        for f in model_dir.iterdir():
+            if f.is_file() and f.name != "model.safetensors":
+                (here / f.name).unlink(missing_ok=True)
+                (here / f.name).symlink_to(f.resolve())
+        (here / "model.safetensors").unlink(missing_ok=True)
+        (here / "model.safetensors").symlink_to((checkpoint / "model.safetensors").resolve())
+        models.append(Translator.load(here, precision="fp32").model)
+    return models
+
+
+def checkpoint_agreement(translator, others: list, sources_ids, translations) -> list[float]:
+    """Minus the mean over tokens of the spread (standard deviation) of each chosen token's probability across the
+    model and its checkpoints' models, the best translation teacher-forced through each."""
+    import torch
+
+    from vaswani.translate.term_placement import forced_log_probs
+
+    after = translator.config.decode.ban_after_softmax
+    out = []
+    with torch.inference_mode():
+        for ids, t in zip(sources_ids, translations, strict=True):
+            tokens = [t.candidates[0].tokens]
+            probs = torch.stack(
+                [forced_log_probs(m, ids, tokens, after, pick=True)[0].exp() for m in [translator.model, *others]]
+            )
+            out.append(-float(probs.std(0).mean()))
+    return out
+
+
 def ranks(x: np.ndarray) -> np.ndarray:
     order = x.argsort(kind="stable")
     r = np.empty(len(x))
@@ -151,12 +208,19 @@ def main() -> None:
     parser.add_argument("--reverse", help="a model of the other direction (en→de): the round_trip signal")
     parser.add_argument("--limit", type=int, default=0, help="sentences a split (0: all)")
     parser.add_argument("--out", default=str(RESULTS))
+    parser.add_argument("--dump", help="also write every sentence's signals and chrF here (JSON), for other fits")
     args = parser.parse_args()
     from vaswani.translate.translator import Translator
 
     translator = Translator.load(args.model_dir)
     reverse = Translator.load(args.reverse) if args.reverse else None
-    signals = (*SIGNALS, "round_trip") if reverse else SIGNALS
+    with tempfile.TemporaryDirectory() as work:
+        others = checkpoint_models(Path(args.model_dir), Path(work))
+    signals = (
+        *SIGNALS,
+        *(("round_trip", "back_translation") if reverse else ()),
+        *(("checkpoint_agreement",) if others else ()),
+    )
     request = translator.request(beam_size=4, n_best=4)
     chrf = CHRF()
     measured: dict[str, dict] = {}
@@ -169,12 +233,19 @@ def main() -> None:
         seconds = time.perf_counter() - started
         quality = [chrf.sentence_score(t.text, [r]).score for t, r in zip(translations, references, strict=True)]
         sources_ids = translator.encode_sources(sources)
-        found = signals_of(translations, sources_ids, chrf)
+        found = signals_of(translations, sources, sources_ids, chrf)
         found.update(forced_signals(translator, sources_ids, translations))
         if reverse is not None:
             found["round_trip"] = round_trip(reverse, sources, translations)
+            found["back_translation"] = back_translation(reverse, sources, translations, chrf)
+        if others:
+            found["checkpoint_agreement"] = checkpoint_agreement(translator, others, sources_ids, translations)
         measured[split] = {"signals": found, "chrf": quality, "seconds": seconds}
         print(f"{split}: {len(sources)} sentences in {seconds:.0f} s", file=sys.stderr)
+    if args.dump:
+        Path(args.dump).write_text(
+            json.dumps({split: {"signals": m["signals"], "chrf": m["chrf"]} for split, m in measured.items()})
+        )
     # the combination: fitted on validation alone, standardised with validation's means and deviations
     val = measured["val"]
     x_val = np.array([val["signals"][name] for name in signals]).T
@@ -201,6 +272,7 @@ def main() -> None:
         "threads": os.cpu_count(),
         "model": args.model_dir,
         "reverse_model": args.reverse,
+        "checkpoints": len(others),
         "decoding": "beam 4, 4-best, fp32",
         "chosen_on": "val",
         "held_out": ["test_2016", "test_2017"],

@@ -7,6 +7,15 @@ wall time. Prints a Markdown table; writes benchmarks/results/distill.json.
     python benchmarks/distill.py                                       # trains the full recipe's teacher first
     python benchmarks/distill.py --students 2-1 4-1 --max-time 5m --skip-training   # measure students already made
     python benchmarks/distill.py --teacher runs/multi30k_de_en --students "2-1 taught by 4-4"   # with its assistant
+    python benchmarks/distill.py --teacher runs/distill/teacher --students 2-1 "2-1 d64" --seeds 1 2 3 \
+        --once "2-1 d64" --parallel 2                   # the recipe thrice, a narrower shape once; two at a time
+
+Every student is trained once per seed (train.seed; `--seeds`, default 1) and reported as the median over its seeds.
+The recipe is chosen on Multi30k validation alone (val BLEU, greedy fp32, each student's median): which shape, and
+whether the greedy search bans a repeated 4-gram (val BLEU with the ban off, 3 and 4); test_2016_flickr only reports.
+Speed is compared at equal search (student greedy against teacher greedy, beam 4 against beam 4, same precision)
+beside the mixed comparison (the student's greedy against the teacher's int8 beam 4).
+`--parallel 2` trains two students at once, one thread each (the recipe's 31 minutes "on one thread beside another").
 
 Phases: the teacher (the full de→en recipe trained here when --teacher is missing, its last 10 checkpoints
 averaged), the teacher's pass over the 29,000 training sources
@@ -23,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import shutil
 import statistics
@@ -56,6 +66,25 @@ STUDENTS = {  # name: the recipe's model overrides (layers encoder-decoder, widt
 # assistant's own pass (its 4-best) is its corpus
 TAUGHT_BY = {"2-1 taught by 4-4": "4-4 from teacher"}
 DEFAULT_STUDENTS = ["2-1", "3-1", "4-4 from teacher", "2-1 taught by 4-4"]
+
+
+def measure_val(model_dir: str) -> dict:
+    """Validation BLEU (fp32, untimed): greedy with the repeated-n-gram ban off, 3 and 4 (the recipe's choice), and
+    beam 4, each with the model's other decoding settings."""
+    import sacrebleu
+
+    from vaswani.data.corpus import read_lines
+    from vaswani.translate.translator import Translator
+
+    sources, references = read_lines(DATA / "val.de.gz"), read_lines(DATA / "val.en.gz")
+    translator = Translator.load(model_dir, precision="fp32")
+    settings = {f"greedy, ban {n}": {"beam_size": 1, "no_repeat_ngram": n} for n in (0, 3, 4)}
+    settings["beam 4, the model's ban"] = {"beam_size": 4}
+    bleu = {}
+    for name, options in settings.items():
+        outputs = translator.translate(sources, translator.request(batch_size=64, **options))
+        bleu[name] = round(sacrebleu.corpus_bleu(outputs, [references]).score, 2)
+    return {"val_bleu": bleu, "model_ban": translator.config.decode.no_repeat_ngram}
 
 
 def measure(model_dir: str, precision: str, beam: int, engine: str) -> dict:
@@ -111,7 +140,11 @@ def _peak_rss_kib() -> int:
 
 
 def measured(model_dir: Path, precision: str, beam: int, engine: str = "torch") -> dict:
-    command = [sys.executable, __file__, "--measure", str(model_dir), precision, str(beam), engine]
+    """measure() in a process of its own; precision "val": measure_val()."""
+    if precision == "val":
+        command = [sys.executable, __file__, "--measure-val", str(model_dir)]
+    else:
+        command = [sys.executable, __file__, "--measure", str(model_dir), precision, str(beam), engine]
     done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
     if done.returncode != 0:
         raise SystemExit(f"measuring {model_dir} {precision} beam {beam} {engine} failed:\n{done.stderr[-3000:]}")
@@ -123,6 +156,23 @@ def run(*command: str) -> float:
     started = time.perf_counter()
     subprocess.run(command, check=True, cwd=ROOT)
     return time.perf_counter() - started
+
+
+def run_together(commands: list[list[str]], logs: list[Path]) -> list[float]:
+    """The commands at once, one thread each (VASWANI_THREADS=1), each's output to its log: their wall times."""
+    started = time.perf_counter()
+    env = {**os.environ, "VASWANI_THREADS": "1"}
+    procs = []
+    for command, log in zip(commands, logs, strict=True):
+        print("$", " ".join(command), ">", log, flush=True)
+        log.parent.mkdir(parents=True, exist_ok=True)
+        procs.append(subprocess.Popen(command, cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT))
+    times = []
+    for proc, command in zip(procs, commands, strict=True):
+        if proc.wait() != 0:
+            raise SystemExit(f"failed ({proc.returncode}): {' '.join(command)}")
+        times.append(time.perf_counter() - started)
+    return times
 
 
 def teacher_pass(teacher: Path, work: Path, overrides: list[str]) -> float:
@@ -163,16 +213,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--teacher", help="a trained de→en model directory (default: the full recipe's, trained)")
     parser.add_argument("--students", nargs="+", default=DEFAULT_STUDENTS, choices=list(STUDENTS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[1], help="train.seed of each student's runs")
+    parser.add_argument("--once", nargs="*", default=[], choices=list(STUDENTS), help="students of the first seed only")
+    parser.add_argument("--parallel", type=int, default=1, help="students trained at once, one thread each")
     parser.add_argument("--max-time", help="each student's training budget (train.max_time; default: the recipe's)")
     parser.add_argument("--runs", default="runs/distill")
     parser.add_argument("--skip-training", action="store_true", help="measure the students already in --runs")
     parser.add_argument("--no-ctranslate2", action="store_true")
     parser.add_argument("--measure", nargs=4, help=argparse.SUPPRESS)  # MODEL_DIR PRECISION BEAM ENGINE
+    parser.add_argument("--measure-val", help=argparse.SUPPRESS)  # MODEL_DIR
     args = parser.parse_args()
     if args.measure:
         model_dir, precision, beam, engine = args.measure
         print(json.dumps(measure(model_dir, precision, int(beam), engine)))
         return
+    if args.measure_val:
+        print(json.dumps(measure_val(args.measure_val)))
+        return
+    if args.parallel > 1 and any(name in TAUGHT_BY for name in args.students):
+        raise SystemExit("--parallel trains students at once: a student taught by another needs --parallel 1")
     from vaswani.runtime.machine import cpu_name
 
     runs = ROOT / args.runs
@@ -183,52 +242,125 @@ def main() -> None:
         phases["teacher training"] += run("vaswani", "average", str(teacher), "--last", "10")
     shared = runs / "teacher_pass"
     phases["teacher's pass (29,000 sources, beam 4)"] = teacher_pass(teacher.resolve(), shared, [])
-    students = {}
+    students: dict[tuple[str, int], Path] = {}
+    waiting: list[tuple[str, int, list[str]]] = []
     for name in in_order(args.students):
-        student = runs / f"student {name}".replace(",", "").replace(" ", "_")
-        if not args.skip_training:
-            taught_by = students[TAUGHT_BY[name]] if name in TAUGHT_BY else teacher
+        for seed in args.seeds[:1] if name in args.once else args.seeds:
+            student = runs / f"student {name} seed {seed}".replace(",", "").replace(" ", "_")
+            students[(name, seed)] = student
+            if args.skip_training:
+                continue
+            taught_by = students[(TAUGHT_BY[name], seed)] if name in TAUGHT_BY else teacher
             if name not in TAUGHT_BY and not (student / "distill").is_dir():
                 shutil.copytree(shared, student / "distill")  # the pass reused (a student asking for another makes it)
-            sets = [*([f"train.max_time={args.max_time}"] if args.max_time else []), *STUDENTS[name]]
+            sets = [
+                *([f"train.max_time={args.max_time}"] if args.max_time else []),
+                *STUDENTS[name],
+                f"train.seed={seed}",
+            ]
             command = ["vaswani", "distill", str(taught_by), str(RECIPE), str(student)]
-            phases[f"student {name} (its pass and) training"] = run(*command, *(x for s in sets for x in ("--set", s)))
-            run("vaswani", "average", str(student), "--last", "3")
-        students[name] = student
+            waiting.append((f"student {name} seed {seed}", seed, [*command, *(x for s in sets for x in ("--set", s))]))
+    for start in range(0, len(waiting), args.parallel):
+        wave = waiting[start : start + args.parallel]
+        if args.parallel == 1:
+            times = [run(*wave[0][2])]
+        else:
+            times = run_together(
+                [c for _, _, c in wave], [runs / "logs" / f"{n.replace(' ', '_')}.log" for n, _, _ in wave]
+            )
+        for (label, _, command), seconds in zip(wave, times, strict=True):
+            phases[f"{label} (its pass and) training"] = seconds
+            run("vaswani", "average", command[4], "--last", "3")
     rows = []
-    for name, model_dir in [("teacher", teacher), *students.items()]:
+    for (name, seed), model_dir in [(("teacher", 0), teacher), *students.items()]:
+        val = measured(model_dir, "val", 0)
+        print(json.dumps({"model": name, "seed": seed, **val}), flush=True)
         for precision in ("fp32", "int8"):
             for beam in (1, 4):
-                row = {"model": name, "precision": precision, "beam": beam, **measured(model_dir, precision, beam)}
+                row = {"model": name, "seed": seed, "precision": precision, "beam": beam,
+                       **measured(model_dir, precision, beam), **val}  # fmt: skip
                 print(json.dumps(row), flush=True)
                 rows.append(row)
     if not args.no_ctranslate2:
         from vaswani.export.ctranslate2 import converted
 
         converted(teacher)
-        row = {"model": "teacher (CTranslate2)", "precision": "int8", "beam": 4,
+        row = {"model": "teacher (CTranslate2)", "seed": 0, "precision": "int8", "beam": 4,
                **measured(teacher, "int8", 4, "ctranslate2")}  # fmt: skip
         print(json.dumps(row), flush=True)
         rows.append(row)
-    base = next(r for r in rows if r["model"] == "teacher" and r["precision"] == "int8" and r["beam"] == 4)
-    ct2 = next((r for r in rows if r["model"].endswith("(CTranslate2)")), None)
+    summary = summarise(rows)
     print(f"\n{cpu_name()}, {rows[0]['threads']} threads; phases: "
           + ", ".join(f"{k} {v / 60:.1f} min" for k, v in phases.items()))  # fmt: skip
-    print(
-        "| model | precision | search | BLEU | chrF | words/s (first) | vs teacher int8 beam 4 | vs CT2 int8 beam 4 "
-        "| peak MB |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        search = "greedy" if r["beam"] == 1 else f"beam {r['beam']}"
-        versus = f"{r['words_per_s'] / ct2['words_per_s']:.2f}x" if ct2 else ""
-        print(f"| {r['model']} | {r['precision']} | {search} | {r['bleu']:.1f} | {r['chrf']:.1f} | "
-              f"{r['words_per_s']:,.0f} ({r['first_words_per_s']:,.0f}) | "
-              f"{r['words_per_s'] / base['words_per_s']:.2f}x | {versus} | "
-              f"{r['peak_rss_mb']:,.0f} |")  # fmt: skip
+    print(table(summary))
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    result = {**stamp("Multi30k test_2016_flickr"), "teacher": str(teacher), "phases_s": phases, "rows": rows}
+    result = {
+        **stamp("Multi30k: the recipe chosen on val; test_2016_flickr reported"),
+        "teacher": str(teacher),
+        "seeds": args.seeds,
+        "parallel": args.parallel,
+        "phases_s": phases,
+        "summary": summary,
+        "rows": rows,
+    }
     RESULTS.write_text(json.dumps(result, indent=1) + "\n")
+
+
+def summarise(rows: list[dict]) -> dict:
+    """Per model, precision and search: the median over seeds of test BLEU, chrF and words/s, each ratio to the
+    teacher at equal search and to the teacher's int8 beam 4; per model the median val BLEU of each greedy ban and
+    beam 4; and the choice made on val: the student of the highest median greedy val BLEU (its own ban), and the ban
+    of the highest median greedy val BLEU for it."""
+    by_model: dict[str, list[dict]] = {}
+    for r in rows:
+        by_model.setdefault(r["model"], []).append(r)
+    teacher = {(r["precision"], r["beam"]): r for r in by_model["teacher"]}
+    out: dict = {"models": {}}
+    for model, model_rows in by_model.items():
+        entry: dict = {"seeds": sorted({r["seed"] for r in model_rows}), "runs": {}}
+        for precision in ("fp32", "int8"):
+            for beam in (1, 4):
+                same = [r for r in model_rows if r["precision"] == precision and r["beam"] == beam]
+                if not same:
+                    continue
+                median = {k: statistics.median(r[k] for r in same) for k in ("bleu", "chrf", "words_per_s")}
+                base = teacher[(precision, beam)]["words_per_s"]
+                median["x_teacher_equal_search"] = round(median["words_per_s"] / base, 2)
+                median["x_teacher_int8_beam4"] = round(median["words_per_s"] / teacher[("int8", 4)]["words_per_s"], 2)
+                entry["runs"][f"{precision} {'greedy' if beam == 1 else f'beam {beam}'}"] = median
+        if "val_bleu" in model_rows[0]:
+            per_seed = {r["seed"]: r for r in model_rows}.values()
+            keys = model_rows[0]["val_bleu"]
+            entry["val_bleu"] = {k: statistics.median(r["val_bleu"][k] for r in per_seed) for k in keys}
+            entry["model_ban"] = model_rows[0]["model_ban"]
+        out["models"][model] = entry
+    students = {m: e for m, e in out["models"].items() if m != "teacher" and "val_bleu" in e}
+    if students:
+        own = {m: e["val_bleu"][f"greedy, ban {e['model_ban']}"] for m, e in students.items()}
+        chosen = max(own, key=own.get)
+        bans = {k: v for k, v in students[chosen]["val_bleu"].items() if k.startswith("greedy")}
+        out["chosen_on_val"] = {"student": chosen, "greedy val BLEU": own, "ban": max(bans, key=bans.get)}
+    return out
+
+
+def table(summary: dict) -> str:
+    lines = [
+        "| model (median over seeds) | precision | search | val BLEU | test BLEU | chrF | words/s "
+        "| × teacher, equal search | × teacher int8 beam 4 |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for model, e in summary["models"].items():
+        for run_name, m in e["runs"].items():
+            precision, search = run_name.split(" ", 1)
+            key = f"greedy, ban {e['model_ban']}" if search == "greedy" else "beam 4, the model's ban"
+            val = e.get("val_bleu", {}).get(key, "")
+            lines.append(
+                f"| {model} ({len(e['seeds'])}) | {precision} | {search} | {val} | {m['bleu']:.2f} | {m['chrf']:.1f} "
+                f"| {m['words_per_s']:,.0f} | {m['x_teacher_equal_search']:.2f}x | {m['x_teacher_int8_beam4']:.2f}x |"
+            )
+    if "chosen_on_val" in summary:
+        lines.append(f"\nchosen on val: {json.dumps(summary['chosen_on_val'])}")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
