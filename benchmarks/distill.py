@@ -234,6 +234,7 @@ def main() -> None:
         raise SystemExit("--parallel trains students at once: a student taught by another needs --parallel 1")
     from vaswani.runtime.machine import cpu_name
 
+    provenance = stamp("Multi30k: the recipe chosen on val; test_2016_flickr reported")  # the code as the run starts
     runs = ROOT / args.runs
     phases: dict[str, float] = {}
     teacher = Path(args.teacher) if args.teacher else runs / "teacher"
@@ -295,7 +296,7 @@ def main() -> None:
     print(table(summary))
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     result = {
-        **stamp("Multi30k: the recipe chosen on val; test_2016_flickr reported"),
+        **provenance,
         "teacher": str(teacher),
         "seeds": args.seeds,
         "parallel": args.parallel,
