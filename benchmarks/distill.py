@@ -8,14 +8,15 @@ wall time. Prints a Markdown table; writes benchmarks/results/distill.json.
     python benchmarks/distill.py --students 2-1 4-1 --max-time 5m --skip-training   # measure students already made
     python benchmarks/distill.py --teacher runs/multi30k_de_en --students "2-1 taught by 4-4"   # with its assistant
     python benchmarks/distill.py --teacher runs/distill/teacher --students 2-1 "2-1 d64" --seeds 1 2 3 \
-        --once "2-1 d64" --parallel 2                   # the recipe thrice, a narrower shape once; two at a time
+        --once "2-1 d64" --parallel 4                   # the recipe thrice, a narrower shape once; all four at once
 
 Every student is trained once per seed (train.seed; `--seeds`, default 1) and reported as the median over its seeds.
 The recipe is chosen on Multi30k validation alone (val BLEU, greedy fp32, each student's median): which shape, and
 whether the greedy search bans a repeated 4-gram (val BLEU with the ban off, 3 and 4); test_2016_flickr only reports.
 Speed is compared at equal search (student greedy against teacher greedy, beam 4 against beam 4, same precision)
 beside the mixed comparison (the student's greedy against the teacher's int8 beam 4).
-`--parallel 2` trains two students at once, one thread each (the recipe's 31 minutes "on one thread beside another").
+`--parallel N` trains N students at once, one thread each (the recipe's 31 minutes are "on one thread beside another":
+on a 2-core CPU four at once give each half a core, a faster CPU's half core a slower one's whole).
 
 Phases: the teacher (the full de→en recipe trained here when --teacher is missing, its last 10 checkpoints
 averaged), the teacher's pass over the 29,000 training sources
