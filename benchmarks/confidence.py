@@ -25,9 +25,10 @@ each from the beam's output (beam 4, its 4 best kept) and the model's cross-atte
   gives the source's tokens, reading the translation (a teacher-forced pass, no search);
 - back_translation (with --reverse): the reverse model's translation of the best translation back (its own search),
   sentence chrF against the source (round-trip translation);
-- checkpoint_agreement (where the model directory keeps checkpoints/): the same best translation scored by the model's
-  other saved checkpoints (teacher-forced), the spread of each token's probability across them, averaged and negated
-  (an ensemble's disagreement, like Fomicheva et al.'s dropout variance; the quick recipe keeps its last 3);
+- checkpoint_agreement (where the model directory keeps checkpoints/): the same best translation scored by the model and
+  every saved checkpoint (teacher-forced; the last may hold the model's own weights), the spread of each token's
+  probability across them, averaged and negated (an ensemble's disagreement, like Fomicheva et al.'s dropout variance;
+  the quick recipe keeps its last 3);
 - combined: a least-squares fit of sentence chrF on the standardised signals, fitted on validation only.
 For each: Pearson and Spearman correlation with sentence chrF, and the mean chrF of the 10% least confident
 sentences against the rest.
@@ -41,7 +42,6 @@ import json
 import math
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -141,23 +141,17 @@ def back_translation(reverse, sources: list[str], translations, chrf: CHRF) -> l
     return [chrf.sentence_score(b, [s]).score for b, s in zip(back, sources, strict=True)]
 
 
-def checkpoint_models(model_dir: Path, work: Path) -> list:
-    """The models of `model_dir`'s saved checkpoints (other than the weights it holds), each loaded as a Translator
-    loads a model directory: one made in `work` of the directory's files and the checkpoint's weights."""
+def checkpoint_models(model_dir: Path) -> list:
+    """The models of `model_dir`'s saved checkpoints: its model built afresh (unpacked, fp32) with each checkpoint's
+    weights read in."""
+    from vaswani.model_dir import load_model, read_weights_into
     from vaswani.train.checkpoint import checkpoint_dirs
-    from vaswani.translate.translator import Translator
 
     models = []
     for checkpoint in checkpoint_dirs(model_dir):
-        here = work / checkpoint.name
-        here.mkdir(parents=True, exist_ok=True)
-        for f in model_dir.iterdir():
-            if f.is_file() and f.name != "model.safetensors":
-                (here / f.name).unlink(missing_ok=True)
-                (here / f.name).symlink_to(f.resolve())
-        (here / "model.safetensors").unlink(missing_ok=True)
-        (here / "model.safetensors").symlink_to((checkpoint / "model.safetensors").resolve())
-        models.append(Translator.load(here, precision="fp32").model)
+        model, _ = load_model(model_dir)
+        read_weights_into(model, checkpoint / "model.safetensors")
+        models.append(model)
     return models
 
 
@@ -214,8 +208,7 @@ def main() -> None:
 
     translator = Translator.load(args.model_dir)
     reverse = Translator.load(args.reverse) if args.reverse else None
-    with tempfile.TemporaryDirectory() as work:
-        others = checkpoint_models(Path(args.model_dir), Path(work))
+    others = checkpoint_models(Path(args.model_dir))
     signals = (
         *SIGNALS,
         *(("round_trip", "back_translation") if reverse else ()),
