@@ -245,7 +245,7 @@ def main() -> None:
     shared = runs / "teacher_pass"
     phases["teacher's pass (29,000 sources, beam 4)"] = teacher_pass(teacher.resolve(), shared, [])
     students: dict[tuple[str, int], Path] = {}
-    waiting: list[tuple[str, int, list[str]]] = []
+    waiting: list[tuple[str, list[str]]] = []  # (label, command)
     for name in in_order(args.students):
         for seed in args.seeds[:1] if name in args.once else args.seeds:
             student = runs / f"student {name} seed {seed}".replace(",", "").replace(" ", "_")
@@ -261,16 +261,14 @@ def main() -> None:
                 f"train.seed={seed}",
             ]
             command = ["vaswani", "distill", str(taught_by), str(RECIPE), str(student)]
-            waiting.append((f"student {name} seed {seed}", seed, [*command, *(x for s in sets for x in ("--set", s))]))
+            waiting.append((f"student {name} seed {seed}", [*command, *(x for s in sets for x in ("--set", s))]))
     for start in range(0, len(waiting), args.parallel):
         wave = waiting[start : start + args.parallel]
         if args.parallel == 1:
-            times = [run(*wave[0][2])]
+            times = [run(*wave[0][1])]
         else:
-            times = run_together(
-                [c for _, _, c in wave], [runs / "logs" / f"{n.replace(' ', '_')}.log" for n, _, _ in wave]
-            )
-        for (label, _, command), seconds in zip(wave, times, strict=True):
+            times = run_together([c for _, c in wave], [runs / "logs" / f"{n.replace(' ', '_')}.log" for n, _ in wave])
+        for (label, command), seconds in zip(wave, times, strict=True):
             phases[f"{label} (its pass and) training"] = seconds
             run("vaswani", "average", command[4], "--last", "3")
     rows = []
