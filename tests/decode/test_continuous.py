@@ -112,6 +112,41 @@ def test_a_dropped_sentence_leaves_and_the_others_are_unchanged(model, beam_size
     _assert_same(found, _alone(model, sources, request), [i for i in range(len(sources)) if i not in (0, 3)])
 
 
+def test_a_beam_step_gathers_into_the_buffers_it_holds_and_drops_the_columns_every_row_has_left(model):
+    """Once every sentence has joined, each beam step's reorder gathers the rows into the buffers the cache already
+    holds (the same tensor objects, cycled: none allocated) unless a write needed more columns, and the columns
+    before the oldest running row's start go in the same gather (the oldest row starts at column 0)."""
+    sources, request = _sources(4), DecodeRequest.of(beam_size=4, max_len_a=2.0, max_len_b=8)
+    search = ContinuousSearch(model, request)
+    for i, ids in enumerate(sources[:6]):
+        search.add(i, ids)
+    search.step()  # all six join
+    for i, ids in enumerate(sources[6:], 6):  # more join while those run: later rows start at later columns
+        search.add(i, ids)
+    search.step()
+    search.step()
+    cache, same, left = search.cache, 0, 0
+
+    def held():
+        return {id(t) for t in [*cache.keys, *cache.values, cache.spare]}, [t.shape for t in cache.keys]
+
+    before = held()
+    while search.keys:
+        running = len(search.keys)
+        search.step()
+        left += running - len(search.keys)
+        if not search.keys:
+            break
+        now = held()
+        if now[1] == before[1]:  # no write grew the buffers: no buffer is new
+            assert now[0] == before[0]
+            same += 1
+        before = now
+        assert len(now[0]) == 2 * len(cache.keys) + 1
+        assert int(cache.start.min()) == 0 and cache.length == int(cache.positions().max())
+    assert same >= 3 and left >= 2  # steps checked; sentences left mid-run: columns dropped, not only rows
+
+
 def test_what_a_continuous_batch_does_not_take_is_named(model):
     assert supports(model, DecodeRequest.of(beam_size=4)) is None
     assert supports(model, DecodeRequest.of(sampling=True)) == "sampling"
