@@ -10,7 +10,10 @@ no malformed requests (serve_load.py has those); for each batching (continuous, 
 Each round runs (a) then (b) for each batching; the median of the rounds is reported. The served translations must
 equal the offline ones line by line (checked in every round); p50/p99 latency of a request; the server's memory at
 start, after its first round (warm) and at the end. Also one client alone: its median latency against one
-`Translator.translate` call of the same line. The client runs on the same machine (it shares the 2 cores).
+`Translator.translate` call of the same line. The client runs on the same machine (it shares the 2 cores). Where
+the cores' time went, per 1,000 lines: offline (this process, all its threads), and served: the server's event loop
+(its main thread), its decoding (the other threads: the compute thread and torch's workers, spinning included), the
+clients (this process), and the seconds x cores there were.
 Results: benchmarks/results/serve_offline.json, with the commit, the data split and the CPU.
 """
 
@@ -20,6 +23,8 @@ import argparse
 import asyncio
 import gzip
 import json
+import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -42,6 +47,22 @@ def rss(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
     return 0
+
+
+def cpu_seconds(pid: int) -> dict[str, float]:
+    """CPU seconds the server's threads have used: its main thread (the event loop: HTTP, splitting, tokenizing) and
+    the others (the compute thread and torch's workers, decoding)."""
+    tick, used = os.sysconf("SC_CLK_TCK"), {"event loop": 0.0, "decoding": 0.0}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        used["event loop" if int(task.name) == pid else "decoding"] += (int(fields[11]) + int(fields[12])) / tick
+    return used
+
+
+def own_cpu() -> float:
+    """CPU seconds this process (the clients) has used."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def offline(translator, lines: list[str]) -> float:
@@ -124,14 +145,18 @@ def main() -> None:
     reference = translator.translate(lines)
     try:
         for r in range(args.rounds):
+            used = own_cpu()
             seconds = offline(translator, lines)
-            row = {"offline": {"sentences_per_s": len(lines) / seconds}}
+            used = own_cpu() - used
+            row = {"offline": {"sentences_per_s": len(lines) / seconds, "cpu_s_per_1000": 1000 * used / len(lines)}}
             if translator.continuous(translator.request()) is not None:
                 took = in_process(translator, lines, args.clients)
                 row["continuous, in process"] = {"sentences_per_s": len(lines) / took}
             for mode, server in servers.items():
                 before = httpx.get(f"{server.url}/health").json()
+                used, client = cpu_seconds(server.process.pid), own_cpu()
                 texts, latencies, took = asyncio.run(served(server.url, lines, args.clients))
+                client, used = own_cpu() - client, {k: v - used[k] for k, v in cpu_seconds(server.process.pid).items()}
                 after = httpx.get(f"{server.url}/health").json()
                 differ = sum(a != b for a, b in zip(texts, reference, strict=True))
                 row[mode] = {
@@ -139,6 +164,12 @@ def main() -> None:
                     "p50_ms": 1000 * percentile(latencies, 50),
                     "p99_ms": 1000 * percentile(latencies, 99),
                     "lines_differing_from_offline": differ,
+                    # CPU seconds per 1,000 lines: what the 2 cores were given to (the seconds x cores they had)
+                    "cpu_s_per_1000": {
+                        **{k: 1000 * v / len(lines) for k, v in used.items()},
+                        "clients": 1000 * client / len(lines),
+                        "available": 1000 * took * len(os.sched_getaffinity(0)) / len(lines),
+                    },
                 }
                 steps = after["steps"] - before["steps"]
                 if steps:  # continuous: the mean sentences a step decoded
@@ -187,10 +218,15 @@ def main() -> None:
         for name in rounds[0]
         if name not in modes and "busy" not in name
     }
+    table["offline"]["cpu_s_per_1000"] = median("offline", "cpu_s_per_1000")
     for mode in modes:
         table[mode] = {key: median(mode, key) for key in ("sentences_per_s", "p50_ms", "p99_ms")}
         table[mode]["vs_offline"] = round(table[mode]["sentences_per_s"] / table["offline"]["sentences_per_s"], 3)
         table[mode]["lines_differing_from_offline"] = max(row[mode]["lines_differing_from_offline"] for row in rounds)
+        table[mode]["cpu_s_per_1000"] = {
+            key: round(statistics.median(row[mode]["cpu_s_per_1000"][key] for row in rounds), 2)
+            for key in rounds[0][mode]["cpu_s_per_1000"]
+        }
         busy = f"{mode}, beside a busy process"
         if busy in rounds[0]:
             table[busy] = {key: median(busy, key) for key in ("sentences_per_s", "share_of_alone", "p50_ms", "p99_ms")}
