@@ -62,7 +62,7 @@ def one(steps: int, busy: bool, threads: str | None, work: Path) -> dict:
         if spinner is not None:
             spinner.kill()
             spinner.wait()
-    settled = re.search(r"threads: (\d+) of", log)
+    settled = re.search(r"threads: (\d+) \(", log)  # runtime/threads.py settle_threads' line: "threads: 1 (1 of 2 ..."
     return {
         "busy_process": busy,
         "threads": threads or "auto",
