@@ -148,8 +148,10 @@ print(f"floor done {time.perf_counter() - start:.2f} tokens {tokens}", file=sys.
 """
 
 
-def config_for(work: Path, n: int, paths: tuple[Path, Path]) -> Path:
-    quick = yaml.safe_load((ROOT / "configs/multi30k_de_en_quick.yaml").read_text())
+def config_for(work: Path, n: int, paths: tuple[Path, Path], root: Path = ROOT, name: str = "config") -> Path:
+    """The quick recipe of the checkout at `root` (the commit measured, or the one before: its own recipe, whose keys
+    its code knows) on the generated corpus, to its 10th update."""
+    quick = yaml.safe_load((root / "configs/multi30k_de_en_quick.yaml").read_text())
     quick["data"] = {
         "train_src": str(paths[0]),
         "train_tgt": str(paths[1]),
@@ -158,7 +160,7 @@ def config_for(work: Path, n: int, paths: tuple[Path, Path]) -> Path:
         "max_tokens": 1600,
     }
     quick["train"].update(precision="fp32", max_time=None, max_steps=10, valid_every=4)
-    path = work / f"config-{label(n)}.yaml"
+    path = work / f"{name}-{label(n)}.yaml"
     path.write_text(yaml.safe_dump(quick))
     return path
 
@@ -216,8 +218,9 @@ def main() -> None:
             old_dir = work / f"run-before-{label(n)}"
             subprocess.run(["rm", "-rf", str(old_dir)], check=True)
             env = {**os.environ, "PYTHONPATH": str(before_src)}
+            old_config = config_for(work, n, paths[n], before_src.parent, "config-before")
             row["before"] = run(
-                [sys.executable, "-m", "vaswani.cli", "train", str(config), str(old_dir)],
+                [sys.executable, "-m", "vaswani.cli", "train", str(old_config), str(old_dir)],
                 {"first_update": "step 1/", "update_10": "step 10/"},
                 env=env,
             )
