@@ -257,7 +257,7 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def plot(rows: list[dict], path: Path) -> None:
+def plot(rows: list[dict], path: Path, caption: str = "") -> None:
     """Size against time (left) and memory (right), log-log."""
     import matplotlib
 
@@ -295,6 +295,8 @@ def plot(rows: list[dict], path: Path) -> None:
     for ax in (left, right):
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
+    if caption:  # the results file's stamp: the picture names what it measured, as the file does
+        figure.suptitle(caption, fontsize=8, y=0.995)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
 
@@ -302,7 +304,9 @@ def plot(rows: list[dict], path: Path) -> None:
 if __name__ == "__main__":
     # python benchmarks/data_scale.py --plot benchmarks/results/data_scale.json benchmarks/results/data_scale.png
     if sys.argv[1:2] == ["--plot"]:
-        plot(json.loads(Path(sys.argv[2]).read_text())["rows"], Path(sys.argv[3]))
+        found = json.loads(Path(sys.argv[2]).read_text())
+        caption = ", ".join(str(found[key]) for key in ("commit", "date", "cpu") if key in found)
+        plot(found["rows"], Path(sys.argv[3]), caption)
         print(table(json.loads(Path(sys.argv[2]).read_text())["rows"]))
     else:
         main()

@@ -18,11 +18,23 @@ from vaswani.runtime.machine import cpu_name
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def uncommitted() -> list[str]:
+    """The files of src/ and benchmarks/ that differ from HEAD: the code measured, not its results (a benchmark that
+    writes its results file as it goes must not find itself "dirty")."""
+    done = subprocess.run(
+        ["git", "status", "--porcelain", "--", "src", "benchmarks", ":(exclude)benchmarks/results"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    return [line[3:] for line in done.stdout.splitlines() if line.strip()]
+
+
 def commit() -> str:
-    """The short hash of HEAD, "-dirty" added where src/ or benchmarks/ hold changes not committed."""
-    run = lambda *args: subprocess.run(["git", *args], capture_output=True, text=True, cwd=ROOT).stdout.strip()  # noqa: E731
-    head = run("rev-parse", "--short", "HEAD") or "unknown"
-    return head + ("-dirty" if run("status", "--porcelain", "--", "src", "benchmarks") else "")
+    """The short hash of HEAD, "-dirty" added where src/ or benchmarks/ (its results aside) hold changes not
+    committed."""
+    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
+    return (done.stdout.strip() or "unknown") + ("-dirty" if uncommitted() else "")
 
 
 def cpu() -> str:
@@ -43,8 +55,10 @@ def cpu() -> str:
 
 def stamp(split: str) -> dict:
     """The fields every results file starts with; `split`: the data measured on (or what it is, where none)."""
+    changed = uncommitted()
     return {
         "commit": commit(),
+        **({"uncommitted": changed} if changed else {}),  # which files "-dirty" means
         "date": time.strftime("%Y-%m-%d"),
         "cpu": cpu(),
         "cores": len(os.sched_getaffinity(0)),
