@@ -307,6 +307,6 @@ if __name__ == "__main__":
         found = json.loads(Path(sys.argv[2]).read_text())
         caption = ", ".join(str(found[key]) for key in ("commit", "date", "cpu") if key in found)
         plot(found["rows"], Path(sys.argv[3]), caption)
-        print(table(json.loads(Path(sys.argv[2]).read_text())["rows"]))
+        print(table(found["rows"]))
     else:
         main()

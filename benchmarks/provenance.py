@@ -30,11 +30,12 @@ def uncommitted() -> list[str]:
     return [line[3:] for line in done.stdout.splitlines() if line.strip()]
 
 
-def commit() -> str:
+def commit(changed: list[str] | None = None) -> str:
     """The short hash of HEAD, "-dirty" added where src/ or benchmarks/ (its results aside) hold changes not
-    committed."""
+    committed (`changed`: uncommitted()'s, where the caller has it)."""
     done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
-    return (done.stdout.strip() or "unknown") + ("-dirty" if uncommitted() else "")
+    dirty = uncommitted() if changed is None else changed
+    return (done.stdout.strip() or "unknown") + ("-dirty" if dirty else "")
 
 
 def cpu() -> str:
@@ -57,7 +58,7 @@ def stamp(split: str) -> dict:
     """The fields every results file starts with; `split`: the data measured on (or what it is, where none)."""
     changed = uncommitted()
     return {
-        "commit": commit(),
+        "commit": commit(changed),
         **({"uncommitted": changed} if changed else {}),  # which files "-dirty" means
         "date": time.strftime("%Y-%m-%d"),
         "cpu": cpu(),

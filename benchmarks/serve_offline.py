@@ -24,7 +24,6 @@ import asyncio
 import gzip
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -57,12 +56,6 @@ def cpu_seconds(pid: int) -> dict[str, float]:
         fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
         used["event loop" if int(task.name) == pid else "decoding"] += (int(fields[11]) + int(fields[12])) / tick
     return used
-
-
-def own_cpu() -> float:
-    """CPU seconds this process (the clients) has used."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 def offline(translator, lines: list[str]) -> float:
@@ -145,18 +138,19 @@ def main() -> None:
     reference = translator.translate(lines)
     try:
         for r in range(args.rounds):
-            used = own_cpu()
+            used = time.process_time()
             seconds = offline(translator, lines)
-            used = own_cpu() - used
+            used = time.process_time() - used
             row = {"offline": {"sentences_per_s": len(lines) / seconds, "cpu_s_per_1000": 1000 * used / len(lines)}}
             if translator.continuous(translator.request()) is not None:
                 took = in_process(translator, lines, args.clients)
                 row["continuous, in process"] = {"sentences_per_s": len(lines) / took}
             for mode, server in servers.items():
                 before = httpx.get(f"{server.url}/health").json()
-                used, client = cpu_seconds(server.process.pid), own_cpu()
+                used, client = cpu_seconds(server.process.pid), time.process_time()
                 texts, latencies, took = asyncio.run(served(server.url, lines, args.clients))
-                client, used = own_cpu() - client, {k: v - used[k] for k, v in cpu_seconds(server.process.pid).items()}
+                client = time.process_time() - client
+                used = {k: v - used[k] for k, v in cpu_seconds(server.process.pid).items()}
                 after = httpx.get(f"{server.url}/health").json()
                 differ = sum(a != b for a, b in zip(texts, reference, strict=True))
                 row[mode] = {

@@ -212,6 +212,7 @@ class GrowingKVCache:
         self.values = [v.clone(memory_format=torch.contiguous_format) for _, v in cache.self_kv]
         self.cross_kv = cache.cross_kv
         self.length, self.rows = cache.length, cache.batch_size
+        self.spare: Tensor | None = None  # the buffer the last reorder left: the next one gathers into it
 
     @property
     def batch_size(self) -> int:
@@ -254,32 +255,35 @@ class GrowingKVCache:
         index: Tensor | None = None,
         into: Tensor | None = None,
         dtype: torch.dtype | None = None,
+        first: int = 0,
     ) -> Tensor:
-        """The held positions of `buffer`'s rows (rows `index` of them, in that order) in the first rows of a buffer
-        of as many rows as `buffer` has (the rows a search has dropped are room a join may use) and `capacity`
-        positions (in `dtype`, by default the buffer's), gathered straight into it: `into` where it has that shape,
-        else a new one. Shape: (R, H, L, Dh) -> (max(R, rows), H, capacity, Dh)"""
+        """The held positions of `buffer`'s rows from position `first` on (rows `index` of them, in that order) in the
+        first rows and positions of a buffer of as many rows as `buffer` has (the rows a search has dropped are room a
+        join may use) and `capacity` positions (in `dtype`, by default the buffer's), gathered straight into it: `into`
+        where it has that shape, else a new one. Shape: (R, H, L, Dh) -> (max(R, rows), H, capacity, Dh)"""
         R, H, _, Dh = buffer.shape
-        held = buffer[: self.rows, :, : self.length]
+        held = buffer[: self.rows, :, first : self.length]
         rows = self.rows if index is None else index.numel()
         shape, dtype = (max(R, rows), H, capacity, Dh), dtype or buffer.dtype  # rows to spare kept (a join's)
         fits = into is not None and into.shape == shape and into.dtype == dtype
         new = into if fits else buffer.new_empty(shape, dtype=dtype)
         if index is None:
-            new[:rows, :, : self.length] = held
+            new[:rows, :, : self.length - first] = held
         else:
-            torch.index_select(held, 0, index, out=new[:rows, :, : self.length])
+            torch.index_select(held, 0, index, out=new[:rows, :, : self.length - first])
         return new
 
-    def reorder(self, index: Tensor, kept: Tensor | None = None) -> GrowingKVCache:
+    def reorder(self, index: Tensor, kept: Tensor | None = None, first: int = 0) -> GrowingKVCache:
         """As KVCache.reorder: row i becomes row index[i], gathered a layer at a time into the buffer the layer
-        before left (all are alike), so one buffer more than the layers hold, not twice as many (this cache's
-        earlier views are overwritten)."""
-        spare = None
+        before left (all are alike; the last one left is kept for the next reorder), so one buffer more than the
+        layers hold, not twice as many, and a step allocates none (this cache's earlier views are overwritten).
+        `first`: the positions before it are dropped in the same gather (a continuous batch's columns that every
+        running row has left behind, nn/rows_cache.py)."""
+        spare = self.spare
         for buffers in (self.keys, self.values):
             for i, buffer in enumerate(buffers):
-                buffers[i], spare = self._moved(buffer, buffer.size(2), index, into=spare), buffer
-        self.rows = index.numel()
+                buffers[i], spare = self._moved(buffer, buffer.size(2), index, into=spare, first=first), buffer
+        self.rows, self.length, self.spare = index.numel(), self.length - first, spare
         if kept is not None and self.cross_kv is not None:
             self.cross_kv = tuple((k.index_select(0, kept), v.index_select(0, kept)) for k, v in self.cross_kv)
         return self

@@ -33,7 +33,6 @@ class RowsKVCache(GrowingKVCache):
         self.width = width
         self.cross_mask = torch.zeros(0, 1, 1, 0, dtype=dtype, device=device)
         self.start = torch.zeros(0, dtype=torch.long, device=device)
-        self.spare: Tensor | None = None  # the buffer the last reorder left: the next one gathers into it
 
     @property
     def group(self) -> int:
@@ -81,37 +80,20 @@ class RowsKVCache(GrowingKVCache):
         return mask.masked_fill_(hidden, float("-inf"))[:, None, None]
 
     def reorder(self, index: Tensor, kept: Tensor | None = None) -> RowsKVCache:
-        """As GrowingKVCache.reorder (row i becomes row index[i]), each row's start and each kept source's mask with
-        it; the columns before every kept row's start are dropped in the same gather (they were written by rows that
-        have left), so a row's keys span its own positions and those of rows that started before it and are still
-        running, and no step copies the buffers twice. The buffers keep their shape and the gather's target is the
-        buffer the layer before left (the last one kept for the next step's first layer), so a step allocates none:
-        a new buffer of this size costs its pages' first writes, several times the gather itself."""
+        """As GrowingKVCache.reorder, each row's start and each kept source's mask with it; the columns before every
+        kept row's start (written by rows that have left) are dropped in the same gather, so a row's keys span its
+        own positions and those of rows that started before it and are still running."""
         start = self.start.index_select(0, index)
         first = int(start.min()) if index.numel() else self.length
-        spare = self.spare
-        for buffers in (self.keys, self.values):
-            for i, buffer in enumerate(buffers):
-                buffers[i], spare = self._gathered(buffer, index, first, spare), buffer
-        self.rows, self.length, self.start = index.numel(), self.length - first, start - first
-        self.spare = spare
+        super().reorder(index, kept, first)
+        self.start = start - first
         if kept is not None:
-            self.cross_kv = tuple((k.index_select(0, kept), v.index_select(0, kept)) for k, v in self.cross_kv)
             self.cross_mask = self.cross_mask.index_select(0, kept)
             longest = int((self.cross_mask[:, 0, 0] == 0).sum(1).max()) if self.sources else 0
             if longest < self.cross_mask.size(-1):  # the longest source has left: its padding goes too
                 self.cross_kv = tuple((k[:, :, :longest], v[:, :, :longest]) for k, v in self.cross_kv)
                 self.cross_mask = self.cross_mask[..., :longest]
         return self
-
-    def _gathered(self, buffer: Tensor, index: Tensor, first: int, into: Tensor | None) -> Tensor:
-        """Rows `index` of `buffer`'s held columns from `first` on, in the first rows and columns of a buffer of
-        `buffer`'s shape: `into` where it has it, else a new one."""
-        new = into if into is not None and into.shape == buffer.shape and into.dtype == buffer.dtype else None
-        new = buffer.new_empty(buffer.shape) if new is None else new
-        held = buffer[: self.rows, :, first : self.length]
-        torch.index_select(held, 0, index, out=new[: index.numel(), :, : self.length - first])
-        return new
 
 
 def _stacked(old: Tensor, new: Tensor, length: int) -> Tensor:
